@@ -1,0 +1,76 @@
+"""Admin for queues, messages, history and workers. Actions call the API; no logic lives here."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from djqueue import operations, queues
+from djqueue.models import History, Message, Queue, Worker
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    list_display = ["name", "paused", "visibility_timeout", "max_attempts", "dead_letter_queue",
+                    "max_depth", "exactly_once"]
+    list_filter = ["paused", "exactly_once"]
+    search_fields = ["name"]
+    actions = ["pause", "resume", "redrive_dead"]
+
+    @admin.action(description="Pause selected queues", permissions=["change"])
+    def pause(self, request: HttpRequest, selected: QuerySet[Queue]) -> None:
+        for queue in selected:
+            queues.pause(queue)
+        self.message_user(request, f"Paused {len(selected)} queue(s).", messages.SUCCESS)
+
+    @admin.action(description="Resume selected queues", permissions=["change"])
+    def resume(self, request: HttpRequest, selected: QuerySet[Queue]) -> None:
+        for queue in selected:
+            queues.resume(queue)
+        self.message_user(request, f"Resumed {len(selected)} queue(s).", messages.SUCCESS)
+
+    @admin.action(description="Redrive dead messages of selected queues", permissions=["change"])
+    def redrive_dead(self, request: HttpRequest, selected: QuerySet[Queue]) -> None:
+        moved = sum(operations.redrive(queue) for queue in selected)
+        self.message_user(request, f"Redrove {moved} message(s).", messages.SUCCESS)
+
+
+@admin.register(Message)
+class MessageAdmin(admin.ModelAdmin):
+    list_display = ["id", "queue", "state", "priority", "attempts", "visible_at", "owner",
+                    "sent_at"]
+    list_filter = ["state", "queue"]
+    list_select_related = ["queue"]
+    readonly_fields = [f.name for f in Message._meta.fields]
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Message | None = None) -> bool:
+        return False
+
+
+@admin.register(History)
+class HistoryAdmin(admin.ModelAdmin):
+    list_display = ["id", "queue", "outcome", "attempts", "worker", "sent_at", "finished_at"]
+    list_filter = ["outcome"]
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: History | None = None) -> bool:
+        return False
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):
+    list_display = ["id", "hostname", "pid", "concurrency", "started_at", "heartbeat_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
+        return False

@@ -1,0 +1,69 @@
+"""System checks. Ids are stable and listed in docs/checks.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
+
+from djqueue import handlers
+from djqueue.conf import get_settings
+from djqueue.exceptions import ConfigurationError, HandlerNotFound
+
+
+@register("djqueue")
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        settings = get_settings()
+    except (ConfigurationError, TypeError) as exc:
+        return [Error(str(exc), id="djqueue.E001", hint="See docs/settings.md.")]
+    found: list[CheckMessage] = []
+    if settings.DATABASE not in connections.settings:
+        return [Error(f"DJQUEUE['DATABASE'] names the unknown alias {settings.DATABASE!r}.",
+                      id="djqueue.E002")]
+    for queue in handlers.configured_paths():
+        try:
+            handlers.resolve(queue)
+        except HandlerNotFound as exc:
+            found.append(Error(str(exc), id="djqueue.E003"))
+    found.extend(_check_database(settings.DATABASE))
+    return found
+
+
+def _check_database(alias: str) -> list[CheckMessage]:
+    conn = connections[alias]
+    found: list[CheckMessage] = []
+    options = conn.settings_dict.get("OPTIONS", {})
+    if conn.vendor == "mysql":
+        level = (options.get("isolation_level") or "read committed").lower()
+        if level != "read committed":
+            found.append(Warning(
+                f"Database {alias!r} uses isolation level {level!r}; djqueue switches each claim "
+                "to READ COMMITTED with an extra statement.",
+                hint="Set OPTIONS['isolation_level'] = 'read committed'.", id="djqueue.W001"))
+    elif conn.vendor == "sqlite":
+        if (options.get("transaction_mode") or "").upper() != "IMMEDIATE":
+            found.append(Warning(
+                f"SQLite database {alias!r} starts transactions DEFERRED; concurrent workers will "
+                "hit 'database is locked'.",
+                hint="Set OPTIONS['transaction_mode'] = 'IMMEDIATE' (and a 'timeout').",
+                id="djqueue.W002"))
+    elif conn.vendor != "postgresql":
+        found.append(Error(f"djqueue does not support the {conn.vendor!r} database backend.",
+                           id="djqueue.E004"))
+    return found
+
+
+@register("djqueue", Tags.database)
+def check_database_features(app_configs: Any = None, databases: Any = None,
+                            **kwargs: Any) -> list[CheckMessage]:
+    """Runs with ``check --database`` and before ``migrate``: it connects to the server."""
+    alias = get_settings().DATABASE
+    if not databases or alias not in databases:
+        return []
+    conn = connections[alias]
+    if conn.vendor == "mysql" and not conn.features.has_select_for_update_skip_locked:
+        return [Error(f"Database {alias!r} does not support SELECT ... FOR UPDATE SKIP LOCKED.",
+                      hint="djqueue needs MariaDB >= 10.6 or MySQL >= 8.0.1.", id="djqueue.E005")]
+    return []

@@ -1,0 +1,88 @@
+"""Claiming ready messages: one short transaction per batch.
+
+MariaDB/MySQL and PostgreSQL::
+
+    SELECT ... FROM djqueue_message
+     WHERE queue_id = %s AND state = 1          -- READY
+     ORDER BY priority DESC, id LIMIT %s
+       FOR UPDATE SKIP LOCKED;                   -- index djqueue_msg_claim
+    UPDATE djqueue_message SET state = 3, owner = %s, lease_token = %s,
+           visible_at = %s, claimed_at = %s, attempts = attempts + 1
+     WHERE id IN (...);
+
+SQLite (no row locks; writers are serialised)::
+
+    UPDATE djqueue_message SET ... WHERE id IN (SELECT id ... LIMIT %s);
+    SELECT ... WHERE state = 3 AND lease_token = %s;
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from djqueue import vendor
+from djqueue.models import Message, Queue, State
+
+
+def new_lease_token() -> str:
+    return uuid.uuid4().hex
+
+
+def claim(
+    queues: Sequence[Queue],
+    limit: int,
+    *,
+    owner: str,
+    visibility_timeout: float | None = None,
+) -> list[Message]:
+    """Lease up to ``limit`` ready messages, taking from earlier queues first."""
+    db = vendor.alias()
+    conn = vendor.connection()
+    skip_locked = vendor.claims_by_skip_locked(conn)
+    token = new_lease_token()
+    now = timezone.now()
+    claimed: list[Message] = []
+    with vendor.claim_isolation(conn), transaction.atomic(using=db):
+        for queue in queues:
+            want = limit - len(claimed)
+            if want <= 0:
+                break
+            lease_end = now + timedelta(seconds=visibility_timeout or queue.visibility_timeout)
+            ready = Message.objects.using(db).filter(queue=queue, state=State.READY).claim_order()
+            stamp = {"state": State.CLAIMED, "owner": owner, "lease_token": token,
+                     "visible_at": lease_end, "claimed_at": now}
+            if skip_locked:
+                rows = list(ready.select_for_update(skip_locked=True)[:want])
+                if not rows:
+                    continue
+                Message.objects.using(db).filter(pk__in=[m.pk for m in rows]).update(
+                    attempts=F("attempts") + 1, **stamp)
+                for message in rows:
+                    _stamp(message, stamp, attempts=message.attempts + 1)
+            else:
+                count = Message.objects.using(db).filter(
+                    pk__in=ready.values("pk")[:want]).update(attempts=F("attempts") + 1, **stamp)
+                if not count:
+                    continue
+                rows = list(Message.objects.using(db).filter(
+                    state=State.CLAIMED, lease_token=token, queue=queue).claim_order())
+            for message in rows:
+                message.queue = queue
+            claimed.extend(rows)
+    return claimed
+
+
+def _stamp(message: Message, stamp: dict[str, object], attempts: int) -> None:
+    for name, value in stamp.items():
+        setattr(message, name, value)
+    message.attempts = attempts
+
+
+def lease_deadline(seconds: float, now: datetime | None = None) -> datetime:
+    return (now or timezone.now()) + timedelta(seconds=seconds)

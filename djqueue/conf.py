@@ -1,0 +1,76 @@
+"""Typed access to the ``DJQUEUE`` setting.
+
+Every option has a default here; ``settings.DJQUEUE`` overrides any of them.
+The parsed object is cached and rebuilt when tests change the setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from functools import cache
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+#: A MySQL stream queue's stepped retry schedule, in seconds: the delay before
+#: retry n is ``DEFAULT_BACKOFF[n - 1]`` (the last step repeats).
+DEFAULT_BACKOFF: tuple[int, ...] = (
+    10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    #: Database alias holding djqueue's tables. Transactional send needs it to be
+    #: the alias the application writes to.
+    DATABASE: str = "default"
+    #: Queue name -> dotted path of a handler ``callable(message)``.
+    HANDLERS: dict[str, str] = field(default_factory=dict)
+    #: Defaults for queues created without explicit options.
+    VISIBILITY_TIMEOUT: float = 30.0
+    MAX_ATTEMPTS: int = 16
+    BACKOFF: tuple[int, ...] = DEFAULT_BACKOFF
+    RETENTION: float = 7 * 24 * 3600.0
+    #: Create a queue on first ``send`` instead of raising ``QueueNotFound``.
+    AUTO_CREATE_QUEUES: bool = False
+    #: How long a process trusts its cached copy of a queue's row (seconds).
+    QUEUE_CACHE_TTL: float = 1.0
+    #: Worker heartbeat period; a worker silent for WORKER_TIMEOUT is dead.
+    HEARTBEAT_INTERVAL: float = 2.0
+    WORKER_TIMEOUT: float = 10.0
+    #: Idle polling backs off from POLL_MIN to POLL_MAX seconds.
+    POLL_MIN: float = 0.01
+    POLL_MAX: float = 0.5
+    #: How often scheduled (delayed) messages are promoted to ready at the latest.
+    PROMOTE_INTERVAL: float = 1.0
+    #: Seconds a worker waits for in-flight handlers after SIGTERM.
+    SHUTDOWN_GRACE: float = 30.0
+    REAPER_INTERVAL: float = 1.0
+    #: Rows deleted per statement when pruning history.
+    PRUNE_BATCH: int = 5000
+
+    @classmethod
+    def from_django(cls) -> Settings:
+        overrides: dict[str, Any] = dict(getattr(django_settings, "DJQUEUE", {}) or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            from djqueue.exceptions import ConfigurationError
+
+            raise ConfigurationError(f"Unknown DJQUEUE setting(s): {', '.join(unknown)}")
+        if "BACKOFF" in overrides:
+            overrides["BACKOFF"] = tuple(overrides["BACKOFF"])
+        return cls(**overrides)
+
+
+@cache
+def get_settings() -> Settings:
+    return Settings.from_django()
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting in {"DJQUEUE", "DATABASES"}:
+        get_settings.cache_clear()

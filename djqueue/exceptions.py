@@ -1,0 +1,47 @@
+"""djqueue's exceptions: one hierarchy, each class documents when it is raised."""
+
+from __future__ import annotations
+
+
+class DjqueueError(Exception):
+    """Base class of every djqueue error."""
+
+
+class ConfigurationError(DjqueueError):
+    """The DJQUEUE setting or a queue's options are invalid."""
+
+
+class QueueNotFound(DjqueueError, LookupError):
+    """No queue with that name exists."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Queue {name!r} does not exist. Create it with djqueue.create_queue().")
+        self.name = name
+
+
+class InvalidMessage(DjqueueError, ValueError):
+    """The payload, headers, delay or priority of a message is not acceptable."""
+
+
+class PayloadTooLarge(InvalidMessage):
+    """The encoded payload is larger than the queue's ``max_payload_bytes``."""
+
+
+class QueueFull(DjqueueError):
+    """The queue holds ``max_depth`` pending messages already."""
+
+
+class QueuePaused(DjqueueError):
+    """The operation needs a queue that is not paused."""
+
+
+class NotOwner(DjqueueError):
+    """The message is no longer claimed by this receiver (its lease expired or was released).
+
+    Acking or extending it is refused so that a late owner cannot finish a message
+    that was already handed to someone else.
+    """
+
+
+class HandlerNotFound(ConfigurationError):
+    """A handler's dotted path does not import, or no handler is registered for a queue."""

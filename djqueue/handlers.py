@@ -1,0 +1,81 @@
+"""Which function handles which queue: ``DJQUEUE["HANDLERS"]`` or the ``@handler`` decorator."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils.module_loading import autodiscover_modules, import_string
+
+from djqueue.conf import get_settings
+from djqueue.exceptions import HandlerNotFound
+
+HandlerFunc = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Handler:
+    func: HandlerFunc
+    #: None: follow the queue's ``exactly_once`` option.
+    exactly_once: bool | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+    @property
+    def path(self) -> str:
+        return f"{self.func.__module__}.{self.func.__qualname__}"
+
+
+_registry: dict[str, Handler] = {}
+
+
+def handler(
+    queue: str, *, exactly_once: bool | None = None,
+) -> Callable[[HandlerFunc], HandlerFunc]:
+    """Register the decorated ``func(message)`` as the handler of ``queue``.
+
+    Modules named ``handlers`` in installed apps are imported when a worker
+    starts, so decorators there register themselves.
+    """
+
+    def register(func: HandlerFunc) -> HandlerFunc:
+        _registry[queue] = Handler(func, exactly_once)
+        return func
+
+    return register
+
+
+def discover() -> None:
+    autodiscover_modules("handlers")
+
+
+def configured_paths() -> dict[str, str]:
+    return dict(get_settings().HANDLERS)
+
+
+def resolve(queue: str) -> Handler:
+    """The handler of ``queue``; settings win over decorators. HandlerNotFound if none."""
+    path = configured_paths().get(queue)
+    if path is not None:
+        try:
+            func = import_string(path)
+        except ImportError as exc:
+            raise HandlerNotFound(
+                f"Handler {path!r} for queue {queue!r} does not import: {exc}") from None
+        if not callable(func):
+            raise HandlerNotFound(f"Handler {path!r} for queue {queue!r} is not callable.")
+        return Handler(func)
+    try:
+        return _registry[queue]
+    except KeyError:
+        raise HandlerNotFound(
+            f"No handler for queue {queue!r}: add it to DJQUEUE['HANDLERS'] or decorate a "
+            "function with @djqueue.handler().") from None
+
+
+def known_queues() -> list[str]:
+    return sorted(set(configured_paths()) | set(_registry))

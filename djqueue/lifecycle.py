@@ -1,0 +1,195 @@
+"""State changes of claimed messages, each one short transaction.
+
+A claimed message is identified by its ``lease_token`` (an SQS receipt handle):
+every change checks the token, so a receiver whose lease expired and was
+handed to someone else can no longer ack, fail or extend the message.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from djqueue import signals, vendor
+from djqueue.exceptions import InvalidMessage, NotOwner
+from djqueue.models import History, Message, Outcome, Queue, State
+from djqueue.queues import get_queue_by_id
+
+MAX_ERROR_CHARS = 8000
+
+
+def ack_many(messages: Iterable[Message]) -> list[Message]:
+    """Finish the messages still leased to their holders; returns those acked.
+
+    One transaction: lock the rows still carrying our lease tokens, append
+    them to history, delete them by primary key.
+    """
+    by_id = {m.pk: m for m in messages}
+    if not by_id:
+        return []
+    db = vendor.alias()
+    now = timezone.now()
+    with transaction.atomic(using=db):
+        leased = (Message.objects.using(db).select_for_update()
+                  .filter(pk__in=list(by_id), state=State.CLAIMED)
+                  .values_list("pk", "lease_token"))
+        owned = [by_id[pk] for pk, token in leased if token == by_id[pk].lease_token]
+        if owned:
+            History.objects.using(db).bulk_create(
+                [history_row(m, Outcome.ACKED, now) for m in owned])
+            Message.objects.using(db).filter(pk__in=[m.pk for m in owned]).delete()
+    if owned:
+        signals.messages_acked.send(sender=Message, messages=owned)
+    return owned
+
+
+def history_row(message: Message, outcome: Outcome, now: datetime) -> History:
+    return History(
+        id=message.pk, queue_id=message.queue_id, outcome=outcome, priority=message.priority,
+        attempts=message.attempts, size=message.size, worker=message.owner,
+        sent_at=message.sent_at, claimed_at=message.claimed_at, finished_at=now)
+
+
+def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
+    """Give messages back without counting the delivery (Q4M ``queue_abort``)."""
+    delay = validate_delay(delay)
+    by_token: dict[str, list[int]] = defaultdict(list)
+    for message in messages:
+        by_token[message.lease_token].append(message.pk)
+    now = timezone.now()
+    state = State.SCHEDULED if delay else State.READY
+    released = 0
+    for token, ids in by_token.items():
+        released += Message.objects.using(vendor.alias()).filter(
+            pk__in=ids, state=State.CLAIMED, lease_token=token,
+        ).update(state=state, owner="", lease_token="", attempts=F("attempts") - 1,
+                 visible_at=now + timedelta(seconds=delay or 0))
+    return released
+
+
+def fail(message: Message, error: str, *, delay: float | None = None) -> Message:
+    """Record a failed delivery; retry after ``delay`` (default: backoff) or dead-letter."""
+    delay = validate_delay(delay)
+    db = vendor.alias()
+    with transaction.atomic(using=db):
+        row = (Message.objects.using(db).select_for_update()
+               .filter(pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token)
+               .first())
+        if row is None:
+            raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
+        record_failure(row, error, timezone.now(), retry_delay=delay)
+    message.state, message.errors, message.queue_id = row.state, row.errors, row.queue_id
+    return row
+
+
+def record_failure(row: Message, error: str, now: datetime, *,
+                   retry_delay: float | None = None) -> None:
+    """On a locked row: append ``error``, then schedule the retry or dead-letter it."""
+    queue = get_queue_by_id(row.queue_id)
+    row.errors = [*(row.errors or []), {
+        "attempt": row.attempts, "at": now.isoformat(), "worker": row.owner,
+        "error": str(error)[:MAX_ERROR_CHARS]}]
+    row.owner = row.lease_token = ""
+    if row.attempts >= queue.max_attempts:
+        dead_letter(row, queue, now)
+    else:
+        wait = queue.retry_delay(row.attempts) if retry_delay is None else timedelta(
+            seconds=retry_delay)
+        row.state = State.SCHEDULED if wait > timedelta(0) else State.READY
+        row.visible_at = now + wait
+        row.save(update_fields=["state", "visible_at", "owner", "lease_token", "errors"])
+        signals.message_retried.send(sender=Message, message=row)
+
+
+def dead_letter(row: Message, queue: Queue, now: datetime) -> None:
+    row.origin_queue_id = queue.pk
+    row.queue_id = queue.dead_letter_queue_id or queue.pk
+    row.state = State.DEAD
+    row.visible_at = now
+    row.save(update_fields=["state", "visible_at", "owner", "lease_token", "errors", "queue",
+                            "origin_queue"])
+    signals.message_dead_lettered.send(sender=Message, message=row)
+
+
+def extend(message: Message, seconds: float) -> None:
+    """Move the lease end to ``seconds`` from now; NotOwner if the lease was lost."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+        raise InvalidMessage(f"extend() needs a positive number of seconds, got {seconds!r}.")
+    until = timezone.now() + timedelta(seconds=seconds)
+    updated = Message.objects.using(vendor.alias()).filter(
+        pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token,
+    ).update(visible_at=until)
+    if not updated:
+        raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
+    message.visible_at = until
+
+
+def validate_delay(delay: float | timedelta | None) -> float | None:
+    if delay is None:
+        return None
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise InvalidMessage(f"delay must be seconds or a timedelta, got {delay!r}.")
+    if delay < 0 or delay != delay:
+        raise InvalidMessage(f"delay must not be negative, got {delay!r}.")
+    return float(delay)
+
+
+def return_claims(rows_query, error: str, limit: int) -> int:
+    """Lock up to ``limit`` claimed rows of ``rows_query`` and count each as a failed delivery.
+
+    Used by the reaper for expired leases and for the claims of dead workers;
+    rows another transaction holds (an exactly-once handler still running) are
+    skipped. Returned messages are ready again at once.
+    """
+    db = vendor.alias()
+    now = timezone.now()
+    with vendor.claim_isolation(), transaction.atomic(using=db):
+        query = rows_query.using(db).order_by("visible_at")
+        if vendor.claims_by_skip_locked():
+            query = query.select_for_update(skip_locked=True)
+        rows = list(query[:limit])
+        for row in rows:
+            record_failure(row, error.format(owner=row.owner or "unknown"), now, retry_delay=0)
+    return len(rows)
+
+
+def promote_due(queue_ids: list[int] | None = None, limit: int = 1000) -> int:
+    """Make scheduled messages whose time has come ready; returns how many."""
+    db = vendor.alias()
+    due = Message.objects.using(db).due(timezone.now())
+    if queue_ids is not None:
+        due = due.filter(queue_id__in=queue_ids)
+    if not vendor.claims_by_skip_locked():
+        return Message.objects.using(db).filter(
+            pk__in=due.values("pk")[:limit]).update(state=State.READY)
+    with vendor.claim_isolation(), transaction.atomic(using=db):
+        ids = list(due.select_for_update(skip_locked=True).values_list("pk", flat=True)[:limit])
+        if not ids:
+            return 0
+        return Message.objects.using(db).filter(pk__in=ids, state=State.SCHEDULED).update(
+            state=State.READY)
+
+
+def run_and_ack(message: Message, call) -> None:
+    """Exactly-once: run ``call`` and ack ``message`` in one transaction.
+
+    The message row stays locked while ``call`` runs, so the reaper skips it
+    even past its lease; if the process dies the transaction rolls back, the
+    handler's writes with it, and the message is delivered again.
+    """
+    db = vendor.alias()
+    with transaction.atomic(using=db):
+        owned = (Message.objects.using(db).select_for_update()
+                 .filter(pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token)
+                 .values_list("pk", flat=True).first())
+        if owned is None:
+            raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
+        call()
+        ack_many([message])

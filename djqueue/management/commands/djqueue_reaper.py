@@ -1,0 +1,27 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from djqueue.reaper import Reaper
+
+
+class Command(BaseCommand):
+    help = ("Return claims of dead workers and expired leases, promote due delayed messages "
+            "and prune history. Safe to run several at once.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="Do one pass and exit.")
+        parser.add_argument("--interval", type=float, default=None,
+                            help="Seconds between passes (default: DJQUEUE['REAPER_INTERVAL']).")
+
+    def handle(self, *args: Any, once: bool, interval: float | None, **options: Any) -> None:
+        if interval is not None and interval <= 0:
+            raise CommandError("--interval must be positive.")
+        reaper = Reaper(interval=interval)
+        if once:
+            report = reaper.tick()
+            self.stdout.write(f"dead workers {report.dead_workers}, returned "
+                              f"{report.returned_from_dead}, expired {report.expired}, "
+                              f"promoted {report.promoted}, pruned {report.pruned}")
+            return
+        reaper.run()

@@ -1,0 +1,61 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from djqueue import handlers
+from djqueue.exceptions import DjqueueError
+from djqueue.worker import Worker, WorkerOptions
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
+
+
+class Command(BaseCommand):
+    help = "Run handlers for messages of the given queues (in priority order)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("queues", nargs="*",
+                            help="Queues to work, earlier ones first (default: every queue "
+                                 "with a handler).")
+        parser.add_argument("-c", "--concurrency", type=positive_int, default=1,
+                            help="Handler threads (default 1).")
+        parser.add_argument("-b", "--batch-size", type=positive_int, default=10,
+                            help="Messages claimed per transaction; also the prefetch "
+                                 "(default 10).")
+        parser.add_argument("--max-messages", type=positive_int, default=None,
+                            help="Exit after processing this many messages.")
+        parser.add_argument("--max-seconds", type=positive_float, default=None,
+                            help="Exit after this many seconds.")
+        parser.add_argument("--burst", action="store_true",
+                            help="Drain the queues, then exit.")
+        parser.add_argument("--visibility-timeout", type=positive_float, default=None,
+                            help="Lease length in seconds (default: each queue's).")
+        parser.add_argument("--shutdown-grace", type=float, default=None,
+                            help="Seconds in-flight handlers may finish after SIGTERM.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        handlers.discover()
+        queues = options["queues"] or handlers.known_queues()
+        if not queues:
+            raise CommandError("No queues given and no handlers configured.")
+        try:
+            worker = Worker(WorkerOptions(
+                queues=queues, concurrency=options["concurrency"],
+                batch_size=options["batch_size"], max_messages=options["max_messages"],
+                max_seconds=options["max_seconds"], burst=options["burst"],
+                visibility_timeout=options["visibility_timeout"],
+                shutdown_grace=options["shutdown_grace"]))
+        except DjqueueError as exc:
+            raise CommandError(str(exc)) from None
+        worker.run()

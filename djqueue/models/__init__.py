@@ -1,0 +1,9 @@
+from djqueue.models.history import History, Outcome
+from djqueue.models.message import PENDING_STATES, Message, MessageQuerySet, State
+from djqueue.models.queue import Queue
+from djqueue.models.worker import Worker
+
+__all__ = [
+    "PENDING_STATES", "History", "Message", "MessageQuerySet", "Outcome", "Queue", "State",
+    "Worker",
+]

@@ -1,0 +1,152 @@
+"""The hot table that workers poll.
+
+Only pending messages live here (ready, scheduled, claimed, dead); finished ones
+move to :class:`~djqueue.models.History`, so the claim query scans few rows.
+Two indexes serve every hot query:
+
+* ``djqueue_msg_claim (queue_id, state, priority DESC, id)``: the claim,
+  ``WHERE queue_id = ? AND state = READY ORDER BY priority DESC, id LIMIT n``.
+* ``djqueue_msg_due (state, visible_at)``: promotion of due scheduled messages
+  and the reaper's scan for expired leases (a claimed message's ``visible_at``
+  is its lease expiry).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+from django.utils import timezone
+
+if TYPE_CHECKING:
+    from djqueue.models.queue import Queue
+
+
+class State(models.IntegerChoices):
+    READY = 1, "ready"
+    SCHEDULED = 2, "scheduled"
+    CLAIMED = 3, "claimed"
+    DEAD = 4, "dead"
+
+
+PENDING_STATES = (State.READY, State.SCHEDULED, State.CLAIMED)
+
+
+class MessageQuerySet(models.QuerySet["Message"]):
+    def ready(self) -> MessageQuerySet:
+        return self.filter(state=State.READY)
+
+    def scheduled(self) -> MessageQuerySet:
+        return self.filter(state=State.SCHEDULED)
+
+    def claimed(self) -> MessageQuerySet:
+        return self.filter(state=State.CLAIMED)
+
+    def dead(self) -> MessageQuerySet:
+        return self.filter(state=State.DEAD)
+
+    def pending(self) -> MessageQuerySet:
+        return self.filter(state__in=PENDING_STATES)
+
+    def due(self, now: datetime) -> MessageQuerySet:
+        """Scheduled messages whose delay has passed."""
+        return self.filter(state=State.SCHEDULED, visible_at__lte=now)
+
+    def expired(self, now: datetime) -> MessageQuerySet:
+        """Claimed messages whose lease has run out."""
+        return self.filter(state=State.CLAIMED, visible_at__lte=now)
+
+    def claim_order(self) -> MessageQuerySet:
+        return self.order_by("-priority", "id")
+
+
+class Message(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    queue = models.ForeignKey("djqueue.Queue", on_delete=models.PROTECT, related_name="messages")
+    state = models.PositiveSmallIntegerField(choices=State.choices, default=State.READY)
+    priority = models.SmallIntegerField(default=0)
+    visible_at = models.DateTimeField(
+        default=timezone.now,
+        help_text="Scheduled: when it becomes ready. Claimed: when its lease expires.")
+    body = models.TextField(help_text="The payload, JSON-encoded.")
+    headers = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0, help_text="Deliveries so far.")
+    owner = models.CharField(max_length=100, blank=True, default="",
+                             help_text="Receiver holding the current lease.")
+    lease_token = models.CharField(max_length=32, blank=True, default="",
+                                   help_text="Identifies the current delivery (a receipt handle).")
+    sent_at = models.DateTimeField(default=timezone.now)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    errors = models.JSONField(null=True, blank=True,
+                              help_text="One entry per failed delivery.")
+    origin_queue = models.ForeignKey(
+        "djqueue.Queue", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="For a dead-lettered message: the queue it failed in.")
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["queue", "state", "-priority", "id"], name="djqueue_msg_claim"),
+            models.Index(fields=["state", "visible_at"], name="djqueue_msg_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.id} ({self.get_state_display()})"
+
+    @property
+    def payload(self) -> Any:
+        try:
+            return self._payload
+        except AttributeError:
+            self._payload = json.loads(self.body)
+            return self._payload
+
+    @property
+    def size(self) -> int:
+        return len(self.body.encode())
+
+    @property
+    def queue_name(self) -> str:
+        return self.queue.name
+
+    @property
+    def last_error(self) -> str | None:
+        return self.errors[-1]["error"] if self.errors else None
+
+    # State changes; each is one short transaction in djqueue.lifecycle.
+
+    def ack(self) -> None:
+        """Finish the message (Q4M ``queue_end``). Raises NotOwner if the lease was lost."""
+        from djqueue.lifecycle import ack_many
+
+        if not ack_many([self]):
+            from djqueue.exceptions import NotOwner
+
+            raise NotOwner(f"Message {self.id} is no longer leased to this receiver.")
+
+    def nack(self, delay: float | None = None, error: str | None = None) -> None:
+        """Give the message back (Q4M ``queue_abort``), or retry it later with an error.
+
+        With ``error`` the failure is recorded and, once ``max_attempts`` is
+        reached, the message is dead-lettered; ``delay=None`` then follows the
+        queue's backoff schedule. Without ``error`` it is released at once (or
+        after ``delay``) and the delivery does not count as an attempt.
+        """
+        from djqueue.lifecycle import fail, release
+
+        if error is None:
+            release([self], delay=delay)
+        else:
+            fail(self, error, delay=delay)
+
+    def extend(self, seconds: float) -> None:
+        """Keep the lease for ``seconds`` more from now (SQS ChangeMessageVisibility)."""
+        from djqueue.lifecycle import extend
+
+        extend(self, seconds)
+
+    def get_queue(self) -> Queue:
+        return self.queue

@@ -1,0 +1,93 @@
+"""A queue is a row: its options govern leases, retries and limits."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from djqueue.conf import get_settings
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+
+
+def validate_queue_name(name: str) -> None:
+    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+        raise ValidationError(
+            "%(name)r is not a valid queue name: use 1-100 letters, digits, '_', '.', ':' or '-'.",
+            params={"name": name},
+        )
+
+
+def validate_backoff(value: object) -> None:
+    if not isinstance(value, list) or not value:
+        raise ValidationError("The backoff schedule must be a non-empty list of seconds.")
+    for step in value:
+        if isinstance(step, bool) or not isinstance(step, int | float) or step < 0:
+            raise ValidationError("Backoff steps must be non-negative numbers, got %(s)r.",
+                                  params={"s": step})
+
+
+def default_visibility_timeout() -> float:
+    return get_settings().VISIBILITY_TIMEOUT
+
+
+def default_max_attempts() -> int:
+    return get_settings().MAX_ATTEMPTS
+
+
+def default_backoff() -> list[float]:
+    return list(get_settings().BACKOFF)
+
+
+def default_retention() -> float:
+    return get_settings().RETENTION
+
+
+class Queue(models.Model):
+    name = models.CharField(max_length=100, unique=True, validators=[validate_queue_name])
+    visibility_timeout = models.FloatField(
+        default=default_visibility_timeout,
+        help_text="Seconds a received message stays leased to its receiver.")
+    max_attempts = models.PositiveIntegerField(
+        default=default_max_attempts,
+        help_text="Deliveries before a failing message is dead-lettered.")
+    backoff = models.JSONField(
+        default=default_backoff, validators=[validate_backoff],
+        help_text="Seconds to wait before retry n (list; the last step repeats).")
+    dead_letter_queue = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="Where dead messages go; without one they stay in this queue, state dead.")
+    retention = models.FloatField(
+        default=default_retention, help_text="Seconds finished messages are kept in history.")
+    paused = models.BooleanField(default=False, help_text="Paused queues are not claimed from.")
+    max_depth = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most pending messages allowed; sends beyond it fail.")
+    max_payload_bytes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Largest encoded payload accepted.")
+    exactly_once = models.BooleanField(
+        default=False,
+        help_text="Workers run the handler and the ack in one database transaction.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if self.visibility_timeout is not None and self.visibility_timeout <= 0:
+            raise ValidationError({"visibility_timeout": "Must be positive."})
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ValidationError({"max_attempts": "Must be at least 1."})
+        if self.dead_letter_queue_id is not None and self.dead_letter_queue_id == self.pk:
+            raise ValidationError(
+                {"dead_letter_queue": "A queue cannot be its own dead-letter queue."})
+
+    def retry_delay(self, attempt: int) -> timedelta:
+        """Delay before the retry that follows failed delivery number ``attempt`` (1-based)."""
+        steps = self.backoff or [0]
+        return timedelta(seconds=float(steps[min(max(attempt, 1), len(steps)) - 1]))

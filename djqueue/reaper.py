@@ -1,0 +1,108 @@
+"""The reaper: returns the claims of dead workers and expired leases, promotes
+due messages, and prunes history. Any number may run at once: every change
+locks its rows with SKIP LOCKED and is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import DatabaseError, connections
+from django.utils import timezone
+
+from djqueue import vendor
+from djqueue.conf import get_settings
+from djqueue.interrupts import Interrupts
+from djqueue.lifecycle import promote_due, return_claims
+from djqueue.models import Message
+from djqueue.models import Worker as WorkerRow
+from djqueue.operations import prune_history
+
+logger = logging.getLogger("djqueue.reaper")
+
+RETURN_BATCH = 500
+PRUNE_EVERY = 60.0
+
+
+@dataclass
+class ReapReport:
+    dead_workers: int = 0
+    returned_from_dead: int = 0
+    expired: int = 0
+    promoted: int = 0
+    pruned: int = 0
+
+    def __bool__(self) -> bool:
+        return any(vars(self).values())
+
+
+class Reaper:
+    def __init__(self, interval: float | None = None) -> None:
+        self.interval = interval if interval is not None else get_settings().REAPER_INTERVAL
+        self.interrupts = Interrupts()
+        self._last_prune = 0.0
+        self._hostname = socket.gethostname()[:255]
+
+    def run(self, *, once: bool = False) -> int:
+        with self.interrupts.installed():
+            while True:
+                try:
+                    report = self.tick()
+                    if report:
+                        logger.info("Reaped: %s", report, extra={"report": vars(report)})
+                except DatabaseError:
+                    logger.exception("Reaper pass failed; retrying")
+                    connections[vendor.alias()].close()
+                if once or self.interrupts.stop.wait(self.interval):
+                    return 0
+
+    def tick(self) -> ReapReport:
+        report = ReapReport()
+        for worker in self.dead_workers():
+            report.dead_workers += 1
+            report.returned_from_dead += self._drain(
+                Message.objects.claimed().filter(owner=worker.pk), "worker {owner} died")
+            WorkerRow.objects.using(vendor.alias()).filter(pk=worker.pk).delete()
+        report.expired = self._drain(
+            Message.objects.expired(timezone.now()), "lease expired (held by {owner})")
+        report.promoted = promote_due()
+        if time.monotonic() - self._last_prune >= PRUNE_EVERY:
+            self._last_prune = time.monotonic()
+            report.pruned = prune_history()
+        return report
+
+    def _drain(self, query, error: str) -> int:
+        total = 0
+        while True:
+            count = return_claims(query, error, RETURN_BATCH)
+            total += count
+            if count < RETURN_BATCH:
+                return total
+
+    def dead_workers(self) -> list[WorkerRow]:
+        """Workers whose session lock is free, whose process is gone, or who stopped beating."""
+        silent_since = timezone.now() - timedelta(seconds=get_settings().WORKER_TIMEOUT)
+        return [w for w in WorkerRow.objects.using(vendor.alias()).all()
+                if w.heartbeat_at < silent_since or self._is_gone(w)]
+
+    def _is_gone(self, worker: WorkerRow) -> bool:
+        if vendor.session_lock_free(worker.lock_key):
+            return True
+        if worker.hostname == self._hostname:
+            return not _pid_alive(worker.pid)
+        return False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,15 @@
+"""Django signals sent at djqueue's state changes.
+
+``messages_sent`` and ``messages_acked`` carry a list (``messages``) because both
+happen in batches; the others carry one ``message``.
+"""
+
+from django.dispatch import Signal
+
+messages_sent = Signal()
+messages_acked = Signal()
+message_retried = Signal()
+message_dead_lettered = Signal()
+messages_redriven = Signal()
+worker_started = Signal()
+worker_stopped = Signal()

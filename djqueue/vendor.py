@@ -1,0 +1,136 @@
+"""Every difference between the database vendors, each with the reason for it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from djqueue.conf import get_settings
+
+
+def alias() -> str:
+    return get_settings().DATABASE
+
+
+def connection() -> BaseDatabaseWrapper:
+    return connections[alias()]
+
+
+def vendor() -> str:
+    return connection().vendor
+
+
+def claims_by_skip_locked(conn: BaseDatabaseWrapper | None = None) -> bool:
+    """Whether claims use ``SELECT ... FOR UPDATE SKIP LOCKED``.
+
+    Why: SQLite has no row locks (writers are serialised), so there a claim is
+    one ``UPDATE ... WHERE id IN (SELECT ... LIMIT n)`` stamped with a lease
+    token and read back by it; MariaDB >= 10.6, MySQL >= 8 and PostgreSQL
+    skip rows another transaction holds, so workers never wait on each other.
+    """
+    conn = conn or connection()
+    return bool(conn.features.has_select_for_update_skip_locked)
+
+
+@contextlib.contextmanager
+def claim_isolation(conn: BaseDatabaseWrapper | None = None) -> Iterator[None]:
+    """Run the next transaction at READ COMMITTED on MySQL/MariaDB.
+
+    Why: at REPEATABLE READ InnoDB takes next-key locks on the scanned index
+    range, which blocks producers inserting into it and invites deadlocks.
+    Django's MySQL backend already uses READ COMMITTED unless the project set
+    another ``isolation_level``; only then is the extra statement sent (and it
+    can only be sent outside a transaction).
+    """
+    conn = conn or connection()
+    if (
+        conn.vendor == "mysql"
+        and not conn.in_atomic_block
+        and (getattr(conn, "isolation_level", None) or "") != "read committed"
+    ):
+        with conn.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    yield
+
+
+def supports_limit_in_subquery(conn: BaseDatabaseWrapper | None = None) -> bool:
+    """Why: MySQL/MariaDB reject ``IN (SELECT ... LIMIT n)``; those claim by id lists."""
+    conn = conn or connection()
+    return conn.vendor != "mysql"
+
+
+# Session locks: a worker holds one for its lifetime on a dedicated connection.
+# When the process dies its connection closes and the server frees the lock at
+# once, so the reaper learns of the death without waiting for heartbeats
+# (Q4M's "a message returns when its owner's connection dies").
+
+
+def _pg_key(key: str) -> int:
+    """A signed 64-bit advisory lock key from the first 16 hex digits of ``key``."""
+    value = int(key[:16], 16)
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def has_session_locks(conn: BaseDatabaseWrapper | None = None) -> bool:
+    conn = conn or connection()
+    return conn.vendor in {"mysql", "postgresql"}
+
+
+class SessionLock:
+    """A named lock held on a connection of its own until released or the process dies."""
+
+    def __init__(self, key: str, db_alias: str | None = None) -> None:
+        self.key = key
+        self.alias = db_alias or alias()
+        self._conn: BaseDatabaseWrapper | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock (again, after a lost connection). False if someone else has it."""
+        if not has_session_locks(connections[self.alias]):
+            return True
+        self.close()
+        self._conn = connections.create_connection(self.alias)
+        self._conn.ensure_connection()
+        with self._conn.cursor() as cursor:
+            if self._conn.vendor == "mysql":
+                cursor.execute("SELECT GET_LOCK(%s, 0)", [f"djqueue:{self.key}"])
+            else:
+                cursor.execute("SELECT pg_try_advisory_lock(%s)", [_pg_key(self.key)])
+            return bool(cursor.fetchone()[0])
+
+    def is_alive(self) -> bool:
+        """Whether the holding connection still answers."""
+        if self._conn is None:
+            return not has_session_locks(connections[self.alias])
+        try:
+            with self._conn.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return True
+        except Exception:
+            return False
+
+    def close(self) -> None:
+        """Release the lock by closing its connection."""
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+
+def session_lock_free(key: str, conn: BaseDatabaseWrapper | None = None) -> bool | None:
+    """Whether nobody holds the session lock ``key``; None where there are no session locks."""
+    conn = conn or connection()
+    if not has_session_locks(conn):
+        return None
+    if conn.vendor == "mysql":
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT IS_FREE_LOCK(%s)", [f"djqueue:{key}"])
+            return bool(cursor.fetchone()[0])
+    # Why a transaction-level try-lock: it is freed at commit, so probing never
+    # leaves the prober holding the lock.
+    with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_pg_key(key)])
+        return bool(cursor.fetchone()[0])

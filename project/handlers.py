@@ -1,0 +1,27 @@
+"""Handlers of the demo project's queues."""
+
+import logging
+import random
+import time
+
+from djqueue.models import Message
+
+logger = logging.getLogger("djqueue.demo")
+
+
+def send_email(message: Message) -> None:
+    payload = message.payload
+    time.sleep(0.05)  # stands in for an SMTP round trip
+    logger.info("Sent email to %s: %s", payload["to"], payload["subject"])
+
+
+def build_report(message: Message) -> None:
+    total = sum(range(int(message.payload.get("rows", 1000))))
+    logger.info("Report %s built (checksum %s)", message.payload.get("name"), total)
+
+
+def flaky(message: Message) -> None:
+    """Fails half the time, to show retries with backoff and the dead-letter queue."""
+    if random.random() < 0.5:
+        raise RuntimeError(f"flaky handler failed on attempt {message.attempts}")
+    logger.info("Flaky message %s succeeded on attempt %s", message.id, message.attempts)

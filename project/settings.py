@@ -1,0 +1,105 @@
+"""Settings of the djqueue demo project (also the base of the test settings).
+
+The database comes from DATABASE_URL; without it, an SQLite file in var/.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+VAR_DIR.mkdir(exist_ok=True)
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "djqueue-demo-not-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
+
+INSTALLED_APPS = [
+    "admin_interface",
+    "colorfield",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "djqueue",
+    "project",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+WSGI_APPLICATION = "project.wsgi.application"
+X_FRAME_OPTIONS = "SAMEORIGIN"  # django-admin-interface shows related-object popups in frames
+SILENCED_SYSTEM_CHECKS = ["security.W019"]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def database_from_env() -> dict:
+    config = dj_database_url.config(
+        default=f"sqlite:///{VAR_DIR / 'djqueue.sqlite3'}", conn_max_age=600)
+    engine = config["ENGINE"]
+    options = config.setdefault("OPTIONS", {})
+    if engine.endswith("sqlite3"):
+        # Writers queue on the busy timeout instead of failing; WAL lets readers
+        # run beside the writer. IMMEDIATE avoids lock-upgrade deadlocks.
+        options.update({
+            "transaction_mode": "IMMEDIATE", "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"})
+        config["TEST"] = {"NAME": str(VAR_DIR / "test_djqueue.sqlite3")}
+    elif engine.endswith("mysql"):
+        options.update({"charset": "utf8mb4", "isolation_level": "read committed"})
+    return config
+
+
+DATABASES = {"default": database_from_env()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+DJQUEUE = {
+    "HANDLERS": {
+        "emails": "project.handlers.send_email",
+        "reports": "project.handlers.build_report",
+        "flaky": "project.handlers.flaky",
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"djqueue": {"handlers": ["console"], "level": "INFO"}},
+}
