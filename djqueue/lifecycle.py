@@ -35,10 +35,12 @@ def ack_many(messages: Iterable[Message]) -> list[Message]:
     db = vendor.alias()
     now = timezone.now()
     with transaction.atomic(using=db):
-        leased = (Message.objects.using(db).select_for_update()
-                  .filter(pk__in=list(by_id), state=State.CLAIMED)
-                  .values_list("pk", "lease_token"))
-        owned = [by_id[pk] for pk, token in leased if token == by_id[pk].lease_token]
+        # Why by primary key alone: with ``state`` in the WHERE clause MySQL may
+        # scan the (state, visible_at) index and lock other receivers' rows.
+        leased = (Message.objects.using(db).select_for_update().filter(pk__in=list(by_id))
+                  .values_list("pk", "state", "lease_token"))
+        owned = [by_id[pk] for pk, state, token in leased
+                 if state == State.CLAIMED and token == by_id[pk].lease_token]
         if owned:
             History.objects.using(db).bulk_create(
                 [history_row(m, Outcome.ACKED, now) for m in owned])

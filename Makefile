@@ -1,0 +1,35 @@
+# djqueue: `make run` starts the demo, `make test` runs every check.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SHELL := /bin/bash
+
+.PHONY: run test venv lint check pytest bench clean
+
+run: $(VENV)/.installed
+	scripts/run_demo.sh
+
+test: $(VENV)/.installed
+	scripts/run_tests.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt scripts/find_python.sh
+	scripts/ensure_system.sh build
+	@python=$$(scripts/find_python.sh) && \
+	  if [ ! -x $(PY) ] || ! $(PY) -c 'import sys' 2>/dev/null; then \
+	    rm -rf $(VENV) && $$python -m venv $(VENV); fi && \
+	  echo "djqueue: using $$($(PY) --version) at $(VENV) (from $$python)"
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	@$(PY) -c 'import django; print("djqueue: Django", django.get_version())'
+	touch $@
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+bench: $(VENV)/.installed
+	scripts/ensure_system.sh mariadb
+	$(PY) bench/throughput.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages djqueue needs and starts the database servers.
+#   ensure_system.sh build     headers to compile mysqlclient
+#   ensure_system.sh mariadb   MariaDB installed and running on 127.0.0.1:3306
+#   ensure_system.sh postgres  PostgreSQL started if it is installed
+set -euo pipefail
+log() { echo "djqueue setup: $*" >&2; }
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+apt_updated=0
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing ${missing[*]} with apt-get"
+  if [ $apt_updated -eq 0 ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+mariadb_up() { mysqladmin --protocol=tcp -h127.0.0.1 -P3306 -uroot status >/dev/null 2>&1; }
+
+for what in "$@"; do
+  case "$what" in
+    build) apt_install pkg-config libmariadb-dev gcc ;;
+    mariadb)
+      if ! mariadb_up; then
+        command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || apt_install mariadb-server
+        log "starting MariaDB"
+        $SUDO mkdir -p /run/mysqld && $SUDO chown mysql:mysql /run/mysqld 2>/dev/null || true
+        $SUDO start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+        for _ in $(seq 1 60); do mariadb_up && break; sleep 0.5; done
+        mariadb_up || { log "MariaDB did not start"; exit 1; }
+      fi ;;
+    postgres)
+      if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && [ -d /etc/postgresql ]; then
+        log "starting PostgreSQL"
+        $SUDO pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+      fi ;;
+    *) log "unknown component $what"; exit 2 ;;
+  esac
+done

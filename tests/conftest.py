@@ -1,0 +1,106 @@
+"""Fixtures: real worker and reaper processes on the test database, and waiting on conditions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from djqueue.queues import forget_cached
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def vendor() -> str:
+    return connection.vendor
+
+
+mysql_only = pytest.mark.skipif("connection.vendor != 'mysql'",
+                                reason="MariaDB/MySQL behaviour")
+needs_row_locks = pytest.mark.skipif(
+    "not connection.features.has_select_for_update_skip_locked",
+    reason="SQLite has no row locks: writers are serialised instead")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_queue_cache() -> Iterator[None]:
+    forget_cached()
+    yield
+    forget_cached()
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, what: str,
+               interval: float = 0.05) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Process:
+    """A manage.py command in a subprocess on the test database."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
+               "DJQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+               "PYTHONUNBUFFERED": "1"}
+        self.log = log
+        self._log_file = log.open("wb")
+        self.popen = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env,
+            stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def signal(self, signum: int) -> None:
+        self.popen.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"process {self.pid} still running after {timeout}s:\n{self.output()}")
+
+    def output(self) -> str:
+        self._log_file.flush()
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(10)
+        self._log_file.close()
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Callable[..., Process]]:
+    """Start ``manage.py <args>``; every process is killed at teardown."""
+    started: list[Process] = []
+
+    def start(*args: str) -> Process:
+        process = Process(list(args), tmp_path / f"proc-{len(started)}.log")
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def kill(process: Process) -> None:
+    process.signal(signal.SIGKILL)
+    process.wait(10)

@@ -1,0 +1,10 @@
+from django.db import models
+
+
+class Effect(models.Model):
+    """A side effect of a handler run: one row per execution of message ``key``."""
+
+    key = models.BigIntegerField(db_index=True)
+    attempt = models.PositiveIntegerField(default=0)
+    pid = models.PositiveIntegerField(default=0)
+    at = models.DateTimeField(auto_now_add=True)

@@ -1,0 +1,39 @@
+"""Test settings: the demo project plus the `tests` app and its handlers.
+
+Worker subprocesses started by the tests use these settings too, pointed at
+the test database through DJQUEUE_TEST_DB_NAME.
+"""
+
+import os
+
+from project.settings import *  # noqa: F403
+from project.settings import DATABASES, DJQUEUE, INSTALLED_APPS
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests"]
+
+if os.environ.get("DJQUEUE_TEST_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["DJQUEUE_TEST_DB_NAME"]
+
+DJQUEUE = {
+    **DJQUEUE,
+    "HANDLERS": {
+        **DJQUEUE["HANDLERS"],
+        "t.record": "tests.handlers.record",
+        "t.slow": "tests.handlers.slow_record",
+        "t.exactly": "tests.handlers.exactly_once_record",
+        "t.flaky": "tests.handlers.fail_then_succeed",
+    },
+    "HEARTBEAT_INTERVAL": 0.5,
+    "WORKER_TIMEOUT": 5.0,
+    "POLL_MAX": 0.1,
+    "PROMOTE_INTERVAL": 0.05,
+    "QUEUE_CACHE_TTL": 0.1,
+    "REAPER_INTERVAL": 0.2,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"djqueue": {"handlers": ["console"], "level": "WARNING"}},
+}
