@@ -118,6 +118,9 @@ class Worker:
             signals.worker_started.send(sender=Worker, worker=self)
             try:
                 self._loop()
+            except Exception:
+                logger.exception("Worker loop crashed; shutting down", extra={"worker": self.id})
+                raise
             finally:
                 self._shutdown()
                 self.interrupts.stop.set()
@@ -258,7 +261,7 @@ class Worker:
             if message.pk not in acked:
                 self.stats.lost += 1
                 logger.warning("Message %s finished after its lease was lost; it will run again",
-                               message.pk, extra={"worker": self.id, "message": message.pk})
+                               message.pk, extra={"worker": self.id, "message_id": message.pk})
             self._forget(message)
         settled = {m.pk for m in acks}
         self._unflushed = [d for d in self._unflushed if d.message.pk not in settled]
@@ -274,7 +277,7 @@ class Worker:
         except NotOwner:
             self.stats.lost += 1
         logger.warning("Message %s failed (attempt %s)", message.pk, message.attempts,
-                       extra={"worker": self.id, "message": message.pk, "error": error[-500:]})
+                       extra={"worker": self.id, "message_id": message.pk, "error": error[-500:]})
 
     # Shutdown
 
@@ -285,7 +288,8 @@ class Worker:
                  else self.settings.SHUTDOWN_GRACE)
         deadline = time.monotonic() + grace
         while True:
-            self._flush()
+            with contextlib.suppress(Exception):
+                self._flush()
             with self._held_lock:
                 busy = len(self._held) - len(self._unflushed)
             if busy <= 0 or self.interrupts.force.is_set() or time.monotonic() >= deadline:

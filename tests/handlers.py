@@ -13,9 +13,10 @@ def record(message: Message) -> None:
 
 
 def slow_record(message: Message) -> None:
-    """Marks its start, works for ``sleep`` seconds, then records completion."""
+    """Marks its start (key -n), works ``sleep`` seconds on the first delivery, then records."""
     Effect.objects.create(key=-message.payload["n"], attempt=message.attempts, pid=os.getpid())
-    time.sleep(message.payload.get("sleep", 0))
+    if message.attempts == 1:
+        time.sleep(message.payload.get("sleep", 0))
     record(message)
 
 

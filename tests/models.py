@@ -8,3 +8,6 @@ class Effect(models.Model):
     attempt = models.PositiveIntegerField(default=0)
     pid = models.PositiveIntegerField(default=0)
     at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"effect of {self.key} (attempt {self.attempt})"
