@@ -59,7 +59,10 @@ def _check_database(alias: str) -> list[CheckMessage]:
 def check_database_features(app_configs: Any = None, databases: Any = None,
                             **kwargs: Any) -> list[CheckMessage]:
     """Runs with ``check --database`` and before ``migrate``: it connects to the server."""
-    alias = get_settings().DATABASE
+    try:
+        alias = get_settings().DATABASE
+    except (ConfigurationError, TypeError):
+        return []  # reported as djqueue.E001
     if not databases or alias not in databases:
         return []
     conn = connections[alias]

@@ -61,8 +61,8 @@ TEMPLATES = [
 
 
 def database_from_env() -> dict:
-    config = dj_database_url.config(
-        default=f"sqlite:///{VAR_DIR / 'djqueue.sqlite3'}", conn_max_age=600)
+    url = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'djqueue.sqlite3'}"
+    config = dj_database_url.parse(url, conn_max_age=600)
     engine = config["ENGINE"]
     options = config.setdefault("OPTIONS", {})
     if engine.endswith("sqlite3"):

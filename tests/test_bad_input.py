@@ -1,0 +1,107 @@
+"""Bad input gets a specific exception and leaves the database exactly as it was."""
+
+import math
+from datetime import datetime, timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+import djqueue
+from djqueue.exceptions import (
+    ConfigurationError,
+    InvalidMessage,
+    PayloadTooLarge,
+    QueueFull,
+    QueueNotFound,
+)
+from djqueue.models import History, Message, Queue
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def snapshot():
+    return (list(Queue.objects.order_by("pk").values()),
+            list(Message.objects.order_by("pk").values()),
+            list(History.objects.order_by("pk").values()))
+
+
+@pytest.fixture
+def queues():
+    djqueue.create_queue("small", max_payload_bytes=20, max_depth=3)
+    djqueue.create_queue("jobs")
+    djqueue.send("jobs", {"n": 1})
+    djqueue.send_batch("small", [1, 2])
+    return snapshot()
+
+
+CASES = {
+    "unknown queue": (lambda: djqueue.send("nope", {}), QueueNotFound),
+    "unknown queue, batch": (lambda: djqueue.send_batch("nope", [{}]), QueueNotFound),
+    "unknown queue, receive": (lambda: djqueue.receive(["jobs", "nope"]), QueueNotFound),
+    "payload not JSON": (lambda: djqueue.send("jobs", {"when": object()}), InvalidMessage),
+    "payload with a set": (lambda: djqueue.send("jobs", {1, 2}), InvalidMessage),
+    "payload NaN": (lambda: djqueue.send("jobs", math.nan), InvalidMessage),
+    "one bad payload in a batch": (
+        lambda: djqueue.send_batch("jobs", [{"ok": 1}, {"bad": object()}]), InvalidMessage),
+    "payload over the limit": (lambda: djqueue.send("small", "x" * 50), PayloadTooLarge),
+    "queue at max depth": (lambda: djqueue.send_batch("small", [3, 4]), QueueFull),
+    "negative delay": (lambda: djqueue.send("jobs", {}, delay=-1), InvalidMessage),
+    "negative timedelta": (lambda: djqueue.send("jobs", {}, delay=timedelta(seconds=-5)),
+                           InvalidMessage),
+    "naive send time": (lambda: djqueue.send("jobs", {}, delay=datetime(2030, 1, 1)),
+                        InvalidMessage),
+    "delay not a number": (lambda: djqueue.send("jobs", {}, delay="soon"), InvalidMessage),
+    "priority out of range": (lambda: djqueue.send("jobs", {}, priority=10**6), InvalidMessage),
+    "priority not an int": (lambda: djqueue.send("jobs", {}, priority=1.5), InvalidMessage),
+    "headers not a dict": (lambda: djqueue.send("jobs", {}, headers=["a"]), InvalidMessage),
+    "headers not JSON": (lambda: djqueue.send("jobs", {}, headers={"a": object()}), InvalidMessage),
+    "max_messages zero": (lambda: djqueue.receive("jobs", max_messages=0), InvalidMessage),
+    "negative wait": (lambda: djqueue.receive("jobs", wait=-1), InvalidMessage),
+    "bad visibility timeout": (lambda: djqueue.receive("jobs", visibility_timeout=0),
+                               InvalidMessage),
+    "redrive unknown queue": (lambda: djqueue.redrive("nope"), QueueNotFound),
+    "queue option unknown": (lambda: djqueue.create_queue("q2", colour="red"), ConfigurationError),
+    "queue name invalid": (lambda: djqueue.create_queue("bad name!"), ConfigurationError),
+    "queue max_attempts zero": (lambda: djqueue.create_queue("q3", max_attempts=0),
+                                ConfigurationError),
+    "queue backoff invalid": (lambda: djqueue.create_queue("q4", backoff=[-1]),
+                              ConfigurationError),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_raises_and_changes_nothing(queues, case):
+    call, expected = CASES[case]
+    with pytest.raises(expected) as info:
+        call()
+    assert type(info.value) is expected
+    assert str(info.value)
+    assert snapshot() == queues
+
+
+def test_extend_with_bad_seconds(queues):
+    [message] = djqueue.receive("jobs")
+    before = snapshot()
+    with pytest.raises(InvalidMessage):
+        message.extend(-3)
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("path", ["tests.handlers.missing", "no.such.module.func"])
+def test_worker_refuses_to_start_with_an_unknown_handler_path(queues, path):
+    with override_settings(DJQUEUE={"HANDLERS": {"jobs": path}}), \
+            pytest.raises(CommandError, match="does not import"):
+        call_command("djqueue_worker", "jobs", "--burst")
+    assert snapshot() == queues
+
+
+def test_worker_refuses_a_queue_without_handler(queues):
+    with pytest.raises(CommandError, match="No handler for queue 'small'"):
+        call_command("djqueue_worker", "small", "--burst")
+
+
+def test_worker_refuses_unknown_queue(queues):
+    with override_settings(DJQUEUE={"HANDLERS": {"ghost": "tests.handlers.record"}}), \
+            pytest.raises(CommandError, match="Queue 'ghost' does not exist"):
+        call_command("djqueue_worker", "ghost", "--burst")
