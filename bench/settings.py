@@ -1,0 +1,7 @@
+"""Benchmark settings: the demo project with a no-op handler on queue `bench`."""
+
+from project.settings import *  # noqa: F403
+from project.settings import DJQUEUE
+
+DJQUEUE = {**DJQUEUE, "HANDLERS": {"bench": "bench.handlers.noop"}}
+LOGGING = {"version": 1, "disable_existing_loggers": False}

@@ -1,0 +1,34 @@
+import os
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+import djqueue
+
+
+class Command(BaseCommand):
+    help = "Create the demo queues, an admin user and sample messages."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        djqueue.create_queue("emails", exist_ok=True, visibility_timeout=60)
+        djqueue.create_queue("reports", exist_ok=True)
+        dead = djqueue.create_queue("flaky.dead", exist_ok=True)
+        djqueue.create_queue("flaky", exist_ok=True, max_attempts=4, backoff=[2, 4, 8],
+                             dead_letter_queue=dead)
+        username = os.environ.get("DJQUEUE_DEMO_USER", "admin")
+        password = os.environ.get("DJQUEUE_DEMO_PASSWORD", "djqueue-demo")
+        user, _ = get_user_model().objects.get_or_create(
+            username=username, defaults={"is_staff": True, "is_superuser": True})
+        user.set_password(password)
+        user.save()
+        djqueue.send_batch("emails", [
+            {"to": f"user{i}@example.com", "subject": f"Welcome #{i}"} for i in range(20)])
+        djqueue.send_batch("reports", [{"name": f"daily-{i}", "rows": 100_000} for i in range(5)],
+                           priority=5)
+        djqueue.send_batch("reports", [{"name": f"weekly-{i}", "rows": 1_000_000}
+                                       for i in range(3)], delay=15)
+        djqueue.send_batch("flaky", [{"n": i} for i in range(10)])
+        self.stdout.write(self.style.SUCCESS(
+            f"Demo ready. Admin: http://127.0.0.1:8000/admin/  user {username!r} "
+            f"password {password!r}"))

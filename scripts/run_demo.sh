@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The demo: migrate the database (SQLite in var/ unless DATABASE_URL is set),
+# create the demo admin and sample messages, then run the web admin, a worker
+# and the reaper until Ctrl-C, which stops them all (the worker gracefully).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+PORT=${PORT:-8000}
+echo "djqueue demo on ${DATABASE_URL:-SQLite (var/djqueue.sqlite3)} with $($PY --version)"
+"$PY" manage.py migrate --noinput -v0
+"$PY" manage.py demo_setup
+
+pids=()
+stop() {
+  trap - INT TERM EXIT
+  echo; echo "Stopping the web server, worker and reaper..."
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  wait "${pids[@]}" 2>/dev/null || true
+}
+trap stop INT TERM EXIT
+"$PY" manage.py runserver "127.0.0.1:$PORT" --noreload & pids+=($!)
+"$PY" manage.py djqueue_worker emails reports flaky --concurrency 4 & pids+=($!)
+"$PY" manage.py djqueue_reaper & pids+=($!)
+echo "Web admin: http://127.0.0.1:$PORT/admin/ (Ctrl-C stops everything)"
+wait -n "${pids[@]}"

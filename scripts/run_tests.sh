@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, system checks, migrations check, then pytest on
+# MariaDB (always), PostgreSQL (when reachable) and SQLite.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+MARIADB_URL=${DJQUEUE_MARIADB_URL:-mysql://root@127.0.0.1:3306/test}
+POSTGRES_URL=${DJQUEUE_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
+
+scripts/ensure_system.sh mariadb postgres || exit 1
+
+failed=()
+step() {
+  local name=$1; shift
+  echo; echo "=== $name"
+  local started=$SECONDS
+  if "$@"; then echo "--- $name: ok ($((SECONDS - started))s)"; else failed+=("$name"); echo "--- $name: FAILED"; fi
+}
+suite() { DATABASE_URL=$1 "$PY" -m pytest -p no:cacheprovider -q --durations=5 "${@:2}"; }
+
+step "ruff" .venv/bin/ruff check .
+step "manage.py check" "$PY" manage.py check --fail-level WARNING
+step "makemigrations --check" "$PY" manage.py makemigrations --check --dry-run
+step "manage.py check --database (MariaDB)" env DATABASE_URL="$MARIADB_URL" "$PY" manage.py check --database default --fail-level WARNING
+step "pytest on MariaDB" suite "$MARIADB_URL" "$@"
+if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+  step "pytest on PostgreSQL" suite "$POSTGRES_URL" "$@"
+else
+  echo "PostgreSQL is not reachable on 127.0.0.1:5432: its run is skipped."
+fi
+step "pytest on SQLite" suite "" "$@"
+
+echo
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED: ${failed[*]}"; exit 1
+fi
+echo "All checks passed."
