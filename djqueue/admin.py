@@ -10,6 +10,16 @@ from djqueue import operations, queues
 from djqueue.models import History, Message, Queue, Worker
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows that only djqueue itself writes: viewable, deletable by permission, never edited."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
     list_display = ["name", "paused", "visibility_timeout", "max_attempts", "dead_letter_queue",
@@ -37,7 +47,7 @@ class QueueAdmin(admin.ModelAdmin):
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(ReadOnlyAdmin):
     list_display = ["id", "queue", "state", "priority", "attempts", "visible_at", "owner",
                     "sent_at"]
     list_filter = ["state", "queue"]
@@ -45,32 +55,14 @@ class MessageAdmin(admin.ModelAdmin):
     readonly_fields = [f.name for f in Message._meta.fields]
     show_full_result_count = False
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Message | None = None) -> bool:
-        return False
-
 
 @admin.register(History)
-class HistoryAdmin(admin.ModelAdmin):
+class HistoryAdmin(ReadOnlyAdmin):
     list_display = ["id", "queue", "outcome", "attempts", "worker", "sent_at", "finished_at"]
     list_filter = ["outcome"]
     show_full_result_count = False
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: History | None = None) -> bool:
-        return False
-
 
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(ReadOnlyAdmin):
     list_display = ["id", "hostname", "pid", "concurrency", "started_at", "heartbeat_at"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
-        return False

@@ -58,7 +58,7 @@ def claim(
             stamp = {"state": State.CLAIMED, "owner": owner, "lease_token": token,
                      "visible_at": lease_end, "claimed_at": now}
             if skip_locked:
-                rows = list(ready.select_for_update(skip_locked=True)[:want])
+                rows = vendor.lock_ready(queue.pk, want)
                 if not rows:
                     continue
                 Message.objects.using(db).filter(pk__in=[m.pk for m in rows]).update(

@@ -134,3 +134,31 @@ def session_lock_free(key: str, conn: BaseDatabaseWrapper | None = None) -> bool
     with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_pg_key(key)])
         return bool(cursor.fetchone()[0])
+
+
+CLAIM_INDEX = "djqueue_msg_claim"
+
+
+def lock_ready(queue_id: int, limit: int) -> list:
+    """Lock up to ``limit`` ready messages of a queue in claim order, skipping locked rows.
+
+    Why raw SQL with FORCE INDEX on MySQL/MariaDB: on a small or freshly emptied
+    table the optimizer may prefer another index and a filesort; a locking read
+    then locks every ready row of the queue before LIMIT applies, and concurrent
+    workers skip them all and find nothing. Forcing djqueue_msg_claim reads and
+    locks only the rows returned. The SQL is built from model metadata alone;
+    values are parameters. Other vendors run the ORM query.
+    """
+    from djqueue.models import Message, State
+
+    db = alias()
+    conn = connections[db]
+    if conn.vendor != "mysql":
+        return list(Message.objects.using(db).filter(queue_id=queue_id, state=State.READY)
+                    .claim_order().select_for_update(skip_locked=True)[:limit])
+    qn = conn.ops.quote_name
+    columns = ", ".join(qn(f.column) for f in Message._meta.concrete_fields)
+    sql = (f"SELECT {columns} FROM {qn(Message._meta.db_table)} FORCE INDEX ({qn(CLAIM_INDEX)})"
+           f" WHERE {qn('queue_id')} = %s AND {qn('state')} = %s"
+           f" ORDER BY {qn('priority')} DESC, {qn('id')} LIMIT %s FOR UPDATE SKIP LOCKED")
+    return list(Message.objects.using(db).raw(sql, [queue_id, int(State.READY), limit]))

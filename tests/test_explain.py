@@ -2,14 +2,29 @@
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import djqueue
+from djqueue import vendor
 from djqueue.models import History, Message, Outcome, State
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROWS = 100_000
+
+
+def capture_queries():
+    return CaptureQueriesContext(connection)
+
+
+def explain_sql(sql: str) -> str:
+    """EXPLAIN a statement the test captured (its values already inlined)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql)
+        columns = [c[0] for c in cursor.description]
+        return "\n".join(" | ".join(f"{k}={v}" for k, v in zip(columns, row, strict=True))
+                         for row in cursor.fetchall())
 
 
 def explain(queryset) -> str:
@@ -63,7 +78,11 @@ def assert_uses_index(plan: str, index: str) -> None:
 
 def test_hot_queries_use_their_indexes(backlog):
     ready = Message.objects.filter(queue=backlog, state=State.READY).claim_order()
-    if connection.features.has_select_for_update_skip_locked:
+    if connection.vendor == "mysql":
+        with transaction.atomic(), capture_queries() as queries:
+            vendor.lock_ready(backlog.pk, 100)
+        plan = explain_sql(queries[-1]["sql"])
+    elif connection.features.has_select_for_update_skip_locked:
         with transaction.atomic():
             plan = explain(ready.select_for_update(skip_locked=True)[:100])
     else:

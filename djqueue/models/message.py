@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import models
 from django.utils import timezone
-
-if TYPE_CHECKING:
-    from djqueue.models.queue import Queue
 
 
 class State(models.IntegerChoices):
@@ -147,6 +144,3 @@ class Message(models.Model):
         from djqueue.lifecycle import extend
 
         extend(self, seconds)
-
-    def get_queue(self) -> Queue:
-        return self.queue
