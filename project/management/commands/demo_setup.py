@@ -30,5 +30,5 @@ class Command(BaseCommand):
                                        for i in range(3)], delay=15)
         djqueue.send_batch("flaky", [{"n": i} for i in range(10)])
         self.stdout.write(self.style.SUCCESS(
-            f"Demo ready. Admin: http://127.0.0.1:8000/admin/  user {username!r} "
-            f"password {password!r}"))
+            f"Demo ready. Admin: http://127.0.0.1:{os.environ.get('PORT', '8000')}/admin/  "
+            f"user {username!r} password {password!r}"))
