@@ -2,6 +2,9 @@
 # Prints the path of the best Python for djqueue: >= 3.12 (Django 6.1), from PATH
 # or pyenv's versions folder; else Python 3.11 (Django 5.2 LTS + django-tasks backport).
 set -euo pipefail
+if [ -n "${DJQUEUE_PYTHON:-}" ]; then  # an explicit choice, e.g. to test the 3.11 fallback
+  command -v "$DJQUEUE_PYTHON"; exit 0
+fi
 candidates=(python3.13 python3.12)
 roots=()
 if command -v pyenv >/dev/null 2>&1; then roots+=("$(pyenv root)"); fi
