@@ -45,3 +45,11 @@ class NotOwner(DjqueueError):
 
 class HandlerNotFound(ConfigurationError):
     """A handler's dotted path does not import, or no handler is registered for a queue."""
+
+
+class TaskTimeout(DjqueueError, TimeoutError):
+    """A django.tasks task ran past its ``timeout``."""
+
+
+class TaskCancelled(DjqueueError):
+    """A django.tasks task was cancelled."""

@@ -69,13 +69,27 @@ def resolve(queue: str) -> Handler:
         if not callable(func):
             raise HandlerNotFound(f"Handler {path!r} for queue {queue!r} is not callable.")
         return Handler(func)
-    try:
+    if queue in _registry:
         return _registry[queue]
-    except KeyError:
-        raise HandlerNotFound(
-            f"No handler for queue {queue!r}: add it to DJQUEUE['HANDLERS'] or decorate a "
-            "function with @djqueue.handler().") from None
+    if queue in task_queues():
+        from djqueue.task_runner import run_task
+
+        return Handler(run_task)
+    raise HandlerNotFound(
+        f"No handler for queue {queue!r}: add it to DJQUEUE['HANDLERS'] or decorate a "
+        "function with @djqueue.handler().")
+
+
+def task_queues() -> set[str]:
+    """Queues of the django.tasks backends that run on djqueue (none without TASKS)."""
+    from django.conf import settings
+
+    if not getattr(settings, "TASKS", None):
+        return set()
+    from djqueue.backend import task_queue_names
+
+    return task_queue_names()
 
 
 def known_queues() -> list[str]:
-    return sorted(set(configured_paths()) | set(_registry))
+    return sorted(set(configured_paths()) | set(_registry) | task_queues())

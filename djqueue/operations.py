@@ -96,13 +96,16 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
     return list(query[:limit])
 
 
-def delete(message: Message | int) -> bool:
-    """Remove a message directly, whatever its state; history records it as deleted."""
+def delete(message: Message | int, *, only_unclaimed: bool = False) -> bool:
+    """Remove a message directly; history records it as deleted.
+
+    With ``only_unclaimed`` a message some receiver holds is left alone (False).
+    """
     pk = message.pk if isinstance(message, Message) else message
     db = vendor.alias()
     with transaction.atomic(using=db):
         row = Message.objects.using(db).select_for_update().filter(pk=pk).first()
-        if row is None:
+        if row is None or (only_unclaimed and row.state == State.CLAIMED):
             return False
         History.objects.using(db).bulk_create([history_row(row, Outcome.DELETED, timezone.now())])
         row.delete(using=db)

@@ -33,7 +33,7 @@ from djqueue.interrupts import Interrupts
 from djqueue.lifecycle import ack_many, fail, promote_due, release, run_and_ack
 from djqueue.models import Message, Queue
 from djqueue.models import Worker as WorkerRow
-from djqueue.queues import get_queue
+from djqueue.queues import create_queue, get_queue
 from djqueue.wakeup import Backoff, wakeup
 
 logger = logging.getLogger("djqueue.worker")
@@ -85,7 +85,10 @@ class Worker:
         self.settings = get_settings()
         handlers.discover()
         self.handlers: dict[str, Handler] = {q: handlers.resolve(q) for q in options.queues}
-        self.queues: list[Queue] = [get_queue(name, fresh=True) for name in options.queues]
+        task_queues = handlers.task_queues()
+        self.queues: list[Queue] = [
+            create_queue(name, exist_ok=True) if name in task_queues else get_queue(name, fresh=True)
+            for name in options.queues]
         self.lock_key = uuid.uuid4().hex
         self.id = f"{socket.gethostname()[:60]}:{os.getpid()}:{self.lock_key[:8]}"
         self.interrupts = Interrupts()

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -28,6 +29,9 @@ INSTALLED_APPS = [
     "djqueue",
     "project",
 ]
+
+if django.VERSION < (6, 0):  # the Tasks framework comes from the django-tasks backport
+    INSTALLED_APPS.append("django_tasks")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

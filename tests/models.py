@@ -11,3 +11,12 @@ class Effect(models.Model):
 
     def __str__(self) -> str:
         return f"effect of {self.key} (attempt {self.attempt})"
+
+
+class SignalLog(models.Model):
+    signal = models.CharField(max_length=20)
+    task_id = models.CharField(max_length=36)
+    status = models.CharField(max_length=20)
+
+    def __str__(self) -> str:
+        return f"{self.signal} {self.task_id}"

@@ -11,6 +11,20 @@ from project.settings import DATABASES, DJQUEUE, INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests"]
 
+TASKS = {
+    "default": {
+        "BACKEND": "djqueue.backend.QueueBackend",
+        "QUEUES": ["default", "t.tasks"],
+        "OPTIONS": {"QUEUE_OPTIONS": {"visibility_timeout": 60, "backoff": [0.1]}},
+    },
+    "retrying": {
+        "BACKEND": "djqueue.backend.QueueBackend",
+        "QUEUES": ["t.retrying"],
+        "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_ON": ["builtins.ValueError"],
+                    "QUEUE_OPTIONS": {"backoff": [0.1]}},
+    },
+}
+
 if os.environ.get("DJQUEUE_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["DJQUEUE_TEST_DB_NAME"]
 

@@ -1,0 +1,217 @@
+"""A ``django.tasks`` backend that runs tasks on djqueue's workers.
+
+    TASKS = {"default": {"BACKEND": "djqueue.backend.QueueBackend",
+                         "QUEUES": ["default", "emails"],
+                         "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_ON": ["smtplib.SMTPException"],
+                                     "QUEUE_OPTIONS": {"visibility_timeout": 300}}}}
+
+Each task queue is a djqueue queue of the same name (created on first use).
+A task's message carries only its result id; arguments, status, errors and
+the return value live in :class:`~djqueue.models.TaskRecord`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from djqueue import vendor
+from djqueue.api import encode_payload, send
+from djqueue.exceptions import InvalidMessage, QueueNotFound, TaskCancelled
+from djqueue.models import FINISHED_STATUSES, TaskRecord, TaskStatus
+from djqueue.queues import create_queue, get_queue
+from djqueue.tasks_compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    task_backends,
+    task_enqueued,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueTask(Task):
+    """A task with djqueue's options, given as ``@task(...)`` keywords (Django >= 6.1).
+
+    ``max_attempts`` and ``retry_on`` (exception classes or dotted paths)
+    override the backend's OPTIONS; ``timeout`` is in seconds; ``unique_key``
+    is True (one pending run per argument set), a string, or a callable of the
+    task's arguments returning a string.
+    """
+
+    max_attempts: int | None = None
+    retry_on: tuple[Any, ...] = ()
+    timeout: float | None = None
+    unique_key: bool | str | Callable[..., str] | None = None
+
+    def key_for(self, args: Any, kwargs: Any) -> str | None:
+        key = self.unique_key
+        if key is None or key is False:
+            return None
+        if key is True:
+            key = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
+        elif callable(key):
+            key = str(key(*args, **kwargs))
+        return hashlib.sha256(f"{self.module_path}|{key}".encode()).hexdigest()
+
+
+class QueueBackend(BaseTaskBackend):
+    task_class = QueueTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.max_attempts = int(self.options.get("MAX_ATTEMPTS", 1))
+        self.retry_on = tuple(import_string(p) for p in self.options.get("RETRY_ON", []))
+        self.queue_options = dict(self.options.get("QUEUE_OPTIONS", {}))
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        try:
+            encode_payload([args, kwargs])
+        except InvalidMessage as exc:
+            raise InvalidTask(f"Task arguments must be JSON-serialisable: {exc}") from None
+        queue = self.ensure_queue(task.queue_name)
+        record = TaskRecord(
+            id=str(uuid.uuid4()), task_path=task.module_path, backend=self.alias,
+            queue_name=task.queue_name, priority=task.priority, run_after=task.run_after,
+            args=list(args), kwargs=dict(kwargs), enqueued_at=timezone.now(),
+            unique_key=task.key_for(args, kwargs) if isinstance(task, QueueTask) else None)
+        db = vendor.alias()
+        while True:
+            try:
+                with transaction.atomic(using=db):
+                    message = send(queue, {"task_result_id": record.id}, delay=task.run_after,
+                                   priority=task.priority)
+                    record.message_id = message.pk
+                    record.save(using=db, force_insert=True)
+                break
+            except IntegrityError:
+                if record.unique_key is None:
+                    raise
+                # A run with this key is pending: return it. If it finished
+                # meanwhile (its key was cleared), enqueue again.
+                existing = TaskRecord.objects.using(db).filter(unique_key=record.unique_key).first()
+                if existing is not None:
+                    return to_task_result(existing)
+        result = to_task_result(record, task)
+        task_enqueued.send(sender=type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        try:
+            record = TaskRecord.objects.using(vendor.alias()).get(pk=result_id)
+        except (TaskRecord.DoesNotExist, ValueError):
+            raise TaskResultDoesNotExist(result_id) from None
+        return to_task_result(record)
+
+    def ensure_queue(self, name: str):
+        try:
+            return get_queue(name)
+        except QueueNotFound:
+            return create_queue(name, exist_ok=True, **self.queue_options)
+
+    def should_retry(self, task: Task, attempts: int, exc: BaseException) -> bool:
+        max_attempts, retry_on = self.max_attempts, self.retry_on
+        if isinstance(task, QueueTask):
+            max_attempts = task.max_attempts or max_attempts
+            if task.retry_on:
+                retry_on = tuple(import_string(c) if isinstance(c, str) else c
+                                 for c in task.retry_on)
+        if attempts >= max_attempts or isinstance(exc, TaskCancelled):
+            return False
+        return not retry_on or isinstance(exc, retry_on)
+
+
+def cancel(result_id: str) -> bool:
+    """Cancel a task: a READY one is failed with TaskCancelled at once and never runs;
+    a RUNNING one gets ``cancel_requested`` set, which it can check through
+    :func:`cancel_requested`. False if the task had already finished.
+    """
+    from djqueue.operations import delete
+
+    db = vendor.alias()
+    with transaction.atomic(using=db):
+        record = TaskRecord.objects.using(db).select_for_update().filter(pk=result_id).first()
+        if record is None:
+            raise TaskResultDoesNotExist(result_id)
+        if record.status in FINISHED_STATUSES:
+            return False
+        record.cancel_requested = True
+        record.save(using=db, update_fields=["cancel_requested"])
+        if record.status == TaskStatus.READY and record.message_id is not None and (
+                delete(record.message_id, only_unclaimed=True)):
+            finish(record, TaskStatus.FAILED, error=TaskCancelled("Cancelled before it started."))
+    return True
+
+
+def cancel_requested(context: Any) -> bool:
+    """Whether cancellation of the running task was requested (pass the TaskContext)."""
+    return TaskRecord.objects.using(vendor.alias()).filter(
+        pk=context.task_result.id, cancel_requested=True).exists()
+
+
+def error_entry(exc: BaseException, tb: str | None = None) -> dict[str, str]:
+    import traceback
+
+    return {"exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "traceback": tb if tb is not None else "".join(traceback.format_exception(exc))}
+
+
+def finish(record: TaskRecord, status: str, *, value: Any = None,
+           error: BaseException | None = None, tb: str | None = None) -> None:
+    """Record the end of a task run: status, value or error; frees its unique key."""
+    if error is not None:
+        record.errors = [*record.errors, error_entry(error, tb)]
+    record.status = status
+    record.return_value = value
+    record.finished_at = timezone.now()
+    record.unique_key = None
+    record.save(using=vendor.alias(),
+                update_fields=["status", "return_value", "finished_at", "errors", "unique_key"])
+
+
+def load_task(record: TaskRecord) -> Task:
+    task = import_string(record.task_path)
+    if not isinstance(task, Task):
+        raise InvalidTask(f"{record.task_path} is not a task.")
+    return task.using(priority=record.priority, queue_name=record.queue_name,
+                      run_after=record.run_after, backend=record.backend)
+
+
+def to_task_result(record: TaskRecord, task: Task | None = None) -> TaskResult:
+    result = TaskResult(
+        task=task or load_task(record), id=record.id, status=record.status,
+        enqueued_at=record.enqueued_at, started_at=record.started_at,
+        finished_at=record.finished_at, last_attempted_at=record.last_attempted_at,
+        args=record.args, kwargs=record.kwargs, backend=record.backend,
+        errors=[TaskError(**e) for e in record.errors], worker_ids=list(record.worker_ids))
+    if record.status == TaskStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", record.return_value)
+    return result
+
+
+def task_queue_names() -> set[str]:
+    """Queue names of every configured QueueBackend."""
+    from django.conf import settings
+
+    names: set[str] = set()
+    for alias, params in getattr(settings, "TASKS", {}).items():
+        backend = task_backends[alias]
+        if isinstance(backend, QueueBackend):
+            names |= set(params.get("QUEUES") or ["default"])
+    return names

@@ -1,0 +1,27 @@
+"""The Tasks framework: ``django.tasks`` on Django >= 6.0, the ``django_tasks`` backport before.
+
+Why one module: the backport names two exceptions differently; everything else
+matches, so the rest of djqueue imports from here.
+"""
+
+try:
+    from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import TaskError
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskError
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.utils import normalize_json
+
+__all__ = [
+    "BaseTaskBackend", "InvalidTask", "Task", "TaskContext", "TaskError", "TaskResult",
+    "TaskResultDoesNotExist", "TaskResultStatus", "normalize_json", "task_backends",
+    "task_enqueued", "task_finished", "task_started",
+]

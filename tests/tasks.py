@@ -1,0 +1,79 @@
+"""Tasks written against the public django.tasks API only."""
+
+import time
+
+try:
+    from django.tasks import TaskContext, task
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks import TaskContext, task
+
+from tests.models import Effect
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(priority=10, queue_name="t.tasks")
+def shout(text: str) -> str:
+    return text.upper()
+
+
+@task
+async def async_square(x: int) -> int:
+    return x * x
+
+
+@task(takes_context=True)
+def which_attempt(context: TaskContext, marker: str) -> dict:
+    return {"attempt": context.attempt, "id": context.task_result.id, "marker": marker}
+
+
+@task
+def explode() -> None:
+    raise KeyError("missing thing")
+
+
+@task
+def slow_first_time(n: int) -> str:
+    """Sleeps a long time on its first run only, so a test can kill the worker mid-task."""
+    first = not Effect.objects.filter(key=n).exists()
+    Effect.objects.create(key=n)
+    if first:
+        time.sleep(600)
+    return "done"
+
+
+@task(backend="retrying", queue_name="t.retrying")
+def fails_twice(n: int) -> int:
+    Effect.objects.create(key=n)
+    if Effect.objects.filter(key=n).count() < 3:
+        raise ValueError("not yet")
+    return n
+
+
+@task(unique_key=True)
+def refresh_cache(name: str) -> str:
+    return name
+
+
+@task(timeout=0.5)
+def oversleeps(seconds: float) -> str:
+    time.sleep(seconds)
+    return "woke"
+
+
+@task(takes_context=True)
+def cooperative(context: TaskContext, n: int) -> str:
+    """Works in small steps until cancellation is requested (djqueue's cancel API)."""
+    from djqueue.backend import cancel_requested
+    from djqueue.exceptions import TaskCancelled
+
+    Effect.objects.create(key=n)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if cancel_requested(context):
+            raise TaskCancelled("stopped on request")
+        time.sleep(0.05)
+    return "never cancelled"

@@ -1,0 +1,184 @@
+"""django.tasks on djqueue, through the public Tasks API and real worker processes."""
+
+import asyncio
+import signal
+import threading
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
+from django.utils import timezone
+
+from djqueue.backend import cancel
+from djqueue.exceptions import TaskCancelled, TaskTimeout
+from djqueue.models import History, Message, TaskRecord, Worker
+from djqueue.tasks_compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
+from tests import tasks
+from tests.conftest import kill, wait_until
+from tests.models import Effect, SignalLog
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_async(coroutine):
+    """Run a coroutine, closing the connections of the thread sync_to_async used."""
+    async def main():
+        try:
+            return await coroutine
+        finally:
+            await sync_to_async(connections.close_all, thread_sensitive=True)()
+
+    return asyncio.run(main())
+
+
+def finished(*results) -> bool:
+    for result in results:
+        result.refresh()
+    return all(r.is_finished for r in results)
+
+
+def test_public_tasks_api_end_to_end(spawn):
+    run_after = timezone.now() + timedelta(seconds=1)
+    added = tasks.add.enqueue(2, 3)
+    later = tasks.add.using(run_after=run_after).enqueue(10, 20)
+    shouted = tasks.shout.enqueue("hello")
+    squared = run_async(tasks.async_square.aenqueue(7))
+    attempt = tasks.which_attempt.enqueue(marker="m")
+    boom = tasks.explode.enqueue()
+    every = [added, later, shouted, squared, attempt, boom]
+    assert {r.status for r in every} == {TaskResultStatus.READY}
+    assert SignalLog.objects.filter(signal="enqueued").count() == 6
+
+    worker = spawn("djqueue_worker", "t.tasks", "default", "-c", "2")
+    wait_until(lambda: finished(*every), 60, "every task to finish")
+
+    assert added.status == TaskResultStatus.SUCCESSFUL and added.return_value == 5
+    assert later.return_value == 30 and later.started_at >= run_after
+    assert shouted.return_value == "HELLO"
+    assert squared.return_value == 49
+    assert attempt.return_value == {"attempt": 1, "id": attempt.id, "marker": "m"}
+    assert boom.status == TaskResultStatus.FAILED
+    [error] = boom.errors
+    assert error.exception_class is KeyError and "missing thing" in error.traceback
+    with pytest.raises(ValueError):
+        boom.return_value  # noqa: B018
+    for result in every:
+        assert result.attempts == 1 and len(result.worker_ids) == 1
+        assert result.enqueued_at <= result.started_at <= result.finished_at
+    record = TaskRecord.objects.get(pk=shouted.id)
+    assert History.objects.get(pk=record.message_id).priority == 10
+    assert tasks.add.get_result(added.id).return_value == 5
+    assert run_async(tasks.add.aget_result(added.id)).return_value == 5
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result("00000000-0000-0000-0000-000000000000")
+    for name in ("started", "finished"):
+        assert set(SignalLog.objects.filter(signal=name).values_list("task_id", flat=True)) == {
+            r.id for r in every}
+    assert SignalLog.objects.get(signal="finished", task_id=boom.id).status == "FAILED"
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_task_killed_mid_run_runs_again_and_succeeds(spawn):
+    result = tasks.slow_first_time.enqueue(41)
+    spawn("djqueue_reaper")
+    victim = spawn("djqueue_worker", "default")
+    wait_until(lambda: Effect.objects.filter(key=41).exists(), 30, "the task to start")
+    rescuer = spawn("djqueue_worker", "default")
+    wait_until(lambda: Worker.objects.count() == 2, 30, "the second worker")
+    kill(victim)
+    wait_until(lambda: finished(result), 30, "the task to finish after the kill")
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "done"
+    assert result.attempts == 2
+    assert len(set(result.worker_ids)) == 2
+    rescuer.signal(signal.SIGTERM)
+    assert rescuer.wait(30) == 0
+
+
+def test_retries_follow_backend_options(spawn):
+    result = tasks.fails_twice.enqueue(77)
+    worker = spawn("djqueue_worker", "t.retrying")
+    wait_until(lambda: finished(result), 60, "the retried task to finish")
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 77
+    assert result.attempts == 3
+    assert [e.exception_class for e in result.errors] == [ValueError, ValueError]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_unique_key_with_eight_concurrent_enqueuers_leaves_one_pending_task():
+    barrier = threading.Barrier(8)
+    ids: list[str] = []
+    errors: list[BaseException] = []
+
+    def enqueue() -> None:
+        try:
+            barrier.wait(10)
+            ids.append(tasks.refresh_cache.enqueue("prices").id)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=enqueue) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert len(ids) == 8 and len(set(ids)) == 1
+    assert TaskRecord.objects.count() == 1
+    assert Message.objects.count() == 1
+    assert tasks.refresh_cache.enqueue("other").id != ids[0]
+
+
+def test_unique_key_is_free_again_once_the_task_finished(spawn):
+    first = tasks.refresh_cache.enqueue("prices")
+    worker = spawn("djqueue_worker", "default")
+    wait_until(lambda: finished(first), 30, "the first run")
+    second = tasks.refresh_cache.enqueue("prices")
+    assert second.id != first.id
+    wait_until(lambda: finished(second), 30, "the second run")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_timeout_fails_the_task_and_frees_the_slot(spawn):
+    slow = tasks.oversleeps.enqueue(30)
+    quick = tasks.add.enqueue(1, 2)
+    worker = spawn("djqueue_worker", "default", "-c", "1", "-b", "1")
+    wait_until(lambda: finished(slow, quick), 15, "both tasks, long before the sleep ends")
+    assert slow.status == TaskResultStatus.FAILED
+    assert slow.errors[0].exception_class is TaskTimeout
+    assert quick.return_value == 3
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_cancel_ready_task_never_runs(spawn):
+    doomed = tasks.add.enqueue(5, 5)
+    assert cancel(doomed.id) is True
+    doomed.refresh()
+    assert doomed.status == TaskResultStatus.FAILED
+    assert doomed.errors[0].exception_class is TaskCancelled
+    assert not Message.objects.exists()
+    assert cancel(doomed.id) is False  # already finished
+    survivor = tasks.add.enqueue(1, 1)
+    worker = spawn("djqueue_worker", "default", "--burst")
+    assert worker.wait(30) == 0
+    assert finished(survivor) and survivor.return_value == 2
+    assert not SignalLog.objects.filter(signal="started", task_id=doomed.id).exists()
+
+
+def test_cancel_running_task_is_seen_through_its_context(spawn):
+    running = tasks.cooperative.enqueue(n=88)
+    worker = spawn("djqueue_worker", "default")
+    wait_until(lambda: Effect.objects.filter(key=88).exists(), 30, "the task to start")
+    assert cancel(running.id) is True
+    wait_until(lambda: finished(running), 30, "the task to stop")
+    assert running.status == TaskResultStatus.FAILED
+    assert running.errors[-1].exception_class is TaskCancelled
+    assert running.attempts == 1
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
