@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from djqueue import operations, queues
-from djqueue.models import History, Message, Queue, Worker
+from djqueue.models import History, Message, PeriodicTick, Queue, TaskRecord, Worker
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -66,3 +66,18 @@ class HistoryAdmin(ReadOnlyAdmin):
 @admin.register(Worker)
 class WorkerAdmin(ReadOnlyAdmin):
     list_display = ["id", "hostname", "pid", "concurrency", "started_at", "heartbeat_at"]
+
+
+@admin.register(TaskRecord)
+class TaskRecordAdmin(ReadOnlyAdmin):
+    list_display = ["id", "task_path", "status", "queue_name", "priority", "enqueued_at",
+                    "finished_at"]
+    list_filter = ["status", "queue_name"]
+    search_fields = ["id", "task_path"]
+    show_full_result_count = False
+
+
+@admin.register(PeriodicTick)
+class PeriodicTickAdmin(ReadOnlyAdmin):
+    list_display = ["name", "tick_at", "task_result_id", "created_at"]
+    list_filter = ["name"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
+from django.utils.module_loading import import_string
 
 from djqueue import handlers
 from djqueue.conf import get_settings
@@ -28,6 +29,24 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         except HandlerNotFound as exc:
             found.append(Error(str(exc), id="djqueue.E003"))
     found.extend(_check_database(settings.DATABASE))
+    found.extend(_check_periodic())
+    return found
+
+
+def _check_periodic() -> list[CheckMessage]:
+    from djqueue.periodic import schedules
+
+    try:
+        entries = schedules()
+    except ConfigurationError as exc:
+        return [Error(str(exc), id="djqueue.E006")]
+    found: list[CheckMessage] = []
+    for entry in entries:
+        try:
+            import_string(entry.task_path)
+        except ImportError as exc:
+            found.append(Error(f"PERIODIC[{entry.name!r}] task does not import: {exc}",
+                               id="djqueue.E006"))
     return found
 
 

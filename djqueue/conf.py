@@ -50,6 +50,9 @@ class Settings:
     REAPER_INTERVAL: float = 1.0
     #: Rows deleted per statement when pruning history.
     PRUNE_BATCH: int = 5000
+    #: Periodic django.tasks run by the reaper: name -> {"task", "cron", "args", "kwargs",
+    #: "catch_up"}; see djqueue.periodic.
+    PERIODIC: dict[str, dict] = field(default_factory=dict)
 
     @classmethod
     def from_django(cls) -> Settings:

@@ -22,6 +22,7 @@ from djqueue.lifecycle import promote_due, return_claims
 from djqueue.models import Message
 from djqueue.models import Worker as WorkerRow
 from djqueue.operations import prune_history
+from djqueue.periodic import Scheduler
 
 logger = logging.getLogger("djqueue.reaper")
 
@@ -36,6 +37,7 @@ class ReapReport:
     expired: int = 0
     promoted: int = 0
     pruned: int = 0
+    periodic: int = 0
 
     def __bool__(self) -> bool:
         return any(vars(self).values())
@@ -47,6 +49,7 @@ class Reaper:
         self.interrupts = Interrupts()
         self._last_prune = 0.0
         self._hostname = socket.gethostname()[:255]
+        self.scheduler = Scheduler() if get_settings().PERIODIC else None
 
     def run(self, *, once: bool = False) -> int:
         with self.interrupts.installed():
@@ -71,6 +74,8 @@ class Reaper:
         report.expired = self._drain(
             Message.objects.expired(timezone.now()), "lease expired (held by {owner})")
         report.promoted = promote_due()
+        if self.scheduler is not None:
+            report.periodic = self.scheduler.tick()
         if time.monotonic() - self._last_prune >= PRUNE_EVERY:
             self._last_prune = time.monotonic()
             report.pruned = prune_history()

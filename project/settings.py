@@ -92,11 +92,28 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
+# The demo prints mail instead of sending it (MAILERS replaces EMAIL_BACKEND in Django 6.1).
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+
+TASKS = {
+    "default": {
+        "BACKEND": "djqueue.backend.QueueBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"QUEUE_OPTIONS": {"visibility_timeout": 300}},
+    },
+}
+
 DJQUEUE = {
     "HANDLERS": {
         "emails": "project.handlers.send_email",
         "reports": "project.handlers.build_report",
         "flaky": "project.handlers.flaky",
+    },
+    "PERIODIC": {
+        "tidy-sessions": {"task": "project.tasks.tidy_sessions", "cron": "*/5 * * * *"},
     },
 }
 

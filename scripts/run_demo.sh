@@ -19,7 +19,7 @@ stop() {
 }
 trap stop INT TERM EXIT
 "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload & pids+=($!)
-"$PY" manage.py djqueue_worker emails reports flaky --concurrency 4 & pids+=($!)
+"$PY" manage.py djqueue_worker default emails reports flaky --concurrency 4 & pids+=($!)
 "$PY" manage.py djqueue_reaper & pids+=($!)
 echo "Web admin: http://127.0.0.1:$PORT/admin/ (Ctrl-C stops everything)"
 wait -n "${pids[@]}"

@@ -30,6 +30,17 @@ else
 fi
 step "pytest on SQLite" suite "" "$@"
 
+# Django 5.2 LTS with the django-tasks backport, when a Python 3.11 is at hand
+# and the main venv is not already that fallback.
+py311=$(command -v python3.11 || ls "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/3.11.*/bin/python3.11 2>/dev/null | head -1 || true)
+if [ -n "$py311" ] && "$PY" -c 'import django, sys; sys.exit(django.VERSION < (6,))'; then
+  step "venv with Django 5.2 LTS" make -s venv VENV=.venv-django52 DJQUEUE_PYTHON="$py311"
+  step "pytest on MariaDB, Django 5.2 LTS" env DATABASE_URL="$MARIADB_URL" \
+    .venv-django52/bin/python -m pytest -p no:cacheprovider -q -m "not slow" "$@"
+else
+  echo "No second Python for Django 5.2 LTS (or already on it): that run is skipped."
+fi
+
 echo
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}"; exit 1

@@ -22,11 +22,16 @@ def vendor() -> str:
     return connection.vendor
 
 
-mysql_only = pytest.mark.skipif("connection.vendor != 'mysql'",
-                                reason="MariaDB/MySQL behaviour")
-needs_row_locks = pytest.mark.skipif(
-    "not connection.features.has_select_for_update_skip_locked",
-    reason="SQLite has no row locks: writers are serialised instead")
+mysql_only = pytest.mark.mysql_only
+needs_row_locks = pytest.mark.row_locks
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("mysql_only") and connection.vendor != "mysql":
+        pytest.skip("MariaDB/MySQL only")
+    if item.get_closest_marker("row_locks") and not (
+            connection.features.has_select_for_update_skip_locked):
+        pytest.skip("SQLite has no row locks: writers are serialised instead")
 
 
 @pytest.fixture(autouse=True)
@@ -52,10 +57,10 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str,
 class Process:
     """A manage.py command in a subprocess on the test database."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
                "DJQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
-               "PYTHONUNBUFFERED": "1"}
+               "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log = log
         self._log_file = log.open("wb")
         self.popen = subprocess.Popen(
@@ -91,8 +96,8 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Process]]:
     """Start ``manage.py <args>``; every process is killed at teardown."""
     started: list[Process] = []
 
-    def start(*args: str) -> Process:
-        process = Process(list(args), tmp_path / f"proc-{len(started)}.log")
+    def start(*args: str, env: dict[str, str] | None = None) -> Process:
+        process = Process(list(args), tmp_path / f"proc-{len(started)}.log", env)
         started.append(process)
         return process
 

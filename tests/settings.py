@@ -30,6 +30,7 @@ if os.environ.get("DJQUEUE_TEST_DB_NAME"):
 
 DJQUEUE = {
     **DJQUEUE,
+    "PERIODIC": {},
     "HANDLERS": {
         **DJQUEUE["HANDLERS"],
         "t.record": "tests.handlers.record",
@@ -51,3 +52,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"djqueue": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+if os.environ.get("DJQUEUE_TEST_PERIODIC"):
+    DJQUEUE["PERIODIC"] = {
+        "beat": {"task": "tests.tasks.add", "cron": "* * * * *", "args": [1, 1]}}

@@ -182,3 +182,18 @@ def test_cancel_running_task_is_seen_through_its_context(spawn):
     assert running.attempts == 1
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
+
+
+def test_readme_example_runs_as_written(spawn):
+    from django.contrib.auth import get_user_model
+
+    from project.tasks import welcome_email
+
+    user = get_user_model().objects.create(username="ada", email="ada@example.com")
+    result = welcome_email.enqueue(user.pk)
+    assert welcome_email.enqueue(user.pk).id == result.id  # unique_key: one pending run
+    worker = spawn("djqueue_worker", "default", "--burst")
+    assert worker.wait(60) == 0, worker.output()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "welcomed ada"

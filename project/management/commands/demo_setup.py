@@ -29,6 +29,9 @@ class Command(BaseCommand):
         djqueue.send_batch("reports", [{"name": f"weekly-{i}", "rows": 1_000_000}
                                        for i in range(3)], delay=15)
         djqueue.send_batch("flaky", [{"n": i} for i in range(10)])
+        from project.tasks import welcome_email
+
+        welcome_email.enqueue(user.pk)
         self.stdout.write(self.style.SUCCESS(
             f"Demo ready. Admin: http://127.0.0.1:{os.environ.get('PORT', '8000')}/admin/  "
             f"user {username!r} password {password!r}"))

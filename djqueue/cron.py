@@ -1,0 +1,69 @@
+"""Five-field cron expressions: minute hour day-of-month month day-of-week.
+
+Each field takes ``*``, numbers, ranges ``a-b``, steps ``*/n`` or ``a-b/n``, and
+comma lists; day-of-week counts 0-6 from Sunday (7 is Sunday too). As in cron,
+when both day fields are restricted a day matching either one matches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from djqueue.exceptions import ConfigurationError
+
+FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12),
+          ("day of week", 0, 7))
+
+
+def _parse_field(text: str, name: str, low: int, high: int) -> frozenset[int]:
+    values: set[int] = set()
+    for part in text.split(","):
+        body, _, step_text = part.partition("/")
+        try:
+            step = int(step_text) if step_text else 1
+            if body == "*":
+                start, end = low, high
+            elif "-" in body:
+                start, end = (int(v) for v in body.split("-", 1))
+            else:
+                start = end = int(body)
+        except ValueError:
+            raise ConfigurationError(f"Bad cron {name} field {text!r}.") from None
+        if step < 1 or not (low <= start <= end <= high):
+            raise ConfigurationError(f"Cron {name} field {text!r} is out of range {low}-{high}.")
+        values.update(range(start, end + 1, step))
+    return frozenset(values)
+
+
+@dataclass(frozen=True)
+class Cron:
+    expression: str
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]
+    days_restricted: bool
+    weekdays_restricted: bool
+
+    @classmethod
+    def parse(cls, expression: str) -> Cron:
+        parts = expression.split()
+        if len(parts) != 5:
+            raise ConfigurationError(f"Cron expression {expression!r} needs 5 fields.")
+        fields = [_parse_field(p, *spec) for p, spec in zip(parts, FIELDS, strict=True)]
+        weekdays = frozenset(d % 7 for d in fields[4])
+        return cls(expression, *fields[:4], weekdays,
+                   days_restricted=parts[2] != "*", weekdays_restricted=parts[4] != "*")
+
+    def matches(self, moment: datetime) -> bool:
+        if moment.minute not in self.minutes or moment.hour not in self.hours:
+            return False
+        if moment.month not in self.months:
+            return False
+        day_ok = moment.day in self.days
+        weekday_ok = (moment.weekday() + 1) % 7 in self.weekdays
+        if self.days_restricted and self.weekdays_restricted:
+            return day_ok or weekday_ok
+        return day_ok and weekday_ok
