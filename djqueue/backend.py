@@ -78,6 +78,10 @@ class QueueBackend(BaseTaskBackend):
         self.max_attempts = int(self.options.get("MAX_ATTEMPTS", 1))
         self.retry_on = tuple(import_string(p) for p in self.options.get("RETRY_ON", []))
         self.queue_options = dict(self.options.get("QUEUE_OPTIONS", {}))
+        #: Defer the enqueue to the commit of the surrounding transaction on this
+        #: alias: for projects whose djqueue DATABASE is not the one they write to
+        #: (on the same database a send is transactional anyway).
+        self.enqueue_on_commit = self.options.get("ENQUEUE_ON_COMMIT")
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
@@ -91,6 +95,13 @@ class QueueBackend(BaseTaskBackend):
             queue_name=task.queue_name, priority=task.priority, run_after=task.run_after,
             args=list(args), kwargs=dict(kwargs), enqueued_at=timezone.now(),
             unique_key=task.key_for(args, kwargs) if isinstance(task, QueueTask) else None)
+        if self.enqueue_on_commit:
+            transaction.on_commit(lambda: self._store(queue, record, task),
+                                  using=self.enqueue_on_commit)
+            return to_task_result(record, task)
+        return self._store(queue, record, task)
+
+    def _store(self, queue: Any, record: TaskRecord, task: Task) -> TaskResult:
         db = vendor.alias()
         while True:
             try:

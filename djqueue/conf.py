@@ -48,6 +48,8 @@ class Settings:
     #: Seconds a worker waits for in-flight handlers after SIGTERM.
     SHUTDOWN_GRACE: float = 30.0
     REAPER_INTERVAL: float = 1.0
+    #: Seconds finished django.tasks results (and periodic tick rows) are kept.
+    RESULT_RETENTION: float = 7 * 24 * 3600.0
     #: Rows deleted per statement when pruning history.
     PRUNE_BATCH: int = 5000
     #: Periodic django.tasks run by the reaper: name -> {"task", "cron", "args", "kwargs",

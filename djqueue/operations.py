@@ -117,21 +117,30 @@ def finished(message_id: int) -> History | None:
 
 
 def prune_history(now: datetime | None = None) -> int:
-    """Delete history older than each queue's retention, in batches by primary key."""
-    from djqueue.models import Queue
+    """Delete what is past retention, in batches by primary key: history (per queue's
+    retention), finished task results and periodic ticks (RESULT_RETENTION)."""
+    from djqueue.models import FINISHED_STATUSES, PeriodicTick, Queue, TaskRecord
 
     db = vendor.alias()
     now = now or timezone.now()
-    batch = get_settings().PRUNE_BATCH
     removed = 0
     for queue_id, retention in Queue.objects.using(db).values_list("pk", "retention"):
-        cutoff = now - timedelta(seconds=retention)
-        while True:
-            ids = list(History.objects.using(db).filter(queue_id=queue_id, finished_at__lt=cutoff)
-                       .values_list("pk", flat=True)[:batch])
-            if ids:
-                History.objects.using(db).filter(pk__in=ids).delete()
-            removed += len(ids)
-            if len(ids) < batch:
-                break
+        removed += _delete_in_batches(History.objects.using(db).filter(
+            queue_id=queue_id, finished_at__lt=now - timedelta(seconds=retention)))
+    cutoff = now - timedelta(seconds=get_settings().RESULT_RETENTION)
+    removed += _delete_in_batches(TaskRecord.objects.using(db).filter(
+        status__in=FINISHED_STATUSES, finished_at__lt=cutoff))
+    removed += _delete_in_batches(PeriodicTick.objects.using(db).filter(tick_at__lt=cutoff))
     return removed
+
+
+def _delete_in_batches(query) -> int:
+    batch = get_settings().PRUNE_BATCH
+    removed = 0
+    while True:
+        ids = list(query.values_list("pk", flat=True)[:batch])
+        if ids:
+            query.model.objects.using(query.db).filter(pk__in=ids).delete()
+        removed += len(ids)
+        if len(ids) < batch:
+            return removed

@@ -197,3 +197,36 @@ def test_readme_example_runs_as_written(spawn):
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == "welcomed ada"
+
+
+def test_enqueue_on_commit_waits_for_the_commit():
+    from django.db import transaction
+
+    from djqueue.backend import QueueBackend
+
+    backend = QueueBackend("default", {"OPTIONS": {"ENQUEUE_ON_COMMIT": "default"}})
+    with transaction.atomic():
+        pending = backend.enqueue(tasks.add, [1, 2], {})
+        assert not TaskRecord.objects.filter(pk=pending.id).exists()
+    assert TaskRecord.objects.filter(pk=pending.id).exists()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        dropped = backend.enqueue(tasks.add, [3, 4], {})
+        raise RuntimeError("rolled back")
+    assert not TaskRecord.objects.filter(pk=dropped.id).exists()
+
+
+def test_finished_results_are_pruned_after_retention():
+    from django.test import override_settings
+
+    from djqueue.models import TaskStatus
+    from djqueue.operations import prune_history
+
+    old = tasks.add.enqueue(1, 1)
+    fresh = tasks.add.enqueue(2, 2)
+    pending = tasks.add.enqueue(3, 3)
+    TaskRecord.objects.filter(pk__in=[old.id, fresh.id]).update(status=TaskStatus.SUCCESSFUL)
+    TaskRecord.objects.filter(pk=old.id).update(finished_at=timezone.now() - timedelta(days=8))
+    TaskRecord.objects.filter(pk=fresh.id).update(finished_at=timezone.now())
+    with override_settings(DJQUEUE={"RESULT_RETENTION": 7 * 24 * 3600}):
+        assert prune_history() == 1
+    assert set(TaskRecord.objects.values_list("pk", flat=True)) == {fresh.id, pending.id}
