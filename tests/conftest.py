@@ -6,12 +6,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from djqueue.queues import forget_cached
 
@@ -104,6 +105,33 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Process]]:
     yield start
     for process in started:
         process.stop()
+
+
+def in_threads(work: Callable[[int], object], count: int, timeout: float = 120) -> list:
+    """Run ``work(i)`` for i in range(count) on threads started together (hence on
+    separate database connections); return the results in order, re-raising the
+    first exception."""
+    barrier = threading.Barrier(count)
+    results: list = [None] * count
+    errors: list[BaseException] = []
+
+    def run(slot: int) -> None:
+        try:
+            barrier.wait(timeout)
+            results[slot] = work(slot)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    if errors:
+        raise errors[0]
+    return results
 
 
 def kill(process: Process) -> None:

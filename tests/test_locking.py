@@ -7,7 +7,7 @@ from django.db import connection, connections, transaction
 
 import djqueue
 from djqueue.models import State
-from tests.conftest import needs_row_locks
+from tests.conftest import in_threads, needs_row_locks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,18 +70,11 @@ def test_concurrent_receivers_claim_disjoint_messages():
     seen: list[list[int]] = [[] for _ in range(4)]
 
     def drain(slot: int) -> None:
-        try:
-            while batch := djqueue.receive("jobs", max_messages=7):
-                seen[slot].extend(m.payload["n"] for m in batch)
-                djqueue.ack_many(batch)
-        finally:
-            connections.close_all()
+        while batch := djqueue.receive("jobs", max_messages=7):
+            seen[slot].extend(m.payload["n"] for m in batch)
+            djqueue.ack_many(batch)
 
-    threads = [threading.Thread(target=drain, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    in_threads(drain, 4)
     everything = [n for part in seen for n in part]
     assert sorted(everything) == list(range(600))
     assert not djqueue.peek("jobs", state=State.READY)

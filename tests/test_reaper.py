@@ -1,15 +1,14 @@
 """The reaper: expired leases come back counted; several reapers at once are safe."""
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 import djqueue
 from djqueue.models import Message, State, Worker
 from djqueue.reaper import Reaper
+from tests.conftest import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,19 +55,7 @@ def test_concurrent_reapers_return_each_message_once():
     while djqueue.receive("jobs", max_messages=500):
         pass
     expire_all()
-    totals: list[int] = []
-
-    def reap() -> None:
-        try:
-            totals.append(Reaper().tick().expired)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=reap) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    totals = in_threads(lambda _: Reaper().tick().expired, 3)
     assert sum(totals) == 1200
     assert Message.objects.filter(state=State.READY).count() == 1200
     assert {len(m.errors) for m in Message.objects.all()} == {1}

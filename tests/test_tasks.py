@@ -2,7 +2,6 @@
 
 import asyncio
 import signal
-import threading
 from datetime import timedelta
 
 import pytest
@@ -15,7 +14,7 @@ from djqueue.exceptions import TaskCancelled, TaskTimeout
 from djqueue.models import History, Message, TaskRecord, Worker
 from djqueue.tasks_compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
 from tests import tasks
-from tests.conftest import kill, wait_until
+from tests.conftest import in_threads, kill, wait_until
 from tests.models import Effect, SignalLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -108,25 +107,7 @@ def test_retries_follow_backend_options(spawn):
 
 
 def test_unique_key_with_eight_concurrent_enqueuers_leaves_one_pending_task():
-    barrier = threading.Barrier(8)
-    ids: list[str] = []
-    errors: list[BaseException] = []
-
-    def enqueue() -> None:
-        try:
-            barrier.wait(10)
-            ids.append(tasks.refresh_cache.enqueue("prices").id)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=enqueue) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors, errors
+    ids = in_threads(lambda _: tasks.refresh_cache.enqueue("prices").id, 8)
     assert len(ids) == 8 and len(set(ids)) == 1
     assert TaskRecord.objects.count() == 1
     assert Message.objects.count() == 1
