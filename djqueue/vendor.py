@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.conf import get_settings
@@ -93,6 +93,11 @@ class SessionLock:
             return True
         self.close()
         self._conn = connections.create_connection(self.alias)
+        # Why: the lock is taken on the worker's main thread and probed from its
+        # heartbeat thread. Without this Django refuses the probe, the heartbeat
+        # takes it for a lost connection and re-acquires, and in that instant the
+        # lock is free: a reaper would declare a live worker dead.
+        self._conn.inc_thread_sharing()
         self._conn.ensure_connection()
         with self._conn.cursor() as cursor:
             if self._conn.vendor == "mysql":
@@ -109,7 +114,7 @@ class SessionLock:
             with self._conn.cursor() as cursor:
                 cursor.execute("SELECT 1")
             return True
-        except Exception:
+        except DatabaseError:
             return False
 
     def close(self) -> None:
