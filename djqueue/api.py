@@ -17,9 +17,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from djqueue import signals, vendor
-from djqueue.claims import claim
+from djqueue.claims import PromotionClock, claim_ready
 from djqueue.exceptions import InvalidMessage, NotOwner, PayloadTooLarge, QueueFull
-from djqueue.lifecycle import fail, promote_due, release, validate_delay
+from djqueue.lifecycle import fail, release, validate_delay
 from djqueue.models import Message, Queue, State
 from djqueue.queues import QueueRef, get_queue
 from djqueue.wakeup import Backoff, wakeup
@@ -147,23 +147,7 @@ def default_owner() -> str:
     return f"{socket.gethostname()[:60]}:{os.getpid()}:{threading.get_ident() % 10**9}"
 
 
-class _PromotionClock:
-    """Promotes due scheduled messages from a receiving process at most once a PROMOTE_INTERVAL."""
-
-    def __init__(self) -> None:
-        self.last = 0.0
-
-    def maybe(self, queues: Sequence[Queue]) -> int:
-        from djqueue.conf import get_settings
-
-        now = time.monotonic()
-        if now - self.last < get_settings().PROMOTE_INTERVAL:
-            return 0
-        self.last = now
-        return promote_due([q.pk for q in queues])
-
-
-_promotion = _PromotionClock()
+_promotion = PromotionClock()
 
 
 def receive(
@@ -192,12 +176,8 @@ def receive(
     deadline = time.monotonic() + wait
     backoff = Backoff()
     while True:
-        active = [q for q in (get_queue(r) for r in refs) if not q.paused]
-        messages = claim(active, max_messages, owner=owner,
-                         visibility_timeout=visibility_timeout) if active else []
-        if len(messages) < max_messages and active and _promotion.maybe(active):
-            messages += claim(active, max_messages - len(messages), owner=owner,
-                              visibility_timeout=visibility_timeout)
+        messages = claim_ready([get_queue(r) for r in refs], max_messages, owner=owner,
+                               visibility_timeout=visibility_timeout, clock=_promotion)
         if messages or time.monotonic() >= deadline:
             return messages
         backoff.sleep(deadline)

@@ -18,15 +18,18 @@ SQLite (no row locks; writers are serialised)::
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from djqueue import vendor
+from djqueue.conf import get_settings
+from djqueue.lifecycle import promote_due
 from djqueue.models import Message, Queue, State
 
 
@@ -54,7 +57,6 @@ def claim(
             if want <= 0:
                 break
             lease_end = now + timedelta(seconds=visibility_timeout or queue.visibility_timeout)
-            ready = Message.objects.using(db).filter(queue=queue, state=State.READY).claim_order()
             stamp = {"state": State.CLAIMED, "owner": owner, "lease_token": token,
                      "visible_at": lease_end, "claimed_at": now}
             if skip_locked:
@@ -66,8 +68,10 @@ def claim(
                 for message in rows:
                     _stamp(message, stamp, attempts=message.attempts + 1)
             else:
-                count = Message.objects.using(db).filter(
-                    pk__in=ready.values("pk")[:want]).update(attempts=F("attempts") + 1, **stamp)
+                ready = (Message.objects.using(db).filter(queue=queue, state=State.READY)
+                         .claim_order().values("pk")[:want])
+                count = Message.objects.using(db).filter(pk__in=ready).update(
+                    attempts=F("attempts") + 1, **stamp)
                 if not count:
                     continue
                 rows = list(Message.objects.using(db).filter(
@@ -84,5 +88,35 @@ def _stamp(message: Message, stamp: dict[str, object], attempts: int) -> None:
     message.attempts = attempts
 
 
-def lease_deadline(seconds: float, now: datetime | None = None) -> datetime:
-    return (now or timezone.now()) + timedelta(seconds=seconds)
+class PromotionClock:
+    """Lets one receiving loop promote due scheduled messages at most once a PROMOTE_INTERVAL."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self.last < get_settings().PROMOTE_INTERVAL:
+            return False
+        self.last = now
+        return True
+
+
+def claim_ready(
+    queues: Sequence[Queue],
+    limit: int,
+    *,
+    owner: str,
+    visibility_timeout: float | None,
+    clock: PromotionClock,
+) -> list[Message]:
+    """Claim from the unpaused ``queues``; if that comes up short, promote due scheduled
+    messages (throttled by ``clock``) and claim the rest."""
+    active = [q for q in queues if not q.paused]
+    if not active:
+        return []
+    messages = claim(active, limit, owner=owner, visibility_timeout=visibility_timeout)
+    if len(messages) < limit and clock.due() and promote_due([q.pk for q in active]):
+        messages += claim(active, limit - len(messages), owner=owner,
+                          visibility_timeout=visibility_timeout)
+    return messages

@@ -31,10 +31,6 @@ class QueueFull(DjqueueError):
     """The queue holds ``max_depth`` pending messages already."""
 
 
-class QueuePaused(DjqueueError):
-    """The operation needs a queue that is not paused."""
-
-
 class NotOwner(DjqueueError):
     """The message is no longer claimed by this receiver (its lease expired or was released).
 

@@ -25,12 +25,12 @@ from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
 from djqueue import handlers, signals, vendor
-from djqueue.claims import claim
+from djqueue.claims import PromotionClock, claim_ready
 from djqueue.conf import get_settings
 from djqueue.exceptions import DjqueueError, NotOwner
 from djqueue.handlers import Handler
 from djqueue.interrupts import Interrupts
-from djqueue.lifecycle import ack_many, fail, promote_due, release, run_and_ack
+from djqueue.lifecycle import ack_many, fail, release, run_and_ack
 from djqueue.models import Message, Queue
 from djqueue.models import Worker as WorkerRow
 from djqueue.queues import create_queue, get_queue
@@ -95,13 +95,13 @@ class Worker:
         self.stats = WorkerStats()
         self._tasks: stdqueue.SimpleQueue[Message | None] = stdqueue.SimpleQueue()
         self._done: collections.deque[Done] = collections.deque()
+        #: Claimed and not yet settled; only the loop thread touches it.
         self._held: dict[int, Message] = {}
-        self._held_lock = threading.Lock()
         self._returned: list[Message] = []
         self._unflushed: list[Done] = []
         self._threads: list[threading.Thread] = []
         self._lock = vendor.SessionLock(self.lock_key)
-        self._last_promote = 0.0
+        self._promotion = PromotionClock()
 
     # Lifecycle
 
@@ -155,33 +155,21 @@ class Worker:
 
     def _claim(self, limit: int) -> int:
         try:
-            active = [q for q in (get_queue(q.name) for q in self.queues) if not q.paused]
-            if not active:
-                return 0
-            messages = claim(active, limit, owner=self.id,
-                             visibility_timeout=self.options.visibility_timeout)
-            if len(messages) < limit and self._promote_due(active):
-                messages += claim(active, limit - len(messages), owner=self.id,
-                                  visibility_timeout=self.options.visibility_timeout)
+            messages = claim_ready([get_queue(q.name) for q in self.queues], limit,
+                                   owner=self.id,
+                                   visibility_timeout=self.options.visibility_timeout,
+                                   clock=self._promotion)
         except DatabaseError:
             logger.exception("Claim failed; retrying after a pause", extra={"worker": self.id})
             self._reset_connection()
             self.interrupts.stop.wait(1.0)
             return 0
-        with self._held_lock:
-            for message in messages:
-                self._held[message.pk] = message
+        for message in messages:
+            self._held[message.pk] = message
         for message in messages:
             self._tasks.put(message)
         self.stats.claimed += len(messages)
         return len(messages)
-
-    def _promote_due(self, queues: list[Queue]) -> int:
-        now = time.monotonic()
-        if now - self._last_promote < self.settings.PROMOTE_INTERVAL:
-            return 0
-        self._last_promote = now
-        return promote_due([q.pk for q in queues])
 
     def _limit_reached(self) -> bool:
         limit = self.options.max_messages
@@ -270,8 +258,7 @@ class Worker:
         self._unflushed = [d for d in self._unflushed if d.message.pk not in settled]
 
     def _forget(self, message: Message) -> None:
-        with self._held_lock:
-            self._held.pop(message.pk, None)
+        self._held.pop(message.pk, None)
 
     def _record_failure(self, message: Message, error: str) -> None:
         try:
@@ -293,15 +280,13 @@ class Worker:
         while True:
             with contextlib.suppress(Exception):
                 self._flush()
-            with self._held_lock:
-                busy = len(self._held) - len(self._unflushed)
+            busy = len(self._held) - len(self._unflushed)
             if busy <= 0 or self.interrupts.force.is_set() or time.monotonic() >= deadline:
                 break
             wakeup.wait(wakeup.generation, 0.05)
         self._release(self._drain_unstarted())
         unflushed = {d.message.pk for d in self._unflushed}
-        with self._held_lock:
-            still_running = [m for pk, m in self._held.items() if pk not in unflushed]
+        still_running = [m for pk, m in self._held.items() if pk not in unflushed]
         if still_running:
             logger.warning("Releasing %d message(s) whose handlers did not finish in time",
                            len(still_running), extra={"worker": self.id})
@@ -330,9 +315,8 @@ class Worker:
         except DatabaseError:
             logger.exception("Could not release %d message(s); their leases will expire",
                              len(messages), extra={"worker": self.id})
-        with self._held_lock:
-            for message in messages:
-                self._held.pop(message.pk, None)
+        for message in messages:
+            self._forget(message)
 
     # Registration and heartbeat
 
