@@ -21,6 +21,12 @@ _EXPORTS = {
     "create_queue": "djqueue.queues", "get_queue": "djqueue.queues",
     "pause": "djqueue.queues", "resume": "djqueue.queues",
     "handler": "djqueue.handlers",
+    "is_stale": "djqueue.groups", "trace": "djqueue.trace",
+    "create_topic": "djqueue.topics", "subscribe": "djqueue.topics",
+    "register_consumer": "djqueue.topics", "unregister_consumer": "djqueue.topics",
+    "publish": "djqueue.topics", "publish_batch": "djqueue.topics",
+    "reset_group": "djqueue.topics", "group_lag": "djqueue.topics",
+    "group_queues": "djqueue.topics",
     "Message": "djqueue.models", "Queue": "djqueue.models", "State": "djqueue.models",
 }
 

@@ -14,18 +14,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from djqueue import signals, vendor
+from djqueue import dedup, groups, signals, trace, vendor
 from djqueue.claims import PromotionClock, claim_ready
+from djqueue.conditions import compile_condition
 from djqueue.exceptions import InvalidMessage, NotOwner, PayloadTooLarge, QueueFull
 from djqueue.lifecycle import fail, release, validate_delay
-from djqueue.models import Message, Queue, State
+from djqueue.models import Event, History, Message, Queue, State
 from djqueue.queues import QueueRef, get_queue
 from djqueue.wakeup import Backoff, wakeup
 
 SMALLINT = (-32768, 32767)
 BULK_BATCH = 1000
+MAX_GROUP_KEY_CHARS = 200
 
 
 def send(
@@ -35,19 +38,27 @@ def send(
     delay: float | timedelta | datetime | None = None,
     priority: int = 0,
     headers: dict[str, Any] | None = None,
-) -> Message:
-    """Put one message on ``queue``. Inside ``transaction.atomic()`` it appears at commit."""
+    group_key: str | None = None,
+    dedup_key: str | None = None,
+    block: bool = False,
+    timeout: float | None = None,
+) -> Message | History:
+    """Put one message on ``queue``. Inside ``transaction.atomic()`` it appears at commit.
+
+    ``group_key``: in an ordered queue, messages of one key are delivered one at a
+    time in send order. ``dedup_key``: while a message sent with that key is
+    pending (or within the queue's ``dedup_window``) a second send returns the
+    first message, marked ``duplicate = True`` (its History row if it already
+    finished). ``block``: if the queue is at ``max_depth``, wait up to
+    ``timeout`` seconds (default: forever) for room instead of raising QueueFull.
+    """
     q = get_queue(queue)
-    message = _build(q, payload, delay=delay, priority=priority, headers=headers)
-    db = vendor.alias()
-    if q.max_depth is None:
-        message.save(using=db, force_insert=True)
-    else:
-        with transaction.atomic(using=db):
-            _reserve_depth(q, 1)
-            message.save(using=db, force_insert=True)
-    _announce([message])
-    return message
+    message = _build(q, payload, delay=delay, priority=priority, headers=headers,
+                     group_key=group_key)
+    if dedup_key is not None:
+        dedup.validate_key(dedup_key)
+    return _with_flow_control(lambda: _insert(q, [message], dedup_key=dedup_key)[0],
+                              block=block, timeout=timeout)
 
 
 def send_batch(
@@ -57,39 +68,108 @@ def send_batch(
     delay: float | timedelta | datetime | None = None,
     priority: int = 0,
     headers: dict[str, Any] | None = None,
+    group_key: str | None = None,
+    group_keys: Sequence[str | None] | None = None,
+    block: bool = False,
+    timeout: float | None = None,
 ) -> list[Message]:
-    """Put many messages on ``queue`` with multi-row inserts: all of them, or none."""
+    """Put many messages on ``queue`` with multi-row inserts: all of them, or none.
+
+    ``group_key`` applies to every message; ``group_keys`` gives one per payload.
+    """
     q = get_queue(queue)
-    messages = [_build(q, p, delay=delay, priority=priority, headers=headers) for p in payloads]
+    payloads = list(payloads)
+    if group_keys is not None:
+        group_keys = list(group_keys)
+        if group_key is not None or len(group_keys) != len(payloads):
+            raise InvalidMessage("group_keys needs one key (or None) per payload, "
+                                 "and excludes group_key.")
+    keys = group_keys if group_keys is not None else [group_key] * len(payloads)
+    messages = [_build(q, p, delay=delay, priority=priority, headers=headers,
+                       group_key=k) for p, k in zip(payloads, keys, strict=True)]
     if not messages:
         return []
+    return _with_flow_control(lambda: _insert(q, messages), block=block, timeout=timeout)
+
+
+def _with_flow_control(insert, *, block: bool, timeout: float | None):
+    """Run ``insert``; on QueueFull with ``block``, retry as consumers make room.
+
+    Inside an outer transaction the queue row stays locked by the first try,
+    so other senders to this queue wait too; consumers are not affected.
+    """
+    if timeout is not None:
+        timeout = validate_delay(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    backoff = Backoff()
+    while True:
+        try:
+            return insert()
+        except QueueFull:
+            if not block or (deadline is not None and time.monotonic() >= deadline):
+                raise
+        backoff.sleep(deadline)
+
+
+def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = None) -> list:
     db = vendor.alias()
+    if (len(messages) == 1 and queue.max_depth is None and not queue.trace
+            and dedup_key is None and not (queue.ordered and messages[0].group_key)):
+        messages[0].save(using=db, force_insert=True)
+        _announce(messages)
+        return messages
     with transaction.atomic(using=db):
-        if q.max_depth is not None:
-            _reserve_depth(q, len(messages))
-        Message.objects.using(db).bulk_create(messages, batch_size=BULK_BATCH)
+        if dedup_key is not None:
+            original = dedup.take(db, queue, dedup_key)
+            if original is not None:
+                original.duplicate = True
+                return [original]
+        if queue.max_depth is not None:
+            _reserve_depth(queue, len(messages))
+        groups.enqueue_states(db, messages)
+        if len(messages) == 1:
+            messages[0].save(using=db, force_insert=True)
+        else:
+            Message.objects.using(db).bulk_create(messages, batch_size=BULK_BATCH)
+        if dedup_key is not None:
+            dedup.assign(db, queue, dedup_key, messages[0])
+        trace.record(db, messages, Event.SENT)
     _announce(messages)
     return messages
 
 
-def _build(queue: Queue, payload: Any, *, delay: Any, priority: Any, headers: Any) -> Message:
+def _build(queue: Queue, payload: Any, *, delay: Any, priority: Any, headers: Any,
+           group_key: Any = None) -> Message:
     body = encode_payload(payload)
+    validate_group_key(group_key)
+    validate_priority(priority)
     if queue.max_payload_bytes is not None and len(body.encode()) > queue.max_payload_bytes:
         raise PayloadTooLarge(
             f"Payload of {len(body.encode())} bytes exceeds queue {queue.name!r}'s limit of "
             f"{queue.max_payload_bytes} bytes.")
-    if isinstance(priority, bool) or not isinstance(priority, int) or not (
-            SMALLINT[0] <= priority <= SMALLINT[1]):
-        raise InvalidMessage(f"priority must be an integer from {SMALLINT[0]} to {SMALLINT[1]},"
-                             f" got {priority!r}.")
     now = timezone.now()
     visible_at = _visible_at(delay, now)
     message = Message(
         queue=queue, body=body, headers=_check_headers(headers), priority=priority,
+        group_key=group_key,
         state=State.SCHEDULED if visible_at > now else State.READY,
         visible_at=visible_at, sent_at=now)
     message._payload = payload
     return message
+
+
+def validate_group_key(group_key: Any) -> None:
+    if group_key is not None and (not isinstance(group_key, str) or not group_key
+                                  or len(group_key) > MAX_GROUP_KEY_CHARS):
+        raise InvalidMessage(f"group_key must be a non-empty string of at most "
+                             f"{MAX_GROUP_KEY_CHARS} characters, got {group_key!r}.")
+
+
+def validate_priority(priority: Any) -> None:
+    if isinstance(priority, bool) or not isinstance(priority, int) or not (
+            SMALLINT[0] <= priority <= SMALLINT[1]):
+        raise InvalidMessage(f"priority must be an integer from {SMALLINT[0]} to {SMALLINT[1]},"
+                             f" got {priority!r}.")
 
 
 def encode_payload(payload: Any) -> str:
@@ -157,12 +237,17 @@ def receive(
     visibility_timeout: float | None = None,
     wait: float = 0,
     owner: str | None = None,
+    where: Q | str | None = None,
 ) -> list[Message]:
     """Claim up to ``max_messages`` ready messages, earlier queues first.
 
     With ``wait`` it blocks up to that many seconds for a first message
     (long poll), polling with an adaptive delay. Paused queues are skipped.
+    ``where`` takes only messages matching a condition: a ``Q`` over Message
+    fields, or an expression such as ``"priority >= 5 and headers.region = 'eu'"``
+    (see djqueue.conditions).
     """
+    condition = compile_condition(where)
     refs = [queues] if isinstance(queues, str | Queue) else list(queues)
     if not refs:
         raise InvalidMessage("receive() needs at least one queue.")
@@ -177,7 +262,8 @@ def receive(
     backoff = Backoff()
     while True:
         messages = claim_ready([get_queue(r) for r in refs], max_messages, owner=owner,
-                               visibility_timeout=visibility_timeout, clock=_promotion)
+                               visibility_timeout=visibility_timeout, clock=_promotion,
+                               where=condition)
         if messages or time.monotonic() >= deadline:
             return messages
         backoff.sleep(deadline)

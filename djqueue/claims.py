@@ -23,14 +23,15 @@ import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
-from django.db import transaction
-from django.db.models import F
+from django.db import DataError, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
-from djqueue import vendor
+from djqueue import trace, vendor
 from djqueue.conf import get_settings
+from djqueue.exceptions import InvalidCondition
 from djqueue.lifecycle import promote_due
-from djqueue.models import Message, Queue, State
+from djqueue.models import Body, Event, Message, Queue, State
 
 
 def new_lease_token() -> str:
@@ -43,8 +44,12 @@ def claim(
     *,
     owner: str,
     visibility_timeout: float | None = None,
+    where: Q | None = None,
 ) -> list[Message]:
-    """Lease up to ``limit`` ready messages, taking from earlier queues first."""
+    """Lease up to ``limit`` ready messages, taking from earlier queues first.
+
+    ``where`` keeps to messages matching a condition (conditional receive).
+    """
     db = vendor.alias()
     conn = vendor.connection()
     skip_locked = vendor.claims_by_skip_locked(conn)
@@ -60,7 +65,7 @@ def claim(
             stamp = {"state": State.CLAIMED, "owner": owner, "lease_token": token,
                      "visible_at": lease_end, "claimed_at": now}
             if skip_locked:
-                rows = vendor.lock_ready(queue.pk, want)
+                rows = vendor.lock_ready(queue.pk, want, where)
                 if not rows:
                     continue
                 Message.objects.using(db).filter(pk__in=[m.pk for m in rows]).update(
@@ -68,8 +73,10 @@ def claim(
                 for message in rows:
                     _stamp(message, stamp, attempts=message.attempts + 1)
             else:
-                ready = (Message.objects.using(db).filter(queue=queue, state=State.READY)
-                         .claim_order().values("pk")[:want])
+                ready = Message.objects.using(db).filter(queue=queue, state=State.READY)
+                if where is not None:
+                    ready = ready.filter(where)
+                ready = ready.claim_order().values("pk")[:want]
                 count = Message.objects.using(db).filter(pk__in=ready).update(
                     attempts=F("attempts") + 1, **stamp)
                 if not count:
@@ -78,8 +85,21 @@ def claim(
                     state=State.CLAIMED, lease_token=token, queue=queue).claim_order())
             for message in rows:
                 message.queue = queue
+            trace.record(db, rows, Event.CLAIMED, at=now, queue_id=queue.pk)
             claimed.extend(rows)
+    attach_bodies(db, claimed)
     return claimed
+
+
+def attach_bodies(db: str, messages: Sequence[Message]) -> None:
+    """Load the stored bodies of topic deliveries in one query."""
+    ids = {m.stored_body_id for m in messages if m.stored_body_id is not None}
+    if not ids:
+        return
+    bodies = Body.objects.using(db).in_bulk(list(ids))
+    for message in messages:
+        if message.stored_body_id is not None:
+            message.stored_body = bodies[message.stored_body_id]
 
 
 def _stamp(message: Message, stamp: dict[str, object], attempts: int) -> None:
@@ -109,14 +129,29 @@ def claim_ready(
     owner: str,
     visibility_timeout: float | None,
     clock: PromotionClock,
+    where: Q | None = None,
 ) -> list[Message]:
     """Claim from the unpaused ``queues``; if that comes up short, promote due scheduled
     messages (throttled by ``clock``) and claim the rest."""
     active = [q for q in queues if not q.paused]
     if not active:
         return []
-    messages = claim(active, limit, owner=owner, visibility_timeout=visibility_timeout)
+    if where is not None:
+        try:
+            return _claim_ready(active, limit, owner=owner, visibility_timeout=visibility_timeout,
+                                clock=clock, where=where)
+        except DataError as exc:
+            raise InvalidCondition(f"The condition cannot be evaluated ({exc})", 1, "") from None
+    return _claim_ready(active, limit, owner=owner, visibility_timeout=visibility_timeout,
+                        clock=clock, where=None)
+
+
+def _claim_ready(active: Sequence[Queue], limit: int, *, owner: str,
+                 visibility_timeout: float | None, clock: PromotionClock,
+                 where: Q | None) -> list[Message]:
+    messages = claim(active, limit, owner=owner, visibility_timeout=visibility_timeout,
+                     where=where)
     if len(messages) < limit and clock.due() and promote_due([q.pk for q in active]):
         messages += claim(active, limit - len(messages), owner=owner,
-                          visibility_timeout=visibility_timeout)
+                          visibility_timeout=visibility_timeout, where=where)
     return messages

@@ -49,3 +49,13 @@ class TaskTimeout(DjqueueError, TimeoutError):
 
 class TaskCancelled(DjqueueError):
     """A django.tasks task was cancelled."""
+
+
+class InvalidCondition(DjqueueError, ValueError):
+    """A receive condition that does not parse, or that the database cannot evaluate."""
+
+    def __init__(self, message: str, position: int, source: str) -> None:
+        self.position = position
+        self.source = source
+        shown = f": {source!r}" if source else ""
+        super().__init__(f"{message} at position {position}{shown}")

@@ -7,7 +7,6 @@ handed to someone else can no longer ack, fail or extend the message.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
@@ -15,9 +14,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from djqueue import signals, vendor
+from djqueue import groups, signals, trace, vendor
 from djqueue.exceptions import InvalidMessage, NotOwner
-from djqueue.models import History, Message, Outcome, Queue, State
+from djqueue.models import Event, History, Message, Outcome, Queue, State
 from djqueue.queues import get_queue_by_id
 
 MAX_ERROR_CHARS = 8000
@@ -45,6 +44,8 @@ def ack_many(messages: Iterable[Message]) -> list[Message]:
             History.objects.using(db).bulk_create(
                 [history_row(m, Outcome.ACKED, now) for m in owned])
             Message.objects.using(db).filter(pk__in=[m.pk for m in owned]).delete()
+            groups.hand_on(db, owned, acked=owned)
+            trace.record(db, owned, Event.ACKED, at=now)
     if owned:
         signals.messages_acked.send(sender=Message, messages=owned)
     return owned
@@ -60,18 +61,24 @@ def history_row(message: Message, outcome: Outcome, now: datetime) -> History:
 def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
     """Give messages back without counting the delivery (Q4M ``queue_abort``)."""
     delay = validate_delay(delay)
-    by_token: dict[str, list[int]] = defaultdict(list)
-    for message in messages:
-        by_token[message.lease_token].append(message.pk)
+    by_id = {m.pk: m for m in messages}
+    if not by_id:
+        return 0
+    db = vendor.alias()
     now = timezone.now()
-    state = State.SCHEDULED if delay else State.READY
-    released = 0
-    for token, ids in by_token.items():
-        released += Message.objects.using(vendor.alias()).filter(
-            pk__in=ids, state=State.CLAIMED, lease_token=token,
-        ).update(state=state, owner="", lease_token="", attempts=F("attempts") - 1,
-                 visible_at=now + timedelta(seconds=delay or 0))
-    return released
+    with transaction.atomic(using=db):
+        leased = (Message.objects.using(db).select_for_update().filter(pk__in=list(by_id))
+                  .values_list("pk", "state", "lease_token"))
+        mine = [by_id[pk] for pk, state, token in leased
+                if state == State.CLAIMED and token == by_id[pk].lease_token]
+        if not mine:
+            return 0
+        Message.objects.using(db).filter(pk__in=[m.pk for m in mine]).update(
+            state=State.SCHEDULED if delay else State.READY, owner="", lease_token="",
+            attempts=F("attempts") - 1, visible_at=now + timedelta(seconds=delay or 0))
+        trace.record(db, mine, Event.RELEASED, at=now,
+                     detail=f"released, visible again in {delay:g} s" if delay else "")
+    return len(mine)
 
 
 def fail(message: Message, error: str, *, delay: float | None = None) -> Message:
@@ -93,9 +100,11 @@ def record_failure(row: Message, error: str, now: datetime, *,
                    retry_delay: float | None = None) -> None:
     """On a locked row: append ``error``, then schedule the retry or dead-letter it."""
     queue = get_queue_by_id(row.queue_id)
+    error = str(error)[:MAX_ERROR_CHARS]
     row.errors = [*(row.errors or []), {
-        "attempt": row.attempts, "at": now.isoformat(), "worker": row.owner,
-        "error": str(error)[:MAX_ERROR_CHARS]}]
+        "attempt": row.attempts, "at": now.isoformat(), "worker": row.owner, "error": error}]
+    db = row._state.db or vendor.alias()
+    trace.record(db, [row], Event.NACKED, at=now, detail=error)
     row.owner = row.lease_token = ""
     if row.attempts >= queue.max_attempts:
         dead_letter(row, queue, now)
@@ -105,16 +114,22 @@ def record_failure(row: Message, error: str, now: datetime, *,
         row.state = State.SCHEDULED if wait > timedelta(0) else State.READY
         row.visible_at = now + wait
         row.save(update_fields=["state", "visible_at", "owner", "lease_token", "errors"])
+        trace.record(db, [row], Event.RETRIED, at=now,
+                     detail=f"attempt {row.attempts + 1} in {wait.total_seconds():g} s")
         signals.message_retried.send(sender=Message, message=row)
 
 
 def dead_letter(row: Message, queue: Queue, now: datetime) -> None:
+    db = row._state.db or vendor.alias()
     row.origin_queue_id = queue.pk
     row.queue_id = queue.dead_letter_queue_id or queue.pk
     row.state = State.DEAD
     row.visible_at = now
     row.save(update_fields=["state", "visible_at", "owner", "lease_token", "errors", "queue",
                             "origin_queue"])
+    groups.hand_on(db, [Message(pk=row.pk, queue_id=queue.pk, group_key=row.group_key)])
+    trace.record(db, [row], Event.DEAD_LETTERED, at=now, also_queue_id=queue.pk,
+                 detail=f"after {row.attempts} attempts, to queue {row.queue_id}")
     signals.message_dead_lettered.send(sender=Message, message=row)
 
 

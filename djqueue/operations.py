@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, Exists, F, OuterRef, Value, When
 from django.utils import timezone
 
-from djqueue import signals, vendor
+from djqueue import dedup, groups, signals, trace, vendor
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.lifecycle import history_row
-from djqueue.models import History, Message, Outcome, State
+from djqueue.models import Event, History, Message, Outcome, State
 from djqueue.queues import QueueRef, get_queue
 
 
@@ -41,6 +41,11 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
             Message.objects.using(db).filter(pk__in=ids).update(
                 queue=destination, state=State.READY, attempts=0, owner="", lease_token="",
                 visible_at=timezone.now())
+            groups.rejoin(db, ids)
+            moved_rows = list(Message.objects.using(db).filter(pk__in=ids)
+                              .only("pk", "queue_id", "attempts", "owner"))
+            trace.record(db, moved_rows, Event.REDRIVEN, also_queue_id=source.pk,
+                         detail=f"from queue {source.name}")
         moved += len(ids)
         if len(ids) < take:
             break
@@ -50,7 +55,8 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
 
 
 def purge(queue: QueueRef) -> int:
-    """Delete the queue's ready, scheduled and dead messages; in-flight ones finish normally."""
+    """Delete the queue's ready, scheduled, waiting and dead messages; in-flight ones
+    finish normally."""
     q = get_queue(queue, fresh=True)
     db = vendor.alias()
     removed = 0
@@ -58,12 +64,18 @@ def purge(queue: QueueRef) -> int:
     while True:
         with transaction.atomic(using=db):
             ids = _lock_ids(Message.objects.using(db).filter(
-                queue=q, state__in=[State.READY, State.SCHEDULED, State.DEAD]), batch)
+                queue=q, state__in=[State.READY, State.SCHEDULED, State.WAITING, State.DEAD]),
+                batch)
             if ids:
                 Message.objects.using(db).filter(pk__in=ids).delete()
+                trace.record(db, [Message(pk=pk, queue_id=q.pk) for pk in ids], Event.PURGED)
         removed += len(ids)
         if len(ids) < batch:
-            return removed
+            break
+    if q.ordered:
+        with transaction.atomic(using=db):
+            groups.repair(db, [q.pk])
+    return removed
 
 
 def _lock_ids(query, limit: int) -> list[int]:
@@ -109,6 +121,8 @@ def delete(message: Message | int, *, only_unclaimed: bool = False) -> bool:
             return False
         History.objects.using(db).bulk_create([history_row(row, Outcome.DELETED, timezone.now())])
         row.delete(using=db)
+        groups.hand_on(db, [row])
+        trace.record(db, [row], Event.DELETED)
     return True
 
 
@@ -119,14 +133,31 @@ def finished(message_id: int) -> History | None:
 def prune_history(now: datetime | None = None) -> int:
     """Delete what is past retention, in batches by primary key: history (per queue's
     retention), finished task results and periodic ticks (RESULT_RETENTION)."""
-    from djqueue.models import FINISHED_STATUSES, PeriodicTick, Queue, TaskRecord
+    from djqueue.models import (
+        FINISHED_STATUSES,
+        MessageGroup,
+        PeriodicTick,
+        Queue,
+        TaskRecord,
+        TraceEvent,
+    )
+    from djqueue.topics import collect_bodies
 
     db = vendor.alias()
     now = now or timezone.now()
     removed = 0
     for queue_id, retention in Queue.objects.using(db).values_list("pk", "retention"):
+        cutoff = now - timedelta(seconds=retention)
         removed += _delete_in_batches(History.objects.using(db).filter(
-            queue_id=queue_id, finished_at__lt=now - timedelta(seconds=retention)))
+            queue_id=queue_id, finished_at__lt=cutoff))
+        removed += _delete_in_batches(TraceEvent.objects.using(db).filter(
+            queue_id=queue_id, at__lt=cutoff))
+        removed += _delete_in_batches(MessageGroup.objects.using(db).filter(
+            queue_id=queue_id, touched_at__lt=cutoff).exclude(
+            Exists(Message.objects.filter(queue_id=OuterRef("queue_id"),
+                                          group_key=OuterRef("key")))))
+    removed += dedup.prune(db, now)
+    removed += collect_bodies(now)
     cutoff = now - timedelta(seconds=get_settings().RESULT_RETENTION)
     removed += _delete_in_batches(TaskRecord.objects.using(db).filter(
         status__in=FINISHED_STATUSES, finished_at__lt=cutoff))

@@ -12,14 +12,14 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
-from djqueue import vendor
+from djqueue import groups, vendor
 from djqueue.conf import get_settings
 from djqueue.interrupts import Interrupts
 from djqueue.lifecycle import promote_due, return_claims
-from djqueue.models import Message
+from djqueue.models import Message, Queue
 from djqueue.models import Worker as WorkerRow
 from djqueue.operations import prune_history
 from djqueue.periodic import Scheduler
@@ -38,6 +38,7 @@ class ReapReport:
     promoted: int = 0
     pruned: int = 0
     periodic: int = 0
+    groups_repaired: int = 0
 
     def __bool__(self) -> bool:
         return any(vars(self).values())
@@ -79,7 +80,18 @@ class Reaper:
         if time.monotonic() - self._last_prune >= PRUNE_EVERY:
             self._last_prune = time.monotonic()
             report.pruned = prune_history()
+            report.groups_repaired = self.repair_groups()
         return report
+
+    @staticmethod
+    def repair_groups() -> int:
+        """Safety net for ordered queues: hand on groups left with no holder."""
+        db = vendor.alias()
+        ordered = list(Queue.objects.using(db).filter(ordered=True).values_list("pk", flat=True))
+        if not ordered:
+            return 0
+        with transaction.atomic(using=db):
+            return groups.repair(db, ordered)
 
     def _drain(self, query, error: str) -> int:
         total = 0

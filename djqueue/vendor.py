@@ -144,26 +144,78 @@ def session_lock_free(key: str, conn: BaseDatabaseWrapper | None = None) -> bool
 CLAIM_INDEX = "djqueue_msg_claim"
 
 
-def lock_ready(queue_id: int, limit: int) -> list:
+def lock_ready(queue_id: int, limit: int, where=None) -> list:
     """Lock up to ``limit`` ready messages of a queue in claim order, skipping locked rows.
 
-    Why raw SQL with FORCE INDEX on MySQL/MariaDB: on a small or freshly emptied
-    table the optimizer may prefer another index and a filesort; a locking read
-    then locks every ready row of the queue before LIMIT applies, and concurrent
+    ``where`` (a Q object) narrows the claim (conditional receive).
+
+    Why FORCE INDEX on MySQL/MariaDB: on a small or freshly emptied table the
+    optimizer may prefer another index and a filesort; a locking read then
+    locks every ready row of the queue before LIMIT applies, and concurrent
     workers skip them all and find nothing. Forcing djqueue_msg_claim reads and
-    locks only the rows returned. The SQL is built from model metadata alone;
-    values are parameters. Other vendors run the ORM query.
+    locks only the rows returned. Django cannot say FORCE INDEX, so the query
+    Django compiled is amended with it: the SQL text comes from the compiler
+    alone, every value (including anything from ``where``) stays a parameter.
     """
     from djqueue.models import Message, State
 
     db = alias()
     conn = connections[db]
+    query = Message.objects.using(db).filter(queue_id=queue_id, state=State.READY)
+    if where is not None:
+        query = query.filter(where)
+    query = query.claim_order().select_for_update(skip_locked=True)[:limit]
     if conn.vendor != "mysql":
-        return list(Message.objects.using(db).filter(queue_id=queue_id, state=State.READY)
-                    .claim_order().select_for_update(skip_locked=True)[:limit])
-    qn = conn.ops.quote_name
-    columns = ", ".join(qn(f.column) for f in Message._meta.concrete_fields)
-    sql = (f"SELECT {columns} FROM {qn(Message._meta.db_table)} FORCE INDEX ({qn(CLAIM_INDEX)})"
-           f" WHERE {qn('queue_id')} = %s AND {qn('state')} = %s"
-           f" ORDER BY {qn('priority')} DESC, {qn('id')} LIMIT %s FOR UPDATE SKIP LOCKED")
-    return list(Message.objects.using(db).raw(sql, [queue_id, int(State.READY), limit]))
+        return list(query)
+    sql, params = query.query.get_compiler(using=db).as_sql()
+    table = f"FROM {conn.ops.quote_name(Message._meta.db_table)}"
+    if table not in sql:
+        raise AssertionError(f"Unexpected claim SQL: {sql}")
+    sql = sql.replace(table, f"{table} FORCE INDEX ({conn.ops.quote_name(CLAIM_INDEX)})", 1)
+    return list(Message.objects.using(db).raw(sql, params))
+
+
+def json_number_sql(vendor_name: str, key: str) -> tuple[str, str]:
+    """SQL for "the JSON value at ``key`` of {column} if it is a number, else NULL",
+    and the key parameter it takes twice.
+
+    Why per vendor: each database names its JSON type test differently, and a
+    plain cast of a non-numeric value fails on PostgreSQL but yields 0 on MySQL.
+    ``key`` is an identifier (the parser allows nothing else) and still goes
+    in as a parameter.
+    """
+    if vendor_name == "mysql":
+        return ("(CASE WHEN JSON_TYPE(JSON_EXTRACT({column}, %s)) IN "
+                "('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL') "
+                "THEN JSON_EXTRACT({column}, %s) + 0 END)"), f'$."{key}"'
+    if vendor_name == "postgresql":
+        return ("(CASE WHEN jsonb_typeof({column} -> %s) = 'number' "
+                "THEN ({column} ->> %s)::double precision END)"), key
+    return ("(CASE WHEN json_type({column}, %s) IN ('integer', 'real') "
+            "THEN json_extract({column}, %s) END)"), f'$."{key}"'
+
+
+def int_div_sql(vendor_name: str) -> str:
+    """SQL for MySQL's ``a DIV b`` (truncating toward zero; NULL when b is 0).
+
+    Why per vendor: only MySQL has DIV; PostgreSQL's integer ``/`` errors on a
+    zero divisor, and SQLite's ``/`` keeps the fraction of a real operand.
+    """
+    if vendor_name == "mysql":
+        return "(({a}) DIV NULLIF(({b}), 0))"
+    if vendor_name == "postgresql":
+        return "TRUNC(({a})::numeric / NULLIF(({b})::numeric, 0))"
+    return "CAST(((({a}) * 1.0) / NULLIF(({b}), 0)) AS INTEGER)"
+
+
+def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
+    """``bulk_create`` options for an insert that, on a duplicate key, updates instead.
+
+    Why per vendor: MySQL's ON DUPLICATE KEY UPDATE applies to every unique key
+    and cannot name one, so Django refuses ``unique_fields`` there; PostgreSQL
+    and SQLite need them for ON CONFLICT (...).
+    """
+    options: dict = {"update_conflicts": True, "update_fields": update_fields}
+    if connection().vendor != "mysql":
+        options["unique_fields"] = unique_fields
+    return options

@@ -20,12 +20,14 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
-from djqueue import handlers, signals, vendor
+from djqueue import groups, handlers, signals, vendor
 from djqueue.claims import PromotionClock, claim_ready
+from djqueue.conditions import compile_condition
 from djqueue.conf import get_settings
 from djqueue.exceptions import DjqueueError, NotOwner
 from djqueue.handlers import Handler
@@ -49,6 +51,8 @@ class WorkerOptions:
     burst: bool = False
     visibility_timeout: float | None = None
     shutdown_grace: float | None = None
+    #: A condition (expression or Q) limiting which messages are claimed.
+    where: Any = None
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,8 @@ class Done:
     error: str | None = None
     #: The ack already happened (exactly-once mode acks inside the handler's transaction).
     acked: bool = False
-    #: The lease was lost before the handler could run (exactly-once mode).
+    #: The lease was lost before the handler could run (exactly-once mode), or the
+    #: delivery was stale and skipped (``Queue.skip_stale``).
     lost: bool = False
 
 
@@ -89,6 +94,7 @@ class Worker:
         self.queues: list[Queue] = [
             create_queue(name, exist_ok=True) if name in task_queues else get_queue(name, fresh=True)
             for name in options.queues]
+        self.where = compile_condition(options.where)
         self.lock_key = uuid.uuid4().hex
         self.id = f"{socket.gethostname()[:60]}:{os.getpid()}:{self.lock_key[:8]}"
         self.interrupts = Interrupts()
@@ -158,7 +164,7 @@ class Worker:
             messages = claim_ready([get_queue(q.name) for q in self.queues], limit,
                                    owner=self.id,
                                    visibility_timeout=self.options.visibility_timeout,
-                                   clock=self._promotion)
+                                   clock=self._promotion, where=self.where)
         except DatabaseError:
             logger.exception("Claim failed; retrying after a pause", extra={"worker": self.id})
             self._reset_connection()
@@ -203,6 +209,11 @@ class Worker:
                 entry.func(message)
 
         try:
+            if message.queue.skip_stale and groups.is_stale(message):
+                logger.warning("Skipping a stale delivery of message %s: a later message of "
+                               "group %r was acked", message.pk, message.group_key,
+                               extra={"worker": self.id, "message_id": message.pk})
+                return Done(message, lost=True)
             if exactly_once:
                 run_and_ack(message, call)
                 return Done(message, acked=True)

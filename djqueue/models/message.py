@@ -9,6 +9,9 @@ Two indexes serve every hot query:
 * ``djqueue_msg_due (state, visible_at)``: promotion of due scheduled messages
   and the reaper's scan for expired leases (a claimed message's ``visible_at``
   is its lease expiry).
+
+A third, ``djqueue_msg_group (queue_id, group_key, state, id)``, serves ordered
+groups: is a group busy, and which message of it is next.
 """
 
 from __future__ import annotations
@@ -26,9 +29,13 @@ class State(models.IntegerChoices):
     SCHEDULED = 2, "scheduled"
     CLAIMED = 3, "claimed"
     DEAD = 4, "dead"
+    #: Ordered queues: queued behind an earlier message of its group.
+    WAITING = 5, "waiting"
 
 
-PENDING_STATES = (State.READY, State.SCHEDULED, State.CLAIMED)
+PENDING_STATES = (State.READY, State.SCHEDULED, State.CLAIMED, State.WAITING)
+#: The states in which a message holds its ordered group.
+GROUP_HOLDING_STATES = (State.READY, State.SCHEDULED, State.CLAIMED)
 
 
 class MessageQuerySet(models.QuerySet["Message"]):
@@ -67,7 +74,14 @@ class Message(models.Model):
     visible_at = models.DateTimeField(
         default=timezone.now,
         help_text="Scheduled: when it becomes ready. Claimed: when its lease expires.")
-    body = models.TextField(help_text="The payload, JSON-encoded.")
+    body = models.TextField(help_text="The payload, JSON-encoded (empty for a topic delivery).")
+    stored_body = models.ForeignKey(
+        "djqueue.Body", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+",
+        help_text="A topic delivery's body, stored once for all its deliveries.")
+    # NULL, not "": "no group" must never match a group key, in SQL or in Python.
+    group_key = models.CharField(  # noqa: DJ001
+        max_length=200, null=True, blank=True,
+        help_text="Ordered queues deliver the messages of one key strictly in send order.")
     headers = models.JSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0, help_text="Deliveries so far.")
     owner = models.CharField(max_length=100, blank=True, default="",
@@ -88,6 +102,7 @@ class Message(models.Model):
         indexes = [
             models.Index(fields=["queue", "state", "-priority", "id"], name="djqueue_msg_claim"),
             models.Index(fields=["state", "visible_at"], name="djqueue_msg_due"),
+            models.Index(fields=["queue", "group_key", "state", "id"], name="djqueue_msg_group"),
         ]
 
     def __str__(self) -> str:
@@ -98,12 +113,19 @@ class Message(models.Model):
         try:
             return self._payload
         except AttributeError:
-            self._payload = json.loads(self.body)
+            self._payload = json.loads(self.encoded_body)
             return self._payload
 
     @property
+    def encoded_body(self) -> str:
+        """The JSON text of the payload, wherever it is stored."""
+        if self.stored_body_id is None:
+            return self.body
+        return self.stored_body.body
+
+    @property
     def size(self) -> int:
-        return len(self.body.encode())
+        return len(self.encoded_body.encode())
 
     @property
     def queue_name(self) -> str:

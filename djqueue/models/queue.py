@@ -67,6 +67,19 @@ class Queue(models.Model):
         null=True, blank=True, help_text="Most pending messages allowed; sends beyond it fail.")
     max_payload_bytes = models.PositiveIntegerField(
         null=True, blank=True, help_text="Largest encoded payload accepted.")
+    ordered = models.BooleanField(
+        default=False,
+        help_text="Deliver the messages of one group key strictly in send order, one at a time.")
+    skip_stale = models.BooleanField(
+        default=False,
+        help_text="Ordered queues: workers skip a delivery of a message that is not newer than "
+                  "the last one acked in its group (a redelivery after an expired lease).")
+    dedup_window = models.FloatField(
+        null=True, blank=True,
+        help_text="Seconds a dedup key stays taken after its send; empty: while the message "
+                  "is pending.")
+    trace = models.BooleanField(
+        default=False, help_text="Keep an event log of every message's life (message trace).")
     exactly_once = models.BooleanField(
         default=False,
         help_text="Workers run the handler and the ack in one database transaction.")
@@ -83,6 +96,8 @@ class Queue(models.Model):
             raise ValidationError({"visibility_timeout": "Must be positive."})
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValidationError({"max_attempts": "Must be at least 1."})
+        if self.dedup_window is not None and self.dedup_window <= 0:
+            raise ValidationError({"dedup_window": "Must be positive (or empty)."})
         if self.dead_letter_queue_id is not None and self.dead_letter_queue_id == self.pk:
             raise ValidationError(
                 {"dead_letter_queue": "A queue cannot be its own dead-letter queue."})

@@ -43,6 +43,9 @@ class Command(BaseCommand):
                             help="Lease length in seconds (default: each queue's).")
         parser.add_argument("--shutdown-grace", type=float, default=None,
                             help="Seconds in-flight handlers may finish after SIGTERM.")
+        parser.add_argument("--where", default=None,
+                            help="Only claim messages matching this condition, e.g. "
+                                 "\"priority >= 5 and headers.region = 'eu'\".")
 
     def handle(self, *args: Any, **options: Any) -> None:
         handlers.discover()
@@ -55,7 +58,7 @@ class Command(BaseCommand):
                 batch_size=options["batch_size"], max_messages=options["max_messages"],
                 max_seconds=options["max_seconds"], burst=options["burst"],
                 visibility_timeout=options["visibility_timeout"],
-                shutdown_grace=options["shutdown_grace"]))
+                shutdown_grace=options["shutdown_grace"], where=options["where"]))
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
         worker.run()

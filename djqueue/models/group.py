@@ -1,0 +1,26 @@
+"""Ordered groups: one row per (queue, group key), the lock that serialises a group."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class MessageGroup(models.Model):
+    """Every change to which message of a group may be delivered locks this row first.
+
+    ``last_acked_id`` is the newest message of the group acked so far; the
+    consumer-side guard (``Queue.skip_stale``) compares deliveries against it.
+    """
+
+    queue = models.ForeignKey("djqueue.Queue", on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=200)
+    last_acked_id = models.BigIntegerField(null=True, blank=True)
+    touched_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["queue", "key"],
+                                               name="djqueue_group_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.queue_id}/{self.key}"

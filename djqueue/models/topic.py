@@ -1,0 +1,87 @@
+"""Topics with consumer groups: bodies stored once, a queue per subscription.
+
+A *cluster* group has one subscription: its consumers share one queue, so
+each message goes to one of them. A *broadcast* group has a subscription per
+registered consumer, each with its own queue, so every consumer gets every
+message. Publishing stores the body once (:class:`Body`) and inserts one
+small delivery row per subscription that references it.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+from djqueue.models.queue import default_retention, validate_queue_name
+
+
+class Topic(models.Model):
+    name = models.CharField(max_length=40, unique=True, validators=[validate_queue_name])
+    retention = models.FloatField(
+        default=default_retention,
+        help_text="Seconds published bodies are kept for replay after every group is done.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Body(models.Model):
+    """A published message, stored once and referenced by its deliveries."""
+
+    id = models.BigAutoField(primary_key=True)
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="+")
+    body = models.TextField()
+    headers = models.JSONField(null=True, blank=True)
+    priority = models.SmallIntegerField(default=0)
+    group_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 as Message
+    published_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "published message"
+        indexes = [models.Index(fields=["topic", "published_at"], name="djqueue_body_published")]
+
+    def __str__(self) -> str:
+        return f"{self.topic_id}#{self.id}"
+
+
+class GroupMode(models.TextChoices):
+    CLUSTER = "cluster"
+    BROADCAST = "broadcast"
+
+
+class ConsumerGroup(models.Model):
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="groups")
+    name = models.CharField(max_length=20, validators=[validate_queue_name])
+    mode = models.CharField(max_length=10, choices=GroupMode.choices, default=GroupMode.CLUSTER)
+    queue_options = models.JSONField(
+        default=dict, blank=True, help_text="Options of the queues made for its subscriptions.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["topic", "name"],
+                                               name="djqueue_group_name_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.topic.name}:{self.name}"
+
+
+class Subscription(models.Model):
+    """Where a group's deliveries go: its queue (cluster), or one consumer's queue (broadcast)."""
+
+    group = models.ForeignKey(ConsumerGroup, on_delete=models.CASCADE,
+                              related_name="subscriptions")
+    consumer = models.CharField(max_length=36, blank=True, default="")
+    queue = models.OneToOneField("djqueue.Queue", on_delete=models.PROTECT, related_name="+")
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["group", "consumer"],
+                                               name="djqueue_subscription_unique")]
+
+    def __str__(self) -> str:
+        return self.queue.name
