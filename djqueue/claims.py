@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
-from django.db import DataError, transaction
+from django.db import DataError, IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -140,7 +140,9 @@ def claim_ready(
         try:
             return _claim_ready(active, limit, owner=owner, visibility_timeout=visibility_timeout,
                                 clock=clock, where=where)
-        except DataError as exc:
+        except (DataError, IntegrityError) as exc:
+            # Why IntegrityError too: Django's MySQL backend reports error 1690
+            # (arithmetic out of range) as one; a claim writes no constrained column.
             raise InvalidCondition(f"The condition cannot be evaluated ({exc})", 1, "") from None
     return _claim_ready(active, limit, owner=owner, visibility_timeout=visibility_timeout,
                         clock=clock, where=None)
