@@ -21,7 +21,7 @@ _EXPORTS = {
     "create_queue": "djqueue.queues", "get_queue": "djqueue.queues",
     "pause": "djqueue.queues", "resume": "djqueue.queues",
     "handler": "djqueue.handlers",
-    "is_stale": "djqueue.groups", "trace": "djqueue.trace",
+    "is_stale": "djqueue.groups", "message_trace": "djqueue.trace",
     "create_topic": "djqueue.topics", "subscribe": "djqueue.topics",
     "register_consumer": "djqueue.topics", "unregister_consumer": "djqueue.topics",
     "publish": "djqueue.topics", "publish_batch": "djqueue.topics",

@@ -43,7 +43,7 @@ def record(db: str, messages: Iterable[Message], event: Event, *, detail: str = 
         TraceEvent.objects.using(db).bulk_create(rows)
 
 
-def trace(message_id: int) -> list[TraceEvent]:
+def message_trace(message_id: int) -> list[TraceEvent]:
     """Every recorded event of a message, oldest first."""
     return list(TraceEvent.objects.using(vendor.alias()).filter(message_id=message_id)
                 .order_by("id"))
