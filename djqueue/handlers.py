@@ -58,7 +58,23 @@ def configured_paths() -> dict[str, str]:
 
 
 def resolve(queue: str) -> Handler:
-    """The handler of ``queue``; settings win over decorators. HandlerNotFound if none."""
+    """The handler of ``queue``; settings win over decorators. HandlerNotFound if none.
+
+    A broadcast consumer's queue ``topic:group:consumer`` falls back to the
+    handler of its group, ``topic:group``.
+    """
+    try:
+        return _resolve(queue)
+    except HandlerNotFound:
+        if queue.count(":") >= 2:
+            try:
+                return _resolve(queue.rsplit(":", 1)[0])
+            except HandlerNotFound:
+                pass
+        raise
+
+
+def _resolve(queue: str) -> Handler:
     path = configured_paths().get(queue)
     if path is not None:
         try:

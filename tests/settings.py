@@ -37,6 +37,7 @@ DJQUEUE = {
         "t.slow": "tests.handlers.slow_record",
         "t.exactly": "tests.handlers.exactly_once_record",
         "t.flaky": "tests.handlers.fail_then_succeed",
+        "news:all": "tests.handlers.record",
     },
     "HEARTBEAT_INTERVAL": 0.5,
     "WORKER_TIMEOUT": 5.0,

@@ -149,7 +149,7 @@ def _evaluate(expr: str) -> None:
         condition = compile_condition(expr)
     except InvalidCondition:
         return
-    sql, params = Message.objects.filter(condition).query.sql_with_params()
+    sql, _params = Message.objects.filter(condition).query.sql_with_params()
     for literal in re.findall(r"'([^']*)'|\"([^\"]*)\"", expr):
         for text in literal:
             if len(text) >= 3 and text.strip() and not text.isdigit():

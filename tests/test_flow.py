@@ -20,7 +20,7 @@ def test_eight_concurrent_senders_of_one_dedup_key_make_one_message():
     djqueue.create_queue("dd")
     for round_no in range(5):
         key = f"order-{round_no}"
-        results = in_threads(lambda i: djqueue.send("dd", {"sender": i}, dedup_key=key), 8)
+        results = in_threads(lambda i, key=key: djqueue.send("dd", {"sender": i}, dedup_key=key), 8)
         assert len({m.pk for m in results}) == 1
         assert sum(bool(getattr(m, "duplicate", False)) for m in results) == 7
         assert Message.objects.filter(queue__name="dd").count() == round_no + 1

@@ -1,3 +1,4 @@
+import socket
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -43,13 +44,22 @@ class Command(BaseCommand):
                             help="Lease length in seconds (default: each queue's).")
         parser.add_argument("--shutdown-grace", type=float, default=None,
                             help="Seconds in-flight handlers may finish after SIGTERM.")
+        parser.add_argument("--subscribe", action="append", default=[], metavar="TOPIC:GROUP",
+                            help="Consume a topic's consumer group (repeatable); in a "
+                                 "broadcast group this worker registers as consumer "
+                                 "--consumer-name.")
+        parser.add_argument("--consumer-name", default=None,
+                            help="Broadcast consumer name (default: this host's name).")
         parser.add_argument("--where", default=None,
                             help="Only claim messages matching this condition, e.g. "
                                  "\"priority >= 5 and headers.region = 'eu'\".")
 
     def handle(self, *args: Any, **options: Any) -> None:
         handlers.discover()
-        queues = options["queues"] or handlers.known_queues()
+        queues = list(options["queues"])
+        for spec in options["subscribe"]:
+            queues.append(self.subscription_queue(spec, options["consumer_name"]))
+        queues = queues or handlers.known_queues()
         if not queues:
             raise CommandError("No queues given and no handlers configured.")
         try:
@@ -62,3 +72,16 @@ class Command(BaseCommand):
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
         worker.run()
+
+    @staticmethod
+    def subscription_queue(spec: str, consumer: str | None) -> str:
+        from djqueue.topics import register_consumer
+
+        topic, sep, group = spec.partition(":")
+        if not sep or not topic or not group:
+            raise CommandError(f"--subscribe takes TOPIC:GROUP, got {spec!r}.")
+        name = consumer or socket.gethostname().split(".")[0][:36]
+        try:
+            return register_consumer(topic, group, name).name
+        except DjqueueError as exc:
+            raise CommandError(str(exc)) from None
