@@ -55,38 +55,43 @@ def claim(
     skip_locked = vendor.claims_by_skip_locked(conn)
     token = new_lease_token()
     now = timezone.now()
-    claimed: list[Message] = []
-    with vendor.claim_isolation(conn), transaction.atomic(using=db):
-        for queue in queues:
-            want = limit - len(claimed)
-            if want <= 0:
-                break
-            lease_end = now + timedelta(seconds=visibility_timeout or queue.visibility_timeout)
-            stamp = {"state": State.CLAIMED, "owner": owner, "lease_token": token,
-                     "visible_at": lease_end, "claimed_at": now}
-            if skip_locked:
-                rows = vendor.lock_ready(queue.pk, want, where)
-                if not rows:
-                    continue
-                Message.objects.using(db).filter(pk__in=[m.pk for m in rows]).update(
-                    attempts=F("attempts") + 1, **stamp)
+
+    def claiming() -> list[Message]:
+        claimed: list[Message] = []
+        with vendor.claim_isolation(conn), transaction.atomic(using=db):
+            for queue in queues:
+                want = limit - len(claimed)
+                if want <= 0:
+                    break
+                lease_end = now + timedelta(seconds=visibility_timeout or queue.visibility_timeout)
+                stamp = {"state": State.CLAIMED, "owner": owner, "lease_token": token,
+                         "visible_at": lease_end, "claimed_at": now}
+                if skip_locked:
+                    rows = vendor.lock_ready(queue.pk, want, where)
+                    if not rows:
+                        continue
+                    Message.objects.using(db).filter(pk__in=[m.pk for m in rows]).update(
+                        attempts=F("attempts") + 1, **stamp)
+                    for message in rows:
+                        _stamp(message, stamp, attempts=message.attempts + 1)
+                else:
+                    ready = Message.objects.using(db).filter(queue=queue, state=State.READY)
+                    if where is not None:
+                        ready = ready.filter(where)
+                    ready = ready.claim_order().values("pk")[:want]
+                    count = Message.objects.using(db).filter(pk__in=ready).update(
+                        attempts=F("attempts") + 1, **stamp)
+                    if not count:
+                        continue
+                    rows = list(Message.objects.using(db).filter(
+                        state=State.CLAIMED, lease_token=token, queue=queue).claim_order())
                 for message in rows:
-                    _stamp(message, stamp, attempts=message.attempts + 1)
-            else:
-                ready = Message.objects.using(db).filter(queue=queue, state=State.READY)
-                if where is not None:
-                    ready = ready.filter(where)
-                ready = ready.claim_order().values("pk")[:want]
-                count = Message.objects.using(db).filter(pk__in=ready).update(
-                    attempts=F("attempts") + 1, **stamp)
-                if not count:
-                    continue
-                rows = list(Message.objects.using(db).filter(
-                    state=State.CLAIMED, lease_token=token, queue=queue).claim_order())
-            for message in rows:
-                message.queue = queue
-            trace.record(db, rows, Event.CLAIMED, at=now, queue_id=queue.pk)
-            claimed.extend(rows)
+                    message.queue = queue
+                trace.record(db, rows, Event.CLAIMED, at=now, queue_id=queue.pk)
+                claimed.extend(rows)
+        return claimed
+
+    claimed = vendor.retry_deadlocks(claiming)
     attach_bodies(db, claimed)
     return claimed
 

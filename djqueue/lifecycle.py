@@ -33,19 +33,24 @@ def ack_many(messages: Iterable[Message]) -> list[Message]:
         return []
     db = vendor.alias()
     now = timezone.now()
-    with transaction.atomic(using=db):
-        # Why by primary key alone: with ``state`` in the WHERE clause MySQL may
-        # scan the (state, visible_at) index and lock other receivers' rows.
-        leased = (Message.objects.using(db).select_for_update().filter(pk__in=list(by_id))
-                  .values_list("pk", "state", "lease_token"))
-        owned = [by_id[pk] for pk, state, token in leased
-                 if state == State.CLAIMED and token == by_id[pk].lease_token]
-        if owned:
-            History.objects.using(db).bulk_create(
-                [history_row(m, Outcome.ACKED, now) for m in owned])
-            Message.objects.using(db).filter(pk__in=[m.pk for m in owned]).delete()
-            groups.hand_on(db, owned, acked=owned)
-            trace.record(db, owned, Event.ACKED, at=now)
+
+    def acking() -> list[Message]:
+        with transaction.atomic(using=db):
+            # Why by primary key alone: with ``state`` in the WHERE clause MySQL may
+            # scan the (state, visible_at) index and lock other receivers' rows.
+            leased = (Message.objects.using(db).select_for_update().filter(pk__in=list(by_id))
+                      .values_list("pk", "state", "lease_token"))
+            owned = [by_id[pk] for pk, state, token in leased
+                     if state == State.CLAIMED and token == by_id[pk].lease_token]
+            if owned:
+                History.objects.using(db).bulk_create(
+                    [history_row(m, Outcome.ACKED, now) for m in owned])
+                Message.objects.using(db).filter(pk__in=[m.pk for m in owned]).delete()
+                groups.hand_on(db, owned, acked=owned)
+                trace.record(db, owned, Event.ACKED, at=now)
+        return owned
+
+    owned = vendor.retry_deadlocks(acking)
     if owned:
         signals.messages_acked.send(sender=Message, messages=owned)
     return owned
@@ -66,19 +71,23 @@ def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
         return 0
     db = vendor.alias()
     now = timezone.now()
-    with transaction.atomic(using=db):
-        leased = (Message.objects.using(db).select_for_update().filter(pk__in=list(by_id))
-                  .values_list("pk", "state", "lease_token"))
-        mine = [by_id[pk] for pk, state, token in leased
-                if state == State.CLAIMED and token == by_id[pk].lease_token]
-        if not mine:
-            return 0
-        Message.objects.using(db).filter(pk__in=[m.pk for m in mine]).update(
-            state=State.SCHEDULED if delay else State.READY, owner="", lease_token="",
-            attempts=F("attempts") - 1, visible_at=now + timedelta(seconds=delay or 0))
-        trace.record(db, mine, Event.RELEASED, at=now,
-                     detail=f"released, visible again in {delay:g} s" if delay else "")
-    return len(mine)
+
+    def releasing() -> int:
+        with transaction.atomic(using=db):
+            leased = (Message.objects.using(db).select_for_update().filter(pk__in=list(by_id))
+                      .values_list("pk", "state", "lease_token"))
+            mine = [by_id[pk] for pk, state, token in leased
+                    if state == State.CLAIMED and token == by_id[pk].lease_token]
+            if not mine:
+                return 0
+            Message.objects.using(db).filter(pk__in=[m.pk for m in mine]).update(
+                state=State.SCHEDULED if delay else State.READY, owner="", lease_token="",
+                attempts=F("attempts") - 1, visible_at=now + timedelta(seconds=delay or 0))
+            trace.record(db, mine, Event.RELEASED, at=now,
+                         detail=f"released, visible again in {delay:g} s" if delay else "")
+        return len(mine)
+
+    return vendor.retry_deadlocks(releasing)
 
 
 def fail(message: Message, error: str, *, delay: float | None = None) -> Message:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.conf import get_settings
+
+T = TypeVar("T")
+DEADLOCK_RETRIES = 5
 
 
 def alias() -> str:
@@ -219,3 +225,31 @@ def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
     if connection().vendor != "mysql":
         options["unique_fields"] = unique_fields
     return options
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """Whether the database chose this transaction as a deadlock victim (and rolled it back)."""
+    if getattr(exc, "args", None) and exc.args[0] == 1213:  # MySQL ER_LOCK_DEADLOCK
+        return True
+    return getattr(exc.__cause__, "sqlstate", None) == "40P01"  # PostgreSQL deadlock_detected
+
+
+def retry_deadlocks(work: Callable[[], T]) -> T:
+    """Run the transaction ``work`` again if it was chosen as a deadlock victim.
+
+    Why: InnoDB locks the record after each range of a primary-key IN list
+    while it checks where the range ends, so two transactions acking or
+    deleting disjoint id lists can still lock each other's neighbours and
+    deadlock. The victim's whole transaction is rolled back, so running it
+    again is safe — unless it is part of an outer transaction, which only the
+    caller can repeat.
+    """
+    conn = connection()
+    for attempt in range(DEADLOCK_RETRIES):
+        try:
+            return work()
+        except OperationalError as exc:
+            if conn.in_atomic_block or not is_deadlock(exc) or attempt == DEADLOCK_RETRIES - 1:
+                raise
+            time.sleep(random.uniform(0.001, 0.01) * (2 ** attempt))
+    raise AssertionError("unreachable")

@@ -95,3 +95,38 @@ def test_session_lock_answers_probes_from_another_thread():
     finally:
         lock.close()
     assert vendor.session_lock_free(key) is True
+
+
+@needs_row_locks
+def test_a_deadlock_victim_is_run_again():
+    """Two transactions lock two rows in opposite orders: the database kills one, and
+    retry_deadlocks runs it again, so both finish."""
+    import threading
+    from collections import Counter
+
+    from django.db import transaction
+
+    from djqueue import vendor
+    from djqueue.models import Message
+
+    djqueue.create_queue("dl")
+    a, b = djqueue.send("dl", {"n": 1}), djqueue.send("dl", {"n": 2})
+    barrier = threading.Barrier(2)
+    runs: Counter = Counter()
+
+    def work(slot: int) -> bool:
+        first, second = (a.pk, b.pk) if slot == 0 else (b.pk, a.pk)
+
+        def txn() -> bool:
+            runs[slot] += 1
+            with transaction.atomic():
+                Message.objects.select_for_update().filter(pk=first).get()
+                if runs[slot] == 1:
+                    barrier.wait(10)
+                Message.objects.select_for_update().filter(pk=second).get()
+            return True
+
+        return vendor.retry_deadlocks(txn)
+
+    assert in_threads(work, 2) == [True, True]
+    assert sum(runs.values()) == 3, "exactly one victim, run once more"

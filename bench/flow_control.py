@@ -1,0 +1,72 @@
+"""What the semantics of issue #4 cost per send, against plain send() in the same run.
+
+    .venv/bin/python bench/flow_control.py [--messages N] [--url mysql://...]
+
+Measures single sends per second into: a plain queue (the baseline), a queue
+with max_depth at depth 0 and with 10,000 messages already pending, an
+ordered queue (100 group keys), dedup keys, and trace on. Prints ratios and
+writes bench/results/flow_control.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from throughput import BENCH_DB, ROOT, raw_connection, setup_django
+
+
+def timed_sends(queue: str, n: int, **kwargs_for) -> float:
+    import djqueue
+
+    started = time.perf_counter()
+    for i in range(n):
+        extra = {k: f(i) for k, f in kwargs_for.items()}
+        djqueue.send(queue, {"n": i, "pad": "x" * 60}, **extra)
+    return n / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--url", default=f"mysql://root@127.0.0.1:3306/{BENCH_DB}")
+    args = parser.parse_args()
+    admin = raw_connection(args.url.rsplit("/", 1)[0] + "/mysql")
+    admin.cursor().execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+    admin.cursor().execute(f"CREATE DATABASE {BENCH_DB} CHARACTER SET utf8mb4")
+    setup_django(args.url)
+    from django.core.management import call_command
+
+    import djqueue
+
+    call_command("migrate", verbosity=0)
+    n = args.messages
+    for name, options in [("plain", {}), ("depth0", {"max_depth": 10**7}),
+                          ("depth10k", {"max_depth": 10**7}), ("ordered", {"ordered": True}),
+                          ("dedup", {}), ("traced", {"trace": True})]:
+        djqueue.create_queue(name, **options)
+    djqueue.send_batch("depth10k", [{"n": i} for i in range(10_000)])
+    rates = {
+        "plain send (baseline)": timed_sends("plain", n),
+        "max_depth, 0 pending": timed_sends("depth0", n),
+        "max_depth, 10,000 pending": timed_sends("depth10k", n),
+        "ordered, 100 group keys": timed_sends("ordered", n, group_key=lambda i: f"k{i % 100}"),
+        "dedup_key (all distinct)": timed_sends("dedup", n, dedup_key=lambda i: f"d{i}"),
+        "trace on": timed_sends("traced", n),
+    }
+    base = rates["plain send (baseline)"]
+    print(f"\n{'single send() into':32} {'msgs/s':>8}  ratio  extra ms/send")
+    rows = []
+    for label, value in rates.items():
+        extra_ms = (1 / value - 1 / base) * 1000
+        rows.append({"case": label, "rate": value, "ratio": value / base, "extra_ms": extra_ms})
+        print(f"{label:32} {value:8.0f}  {value / base:5.2f}  {extra_ms:8.2f}")
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "flow_control.json").write_text(json.dumps({"messages": n, "rows": rows}, indent=2))
+    admin.cursor().execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+
+
+if __name__ == "__main__":
+    main()
