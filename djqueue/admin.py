@@ -7,7 +7,17 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from djqueue import operations, queues
-from djqueue.models import History, Message, PeriodicTick, Queue, TaskRecord, Worker
+from djqueue.models import (
+    ConsumerGroup,
+    History,
+    Message,
+    PeriodicTick,
+    Queue,
+    TaskRecord,
+    Topic,
+    TraceEvent,
+    Worker,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -23,8 +33,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
     list_display = ["name", "paused", "visibility_timeout", "max_attempts", "dead_letter_queue",
-                    "max_depth", "exactly_once"]
-    list_filter = ["paused", "exactly_once"]
+                    "max_depth", "ordered", "trace", "exactly_once"]
+    list_filter = ["paused", "ordered", "trace", "exactly_once"]
     search_fields = ["name"]
     actions = ["pause", "resume", "redrive_dead"]
 
@@ -48,9 +58,10 @@ class QueueAdmin(admin.ModelAdmin):
 
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
-    list_display = ["id", "queue", "state", "priority", "attempts", "visible_at", "owner",
-                    "sent_at"]
+    list_display = ["id", "queue", "state", "priority", "group_key", "attempts", "visible_at",
+                    "owner", "sent_at"]
     list_filter = ["state", "queue"]
+    search_fields = ["=id", "=group_key"]
     list_select_related = ["queue"]
     readonly_fields = [f.name for f in Message._meta.fields]
     show_full_result_count = False
@@ -81,3 +92,25 @@ class TaskRecordAdmin(ReadOnlyAdmin):
 class PeriodicTickAdmin(ReadOnlyAdmin):
     list_display = ["name", "tick_at", "task_result_id", "created_at"]
     list_filter = ["name"]
+
+
+@admin.register(TraceEvent)
+class TraceEventAdmin(ReadOnlyAdmin):
+    list_display = ["message_id", "event", "attempt", "worker", "at", "queue"]
+    list_filter = ["event"]
+    search_fields = ["=message_id"]
+    show_full_result_count = False
+
+
+class ConsumerGroupInline(admin.TabularInline):
+    model = ConsumerGroup
+    fields = ["name", "mode", "created_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(Topic)
+class TopicAdmin(ReadOnlyAdmin):
+    list_display = ["name", "retention", "created_at"]
+    inlines = [ConsumerGroupInline]

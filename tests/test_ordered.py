@@ -161,3 +161,21 @@ def test_property_per_group_order_under_random_interleavings(ordered, sizes):
         assert not Message.objects.exists()
 
     run()
+
+
+def test_the_worker_skips_a_stale_delivery_without_running_its_handler():
+    from djqueue.worker import Worker, WorkerOptions
+    from tests.models import Effect
+
+    djqueue.create_queue("t.record", ordered=True, skip_stale=True)
+    first = djqueue.send("t.record", {"n": 1}, group_key="k")
+    worker = Worker(WorkerOptions(queues=["t.record"]))
+    [stale] = djqueue.receive("t.record")
+    from djqueue.lifecycle import return_claims
+
+    return_claims(Message.objects.filter(pk=first.pk), "expired", 10)
+    [fresh] = djqueue.receive("t.record")
+    fresh.ack()
+    done = worker._execute(stale)
+    assert done.lost and done.error is None
+    assert not Effect.objects.exists(), "the handler did not run"
