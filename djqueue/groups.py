@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from django.db.models import Q
+from django.db.models import BigIntegerField, Case, F, Min, Value, When
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from djqueue import vendor
@@ -86,7 +87,8 @@ def enqueue_states(db: str, messages: list[Message]) -> None:
 def hand_on(db: str, left: Iterable[Message], *, acked: Iterable[Message] = ()) -> int:
     """After messages left their groups (in this transaction): let each group's next
     waiting message hold it. ``acked`` ones also move the group's ``last_acked_id``.
-    Returns how many messages were made deliverable."""
+    Returns how many messages were made deliverable. A handful of statements per
+    call, whatever the number of groups."""
     acked_top: dict[GroupId, int] = {}
     for message in acked:
         group = ordered_group(message)
@@ -96,24 +98,41 @@ def hand_on(db: str, left: Iterable[Message], *, acked: Iterable[Message] = ()) 
     if not groups:
         return 0
     lock_groups(db, groups)
-    for (queue_id, key), top in acked_top.items():
-        MessageGroup.objects.using(db).filter(queue_id=queue_id, key=key).filter(
-            Q(last_acked_id__isnull=True) | Q(last_acked_id__lt=top)).update(last_acked_id=top)
+    _raise_last_acked(db, acked_top)
     return _promote_next(db, groups - held_groups(db, groups))
 
 
+def _raise_last_acked(db: str, acked_top: dict[GroupId, int]) -> None:
+    by_queue: dict[int, dict[str, int]] = defaultdict(dict)
+    for (queue_id, key), top in acked_top.items():
+        by_queue[queue_id][key] = top
+    for queue_id, tops in by_queue.items():
+        newest = Case(*[When(key=k, then=Value(v)) for k, v in sorted(tops.items())],
+                      default=Value(0), output_field=BigIntegerField())
+        MessageGroup.objects.using(db).filter(queue_id=queue_id, key__in=sorted(tops)).update(
+            last_acked_id=Greatest(Coalesce(F("last_acked_id"), Value(0)), newest))
+
+
 def _promote_next(db: str, free: set[GroupId]) -> int:
+    """Make the oldest waiting message of each of the ``free`` (locked) groups hold it."""
+    by_queue: dict[int, list[str]] = defaultdict(list)
+    for queue_id, key in free:
+        by_queue[queue_id].append(key)
+    heads: list[int] = []
+    for queue_id, keys in by_queue.items():
+        heads += (Message.objects.using(db)
+                  .filter(queue_id=queue_id, group_key__in=sorted(keys), state=State.WAITING)
+                  .values("group_key").annotate(head=Min("id")).values_list("head", flat=True))
+    if not heads:
+        return 0
     now = timezone.now()
-    promoted = 0
-    for queue_id, key in sorted(free):
-        nxt = (Message.objects.using(db)
-               .filter(queue_id=queue_id, group_key=key, state=State.WAITING)
-               .order_by("id").values_list("pk", "visible_at").first())
-        if nxt is None:
-            continue
-        pk, visible_at = nxt
-        promoted += Message.objects.using(db).filter(pk=pk, state=State.WAITING).update(
-            state=State.SCHEDULED if visible_at > now else State.READY)
+    later = list(Message.objects.using(db).filter(pk__in=heads, visible_at__gt=now)
+                 .values_list("pk", flat=True))
+    promoted = Message.objects.using(db).filter(pk__in=heads, state=State.WAITING).exclude(
+        pk__in=later).update(state=State.READY)
+    if later:
+        promoted += Message.objects.using(db).filter(pk__in=later, state=State.WAITING).update(
+            state=State.SCHEDULED)
     return promoted
 
 
