@@ -27,6 +27,39 @@ def timed_sends(queue: str, n: int, **kwargs_for) -> float:
     return n / (time.perf_counter() - started)
 
 
+def threaded_drain(queue: str, groups: int, per_group: int, threads: int = 8) -> float:
+    """Messages/s for ``threads`` receive(20)+ack_many loops over a prefilled queue."""
+    import threading
+
+    from django.db import connections
+
+    import djqueue
+
+    total = groups * per_group
+    for start in range(0, total, 1000):
+        djqueue.send_batch(queue, [{"n": n} for n in range(start, min(total, start + 1000))],
+                           group_keys=[f"g{n % groups}" for n in range(start, min(total, start + 1000))])
+    done = [0]
+    lock = threading.Lock()
+
+    def loop() -> None:
+        while True:
+            got = djqueue.receive(queue, max_messages=20, wait=0.5)
+            with lock:
+                done[0] += len(djqueue.ack_many(got))
+                if done[0] >= total:
+                    break
+        connections.close_all()
+
+    started = time.perf_counter()
+    workers = [threading.Thread(target=loop) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return total / (time.perf_counter() - started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000)
@@ -55,6 +88,12 @@ def main() -> None:
         "dedup_key (all distinct)": timed_sends("dedup", n, dedup_key=lambda i: f"d{i}"),
         "trace on": timed_sends("traced", n),
     }
+    drains = {
+        "unordered queue (baseline)": threaded_drain(
+            djqueue.create_queue("drain.plain").name, 50, 100),
+        "ordered queue, 50 groups": threaded_drain(
+            djqueue.create_queue("drain.ordered", ordered=True).name, 50, 100),
+    }
     base = rates["plain send (baseline)"]
     print(f"\n{'single send() into':32} {'msgs/s':>8}  ratio  extra ms/send")
     rows = []
@@ -62,6 +101,11 @@ def main() -> None:
         extra_ms = (1 / value - 1 / base) * 1000
         rows.append({"case": label, "rate": value, "ratio": value / base, "extra_ms": extra_ms})
         print(f"{label:32} {value:8.0f}  {value / base:5.2f}  {extra_ms:8.2f}")
+    print(f"\n{'8 threads draining 5,000 msgs':32} {'msgs/s':>8}  ratio")
+    for label, value in drains.items():
+        ratio = value / drains["unordered queue (baseline)"]
+        rows.append({"case": f"drain: {label}", "rate": value, "ratio": ratio})
+        print(f"{label:32} {value:8.0f}  {ratio:5.2f}")
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "flow_control.json").write_text(json.dumps({"messages": n, "rows": rows}, indent=2))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from django.db import transaction
 from django.db.models import BigIntegerField, Case, F, Min, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
@@ -25,6 +26,7 @@ from django.utils import timezone
 from djqueue import vendor
 from djqueue.models import GROUP_HOLDING_STATES, Message, MessageGroup, State
 from djqueue.queues import get_queue_by_id
+from djqueue.wakeup import wakeup
 
 GroupId = tuple[int, str]
 
@@ -133,6 +135,9 @@ def _promote_next(db: str, free: set[GroupId]) -> int:
     if later:
         promoted += Message.objects.using(db).filter(pk__in=later, state=State.WAITING).update(
             state=State.SCHEDULED)
+    if promoted:
+        # Receivers in this process that found the group busy look again at once.
+        transaction.on_commit(wakeup.notify, using=db)
     return promoted
 
 
