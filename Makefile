@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SHELL := /bin/bash
 
-.PHONY: run test venv lint check pytest bench clean
+.PHONY: run test venv lint check pytest bench bench-export clean
 
 run: $(VENV)/.installed
 	scripts/run_demo.sh
@@ -30,6 +30,11 @@ lint: $(VENV)/.installed
 bench: $(VENV)/.installed
 	scripts/ensure_system.sh mariadb
 	$(PY) bench/throughput.py
+	$(PY) bench/flow_control.py
+
+bench-export: $(VENV)/.installed
+	scripts/ensure_system.sh mariadb spark
+	$(PY) bench/export.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

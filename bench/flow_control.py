@@ -14,7 +14,7 @@ import argparse
 import json
 import time
 
-from throughput import BENCH_DB, ROOT, raw_connection, setup_django
+from throughput import BENCH_DB, ROOT, drop_database, fresh_database
 
 
 def timed_sends(queue: str, n: int, **kwargs_for) -> float:
@@ -65,15 +65,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--url", default=f"mysql://root@127.0.0.1:3306/{BENCH_DB}")
     args = parser.parse_args()
-    admin = raw_connection(args.url.rsplit("/", 1)[0] + "/mysql")
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-    admin.cursor().execute(f"CREATE DATABASE {BENCH_DB} CHARACTER SET utf8mb4")
-    setup_django(args.url)
-    from django.core.management import call_command
-
+    admin = fresh_database(args.url)
     import djqueue
 
-    call_command("migrate", verbosity=0)
     n = args.messages
     for name, options in [("plain", {}), ("depth0", {"max_depth": 10**7}),
                           ("depth10k", {"max_depth": 10**7}), ("ordered", {"ordered": True}),
@@ -109,7 +103,7 @@ def main() -> None:
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "flow_control.json").write_text(json.dumps({"messages": n, "rows": rows}, indent=2))
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+    drop_database(admin)
 
 
 if __name__ == "__main__":

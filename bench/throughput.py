@@ -30,6 +30,23 @@ def setup_django(url: str) -> None:
     django.setup()
 
 
+def fresh_database(url: str):
+    """Create the bench database anew, set Django up on it and migrate; returns an admin
+    connection for :func:`drop_database`."""
+    admin = raw_connection(url.rsplit("/", 1)[0] + "/mysql")
+    admin.cursor().execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+    admin.cursor().execute(f"CREATE DATABASE {BENCH_DB} CHARACTER SET utf8mb4")
+    setup_django(url)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return admin
+
+
+def drop_database(admin) -> None:
+    admin.cursor().execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+
+
 def raw_connection(url: str):
     import dj_database_url
     import MySQLdb
@@ -123,15 +140,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--url", default=f"mysql://root@127.0.0.1:3306/{BENCH_DB}")
     args = parser.parse_args()
-    admin = raw_connection(args.url.rsplit("/", 1)[0] + "/mysql")
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-    admin.cursor().execute(f"CREATE DATABASE {BENCH_DB} CHARACTER SET utf8mb4")
-    setup_django(args.url)
-    from django.core.management import call_command
-
+    admin = fresh_database(args.url)
     import djqueue
 
-    call_command("migrate", verbosity=0)
     queue = djqueue.create_queue("bench")
     raw = raw_baselines(args.url, queue.pk, args.messages)
     ours = djqueue_rates(args.url, args.messages)
@@ -150,7 +161,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "throughput.json").write_text(json.dumps({"messages": args.messages, "rows": rows},
                                                     indent=2))
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+    drop_database(admin)
 
 
 if __name__ == "__main__":

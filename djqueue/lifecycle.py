@@ -60,6 +60,7 @@ def history_row(message: Message, outcome: Outcome, now: datetime) -> History:
     return History(
         id=message.pk, queue_id=message.queue_id, outcome=outcome, priority=message.priority,
         attempts=message.attempts, size=message.size, worker=message.owner,
+        group_key=message.group_key,
         sent_at=message.sent_at, claimed_at=message.claimed_at, finished_at=now)
 
 

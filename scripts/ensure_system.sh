@@ -3,6 +3,7 @@
 #   ensure_system.sh build     headers to compile mysqlclient
 #   ensure_system.sh mariadb   MariaDB installed and running on 127.0.0.1:3306
 #   ensure_system.sh postgres  PostgreSQL started if it is installed
+#   ensure_system.sh spark     Java and the JDBC drivers the Spark export reads with
 set -euo pipefail
 log() { echo "djqueue setup: $*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -29,6 +30,9 @@ for what in "$@"; do
         for _ in $(seq 1 60); do mariadb_up && break; sleep 0.5; done
         mariadb_up || { log "MariaDB did not start"; exit 1; }
       fi ;;
+    spark)
+      command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
+      apt_install libmariadb-java libpostgresql-jdbc-java libxerial-sqlite-jdbc-java ;;
     postgres)
       if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && [ -d /etc/postgresql ]; then
         log "starting PostgreSQL"

@@ -7,7 +7,7 @@ PY=.venv/bin/python
 MARIADB_URL=${DJQUEUE_MARIADB_URL:-mysql://root@127.0.0.1:3306/test}
 POSTGRES_URL=${DJQUEUE_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
 
-scripts/ensure_system.sh mariadb postgres || exit 1
+scripts/ensure_system.sh mariadb postgres spark || exit 1
 
 failed=()
 step() {
@@ -36,7 +36,7 @@ py311=$(command -v python3.11 || ls "$(pyenv root 2>/dev/null || echo "$HOME/.py
 if [ -n "$py311" ] && "$PY" -c 'import django, sys; sys.exit(django.VERSION < (6,))'; then
   step "venv with Django 5.2 LTS" make -s venv VENV=.venv-django52 DJQUEUE_PYTHON="$py311"
   step "pytest on MariaDB, Django 5.2 LTS" env DATABASE_URL="$MARIADB_URL" \
-    .venv-django52/bin/python -m pytest -p no:cacheprovider -q -m "not slow" "$@"
+    .venv-django52/bin/python -m pytest -p no:cacheprovider -q -m "not slow and not spark" "$@"
 else
   echo "No second Python for Django 5.2 LTS (or already on it): that run is skipped."
 fi

@@ -1,4 +1,5 @@
 from djqueue.models.dedup import DedupKey
+from djqueue.models.export import ExportRun
 from djqueue.models.group import MessageGroup
 from djqueue.models.history import History, Outcome
 from djqueue.models.message import (
@@ -17,7 +18,7 @@ from djqueue.models.worker import Worker
 
 __all__ = [
     "FINISHED_STATUSES", "GROUP_HOLDING_STATES", "PENDING_STATES", "Body", "ConsumerGroup",
-    "DedupKey", "Event", "GroupMode", "History", "Message", "MessageGroup", "MessageQuerySet",
+    "DedupKey", "Event", "ExportRun", "GroupMode", "History", "Message", "MessageGroup", "MessageQuerySet",
     "Outcome", "PeriodicTick", "Queue", "State", "Subscription", "TaskRecord", "TaskStatus",
     "Topic", "TraceEvent", "Worker",
 ]

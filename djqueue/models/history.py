@@ -25,6 +25,7 @@ class History(models.Model):
     attempts = models.PositiveIntegerField()
     size = models.PositiveIntegerField(help_text="Encoded payload size in bytes.")
     worker = models.CharField(max_length=100, blank=True, default="")
+    group_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 as Message
     sent_at = models.DateTimeField()
     claimed_at = models.DateTimeField(null=True)
     finished_at = models.DateTimeField()

@@ -1,0 +1,332 @@
+"""The export job: history and reports as Spark datasets.
+
+Reads djqueue's tables over JDBC in parallel partitions split on the primary
+key, writes the history partitioned by queue and date, and optionally report
+datasets. The same class runs from ``manage.py djqueue_export`` and, through
+``djqueue/export/spark_app.py``, from ``spark-submit`` on a cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections
+from django.db.models import Max, Min
+from django.utils import timezone
+
+from djqueue import vendor
+from djqueue.exceptions import ConfigurationError
+from djqueue.export import jdbc
+from djqueue.models import Body, ExportRun, History, Message, Queue, State, Topic
+
+logger = logging.getLogger("djqueue.export")
+
+FORMATS = ("parquet", "csv", "json")
+OUTCOMES = {1: "acked", 2: "deleted"}
+TIMESTAMPS = ("sent_at", "claimed_at", "finished_at", "visible_at", "published_at")
+
+
+@dataclass
+class ExportOptions:
+    out: str
+    since: datetime | None = None
+    until: datetime | None = None
+    queues: list[str] = field(default_factory=list)
+    format: str = "parquet"
+    master: str | None = "local[*]"
+    partitions: int = 4
+    report: bool = False
+    incremental: bool = False
+    #: Rows finished in the last seconds are left for the next run, so that a
+    #: transaction committing late cannot fall behind the watermark.
+    settle_seconds: float = 5.0
+
+
+@dataclass
+class ExportResult:
+    window_start: datetime | None
+    window_end: datetime
+    datasets: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class Exporter:
+    def __init__(self, options: ExportOptions, spark: Any = None,
+                 progress: Any = None) -> None:
+        if options.format not in FORMATS:
+            raise ConfigurationError(f"--format must be one of {', '.join(FORMATS)}.")
+        if options.partitions < 1:
+            raise ConfigurationError("--partitions must be at least 1.")
+        self.options = options
+        self.db = vendor.alias()
+        conn = connections[self.db]
+        self.vendor = conn.vendor
+        self.source = jdbc.source_for(conn.settings_dict, conn.vendor)
+        self.queue_ids = self._queue_ids(options.queues)
+        self.spark = spark
+        self._owns_spark = spark is None
+        self.progress = progress or (lambda text: logger.info("%s", text))
+
+    # Orchestration
+
+    def run(self) -> ExportResult:
+        started = time.monotonic()
+        start, end = self.window()
+        result = ExportResult(start, end)
+        if self.spark is None:
+            self.spark = self.start_spark()
+        try:
+            history = self.history(start, end)
+            result.datasets["history"] = self.write_history(history, start)
+            if self.options.report:
+                for name, frame in self.reports(history, start, end).items():
+                    result.datasets[f"report/{name}"] = self.write(frame, f"report/{name}")
+            if self.options.incremental:
+                ExportRun.objects.using(self.db).create(
+                    target=self.options.out, window_start=start, window_end=end,
+                    rows=result.datasets["history"])
+        finally:
+            if self._owns_spark:
+                self.spark.stop()
+        result.seconds = time.monotonic() - started
+        return result
+
+    def window(self) -> tuple[datetime | None, datetime]:
+        """[start, end) of finish times to export."""
+        end = timezone.now() - timedelta(seconds=self.options.settle_seconds)
+        if self.options.until is not None:
+            end = min(end, self.options.until)
+        start = self.options.since
+        if self.options.incremental:
+            last = (ExportRun.objects.using(self.db).filter(target=self.options.out)
+                    .order_by("-window_end").first())
+            if last is not None:
+                start = last.window_end
+        return start, end
+
+    def start_spark(self) -> Any:
+        jdbc.require_java()
+        from pyspark.sql import SparkSession
+
+        utc = "-Duser.timezone=UTC"
+        builder = SparkSession.builder
+        if self.options.master:  # empty under spark-submit, which sets the master itself
+            builder = builder.master(self.options.master)
+        return (builder.appName("djqueue-export")
+                .config("spark.jars", self.source.jar_path)
+                .config("spark.sql.session.timeZone", "UTC")
+                .config("spark.driver.extraJavaOptions", utc)
+                .config("spark.executor.extraJavaOptions", utc)
+                .config("spark.ui.enabled", "false")
+                .getOrCreate())
+
+    # Reading
+
+    def read(self, model: Any, bounds: tuple[int, int] | None) -> Any:
+        """A model's table over JDBC, split on the primary key when ``bounds`` are given."""
+        reader = self.spark.read.format("jdbc").options(**self.source.options(
+            model._meta.db_table)).option("fetchsize", "10000")
+        if self.vendor == "sqlite":
+            # Why: SQLite keeps datetimes as text, which the JDBC driver cannot
+            # read as timestamps; read them as strings and convert in Spark.
+            names = [f.column for f in model._meta.concrete_fields if f.column in TIMESTAMPS]
+            if names:
+                reader = reader.option("customSchema", ", ".join(f"{n} STRING" for n in names))
+        if bounds is not None and self.options.partitions > 1:
+            low, high = bounds
+            reader = reader.options(partitionColumn=model._meta.pk.column, lowerBound=str(low),
+                                    upperBound=str(high + 1),
+                                    numPartitions=str(self.options.partitions))
+        frame = reader.load()
+        from pyspark.sql import functions as F
+
+        for name in TIMESTAMPS:
+            if name in frame.columns and dict(frame.dtypes)[name] == "string":
+                frame = frame.withColumn(name, F.to_timestamp(name))
+        return frame
+
+    def history(self, start: datetime | None, end: datetime) -> Any:
+        """Finished and dead-lettered messages of the window, one row each."""
+        from pyspark.sql import functions as F
+
+        finished = History.objects.using(self.db).filter(finished_at__lt=end)
+        dead = Message.objects.using(self.db).filter(state=State.DEAD, visible_at__lt=end)
+        if start is not None:
+            finished = finished.filter(finished_at__gte=start)
+            dead = dead.filter(visible_at__gte=start)
+        if self.queue_ids is not None:
+            finished = finished.filter(queue_id__in=self.queue_ids)
+            dead = dead.filter(queue_id__in=self.queue_ids)
+
+        def in_window(frame: Any, column: str) -> Any:
+            frame = frame.where(F.col(column) < F.lit(end))
+            if start is not None:
+                frame = frame.where(F.col(column) >= F.lit(start))
+            if self.queue_ids is not None:
+                frame = frame.where(F.col("queue_id").isin(self.queue_ids))
+            return frame
+
+        outcome = F.create_map(*[F.lit(x) for kv in OUTCOMES.items() for x in kv])
+        done = in_window(self.read(History, _bounds(finished)), "finished_at").select(
+            "id", "queue_id", outcome[F.col("outcome")].alias("outcome"), "group_key",
+            "priority", "attempts", F.col("size").cast("long").alias("size"), "worker",
+            "sent_at", "claimed_at", "finished_at")
+        failed = in_window(self.read(Message, _bounds(dead)).where(
+            F.col("state") == int(State.DEAD)), "visible_at").select(
+            "id", F.coalesce("origin_queue_id", "queue_id").alias("queue_id"),
+            F.lit("dead_lettered").alias("outcome"), "group_key", "priority", "attempts",
+            F.octet_length("body").cast("long").alias("size"), F.lit("").alias("worker"),
+            "sent_at", "claimed_at", F.col("visible_at").alias("finished_at"))
+        queues = self.read(Queue, None).select(F.col("id").alias("queue_id"),
+                                               F.col("name").alias("queue"))
+        seconds = F.unix_micros
+        return (done.unionByName(failed).join(F.broadcast(queues), "queue_id")
+                .withColumn("wait_seconds",
+                            (seconds("claimed_at") - seconds("sent_at")) / 1e6)
+                .withColumn("run_seconds",
+                            (seconds("finished_at") - seconds("claimed_at")) / 1e6)
+                .withColumn("date", F.to_date("finished_at")))
+
+    # Writing
+
+    def write_history(self, history: Any, start: datetime | None) -> int:
+        """Write the history; incremental runs add their files next to the earlier ones."""
+        if not self.options.incremental:
+            return self.write(history, "history", partition_by=["queue", "date"])
+        run_key = "run-" + (start.strftime("%Y%m%dT%H%M%S%f") if start else "first")
+        staging = f"_staging/{run_key}"
+        fs = HadoopFiles(self.spark, self.options.out)
+        # A run that died after moving some files left them under this key; the
+        # watermark did not move, so this run redoes the same window: drop them.
+        fs.delete_matching("history", run_key + "-")
+        count = self.write(history, staging, partition_by=["queue", "date"])
+        fs.promote(staging, "history", run_key + "-")
+        return count
+
+    def write(self, frame: Any, name: str, partition_by: list[str] | None = None) -> int:
+        started = time.monotonic()
+        path = f"{self.options.out.rstrip('/')}/{name}"
+        writer = frame.write.mode("overwrite").format(self.options.format)
+        if self.options.format == "csv":
+            writer = writer.option("header", "true")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        writer.save(path)
+        # Counted from what was written (Parquet: from file footers alone).
+        reader = self.spark.read.format(self.options.format)
+        if self.options.format == "csv":
+            reader = reader.option("header", "true")
+        count = reader.load(path).count() if HadoopFiles(self.spark, path).has_data() else 0
+        self.progress(f"{name}: {count} rows in {time.monotonic() - started:.1f} s")
+        return count
+
+    # Reports
+
+    def reports(self, history: Any, start: datetime | None, end: datetime) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        def pct(column: str, p: float) -> Any:
+            return F.percentile_approx(column, p, 10000)
+
+        hourly = (history.withColumn("hour", F.date_trunc("hour", "finished_at"))
+                  .groupBy("queue", "hour").agg(
+                      F.count("*").alias("messages"),
+                      F.sum((F.col("outcome") == "acked").cast("int")).alias("acked"),
+                      F.sum((F.col("outcome") == "deleted").cast("int")).alias("deleted"),
+                      F.sum((F.col("outcome") == "dead_lettered").cast("int"))
+                      .alias("dead_lettered"),
+                      (F.count("*") / 60.0).alias("per_minute"),
+                      pct("wait_seconds", 0.5).alias("wait_p50"),
+                      pct("wait_seconds", 0.95).alias("wait_p95"),
+                      pct("run_seconds", 0.5).alias("run_p50"),
+                      pct("run_seconds", 0.95).alias("run_p95"),
+                      F.avg((F.col("attempts") > 1).cast("double")).alias("retry_rate"),
+                      F.avg((F.col("outcome") == "dead_lettered").cast("double"))
+                      .alias("dead_letter_rate"))
+                  .orderBy("queue", "hour"))
+        slowest = (history.where(F.col("run_seconds").isNotNull()).groupBy("queue").agg(
+            F.count("*").alias("messages"), F.avg("run_seconds").alias("run_mean"),
+            pct("run_seconds", 0.95).alias("run_p95"), F.max("run_seconds").alias("run_max"))
+            .orderBy(F.desc("run_p95")).limit(20))
+        bodies = Body.objects.using(self.db).filter(published_at__lt=end)
+        if start is not None:
+            bodies = bodies.filter(published_at__gte=start)
+        published = self.read(Body, _bounds(bodies)).where(F.col("published_at") < F.lit(end))
+        if start is not None:
+            published = published.where(F.col("published_at") >= F.lit(start))
+        topics = self.read(Topic, None).select(F.col("id").alias("topic_id"),
+                                               F.col("name").alias("topic"))
+        top_topics = (published.groupBy("topic_id").agg(
+            F.count("*").alias("messages"), F.sum(F.octet_length("body")).alias("bytes"))
+            .join(F.broadcast(topics), "topic_id").select("topic", "messages", "bytes")
+            .orderBy(F.desc("messages")))
+        return {"queue_hourly": hourly, "slowest_handlers": slowest, "top_topics": top_topics}
+
+    # Helpers
+
+    def _queue_ids(self, names: list[str]) -> list[int] | None:
+        if not names:
+            return None
+        found = dict(Queue.objects.using(self.db).filter(name__in=names)
+                     .values_list("name", "pk"))
+        missing = sorted(set(names) - set(found))
+        if missing:
+            raise ConfigurationError(f"No such queue(s): {', '.join(missing)}")
+        return sorted(found.values())
+
+
+def _bounds(query: Any) -> tuple[int, int] | None:
+    found = query.aggregate(low=Min("pk"), high=Max("pk"))
+    if found["low"] is None:
+        return None
+    return found["low"], found["high"]
+
+
+class HadoopFiles:
+    """File moves through Hadoop's FileSystem API, so a cluster's HDFS or object store
+    works as well as a local directory."""
+
+    def __init__(self, spark: Any, root: str) -> None:
+        jvm = spark.sparkContext._jvm
+        self.Path = jvm.org.apache.hadoop.fs.Path
+        self.root = self.Path(root)
+        self.fs = self.root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def has_data(self) -> bool:
+        return any(not p.getName().startswith(("_", ".")) for p in self._files(""))
+
+    def _files(self, relative: str) -> list[Any]:
+        base = self.Path(self.root, relative) if relative else self.root
+        if not self.fs.exists(base):
+            return []
+        found = []
+        files = self.fs.listFiles(base, True)
+        while files.hasNext():
+            found.append(files.next().getPath())
+        return found
+
+    def delete_matching(self, relative: str, prefix: str) -> None:
+        for path in self._files(relative):
+            if path.getName().startswith(prefix):
+                self.fs.delete(path, False)
+
+    def promote(self, staging: str, relative: str, prefix: str) -> None:
+        """Move the data files under ``staging`` into ``relative``, keeping partition paths."""
+        base = self.Path(self.root, staging)
+        base_uri = base.toUri().getPath().rstrip("/")
+        for path in self._files(staging):
+            name = path.getName()
+            if name.startswith(("_", ".")):
+                continue
+            partition = path.getParent().toUri().getPath()[len(base_uri):].lstrip("/")
+            target_dir = self.Path(self.Path(self.root, relative), partition or ".")
+            self.fs.mkdirs(target_dir)
+            self.fs.rename(path, self.Path(target_dir, prefix + name))
+        self.fs.delete(base, True)
+        staging_root = self.Path(self.root, "_staging")
+        if self.fs.exists(staging_root) and not self.fs.listStatus(staging_root):
+            self.fs.delete(staging_root, True)
