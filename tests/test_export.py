@@ -169,3 +169,34 @@ def test_missing_driver_is_a_command_error_naming_the_package(tmp_path):
     result = run_command("--out", str(tmp_path), DJQUEUE_JDBC_DIR=str(tmp_path / "nothing"))
     assert result.returncode != 0
     assert f"apt-get install {DRIVERS[connection.vendor].debian_package}" in result.stderr
+
+
+def _some_history(count=500):
+    queue = djqueue.create_queue("cmd")
+    make_history(count, 1, timezone.now() - timedelta(days=1), [queue], random.Random(9))
+
+
+def test_the_command_runs_spark_and_prints_a_summary(spark, tmp_path):
+    _some_history()
+    result = run_command("--out", str(tmp_path), "--report", "--master", "local[2]",
+                         "--partitions", "2", "--queue", "cmd")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "history: 500 rows" in result.stdout
+    assert "report/queue_hourly" in result.stdout and "Done in" in result.stdout
+    assert len(read_back(tmp_path / "history")) == 500
+
+
+def test_the_same_job_runs_under_spark_submit(spark, tmp_path):
+    _some_history(300)
+    submit = Path(sys.executable).parent / "spark-submit"
+    jar = f"{DEFAULT_JAR_DIR}/{DRIVERS[connection.vendor].jar}"
+    env = {**os.environ, "DJQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    result = subprocess.run(
+        [str(submit), "--master", "local[2]", "--jars", jar,
+         str(ROOT / "djqueue" / "export" / "spark_app.py"), "--settings", "tests.settings",
+         "--out", str(tmp_path), "--incremental"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "history: 300 rows" in result.stdout
+    assert ExportRun.objects.get().rows == 300

@@ -203,11 +203,12 @@ class Exporter:
         # A run that died after moving some files left them under this key; the
         # watermark did not move, so this run redoes the same window: drop them.
         fs.delete_matching("history", run_key + "-")
-        count = self.write(history, staging, partition_by=["queue", "date"])
+        count = self.write(history, staging, partition_by=["queue", "date"], label="history")
         fs.promote(staging, "history", run_key + "-")
         return count
 
-    def write(self, frame: Any, name: str, partition_by: list[str] | None = None) -> int:
+    def write(self, frame: Any, name: str, partition_by: list[str] | None = None,
+              label: str | None = None) -> int:
         started = time.monotonic()
         path = f"{self.options.out.rstrip('/')}/{name}"
         writer = frame.write.mode("overwrite").format(self.options.format)
@@ -221,7 +222,7 @@ class Exporter:
         if self.options.format == "csv":
             reader = reader.option("header", "true")
         count = reader.load(path).count() if HadoopFiles(self.spark, path).has_data() else 0
-        self.progress(f"{name}: {count} rows in {time.monotonic() - started:.1f} s")
+        self.progress(f"{label or name}: {count} rows in {time.monotonic() - started:.1f} s")
         return count
 
     # Reports

@@ -40,7 +40,8 @@ class Command(BaseCommand):
                 out=options["out"], since=options["since"], until=options["until"],
                 queues=options["queues"], format=options["format"], master=options["master"],
                 partitions=options["partitions"], report=options["report"],
-                incremental=options["incremental"]))
+                incremental=options["incremental"]),
+                progress=lambda text: self.stdout.write(f"  {text}"))
             self.stdout.write(f"Exporting from {exporter.source.url} to {options['out']} ...")
             result = exporter.run()
         except DjqueueError as exc:
