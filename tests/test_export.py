@@ -29,8 +29,6 @@ ROWS = 50_000
 
 @pytest.fixture(scope="module")
 def spark():
-    if connection.vendor == "postgresql":
-        pytest.skip("the export is tested on MariaDB and SQLite")
     from pyspark.sql import SparkSession
 
     jars = ",".join(f"{DEFAULT_JAR_DIR}/{d.jar}" for d in DRIVERS.values())
