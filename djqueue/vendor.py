@@ -124,8 +124,18 @@ class SessionLock:
             return False
 
     def close(self) -> None:
-        """Release the lock by closing its connection."""
+        """Release the lock, then close its connection.
+
+        Why release first: closing alone frees the lock only once the server has
+        processed the disconnect, a moment later; a prober right after would
+        still see it held.
+        """
         if self._conn is not None:
+            with contextlib.suppress(Exception), self._conn.cursor() as cursor:
+                if self._conn.vendor == "mysql":
+                    cursor.execute("SELECT RELEASE_LOCK(%s)", [f"djqueue:{self.key}"])
+                else:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [_pg_key(self.key)])
             with contextlib.suppress(Exception):
                 self._conn.close()
             self._conn = None
