@@ -116,7 +116,7 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
     if (len(messages) == 1 and queue.max_depth is None and not queue.trace
             and dedup_key is None and not (queue.ordered and messages[0].group_key)):
         messages[0].save(using=db, force_insert=True)
-        _announce(messages)
+        announce(messages)
         return messages
     with transaction.atomic(using=db):
         if dedup_key is not None:
@@ -125,7 +125,7 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
                 original.duplicate = True
                 return [original]
         if queue.max_depth is not None:
-            _reserve_depth(queue, len(messages))
+            reserve_depth(queue, len(messages))
         groups.enqueue_states(db, messages)
         if len(messages) == 1:
             messages[0].save(using=db, force_insert=True)
@@ -134,7 +134,7 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
         if dedup_key is not None:
             dedup.assign(db, queue, dedup_key, messages[0])
         trace.record(db, messages, Event.SENT)
-    _announce(messages)
+    announce(messages)
     return messages
 
 
@@ -150,7 +150,7 @@ def _build(queue: Queue, payload: Any, *, delay: Any, priority: Any, headers: An
     now = timezone.now()
     visible_at = _visible_at(delay, now)
     message = Message(
-        queue=queue, body=body, headers=_check_headers(headers), priority=priority,
+        queue=queue, body=body, headers=check_headers(headers), priority=priority,
         group_key=group_key,
         state=State.SCHEDULED if visible_at > now else State.READY,
         visible_at=visible_at, sent_at=now)
@@ -179,7 +179,7 @@ def encode_payload(payload: Any) -> str:
         raise InvalidMessage(f"Payload is not JSON-serialisable: {exc}") from None
 
 
-def _check_headers(headers: Any) -> dict[str, Any] | None:
+def check_headers(headers: Any) -> dict[str, Any] | None:
     if headers is None:
         return None
     if not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers):
@@ -200,7 +200,7 @@ def _visible_at(delay: Any, now: datetime) -> datetime:
     return now + timedelta(seconds=seconds) if seconds else now
 
 
-def _reserve_depth(queue: Queue, adding: int) -> None:
+def reserve_depth(queue: Queue, adding: int) -> None:
     """Refuse a send that would take the queue past ``max_depth``.
 
     The queue row is locked for the rest of the transaction, so concurrent
@@ -215,7 +215,7 @@ def _reserve_depth(queue: Queue, adding: int) -> None:
                         f"messages; {adding} more do not fit.")
 
 
-def _announce(messages: list[Message]) -> None:
+def announce(messages: list[Message]) -> None:
     def committed() -> None:
         wakeup.notify()
         signals.messages_sent.send(sender=Message, messages=messages)

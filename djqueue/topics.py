@@ -22,10 +22,10 @@ from django.utils import timezone
 
 from djqueue import groups, trace, vendor
 from djqueue.api import (
-    _announce,
-    _check_headers,
-    _reserve_depth,
+    announce,
+    check_headers,
     encode_payload,
+    reserve_depth,
     validate_group_key,
     validate_priority,
 )
@@ -166,7 +166,7 @@ def publish_batch(topic: str | Topic, payloads: Iterable[Any], *,
     validate_priority(priority)
     validate_group_key(group_key)
     now = timezone.now()
-    bodies = [Body(topic=t, body=encode_payload(p), headers=_check_headers(headers),
+    bodies = [Body(topic=t, body=encode_payload(p), headers=check_headers(headers),
                    priority=priority, group_key=group_key, published_at=now) for p in payloads]
     if not bodies:
         return []
@@ -202,11 +202,11 @@ def _deliver(db: str, queue: Queue, bodies: Sequence[Body]) -> list[Message]:
                         priority=b.priority, group_key=b.group_key, state=State.READY,
                         visible_at=now, sent_at=b.published_at) for b in bodies]
     if queue.max_depth is not None:
-        _reserve_depth(queue, len(messages))
+        reserve_depth(queue, len(messages))
     groups.enqueue_states(db, messages)
     Message.objects.using(db).bulk_create(messages, batch_size=BATCH)
     trace.record(db, messages, Event.SENT)
-    _announce(messages)
+    announce(messages)
     return messages
 
 
