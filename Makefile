@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SHELL := /bin/bash
 
-.PHONY: run test venv lint check pytest bench bench-export clean
+.PHONY: run test venv lint check pytest bench bench-quick bench-flow bench-export bench-dashboard soak clean
 
 run: $(VENV)/.installed
 	scripts/run_demo.sh
@@ -28,13 +28,29 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
 bench: $(VENV)/.installed
+	scripts/ensure_system.sh mariadb redis
+	scripts/bench_venv.sh
+	$(PY) bench/suite.py
+
+bench-quick: $(VENV)/.installed
 	scripts/ensure_system.sh mariadb
-	$(PY) bench/throughput.py
+	$(PY) bench/suite.py --quick
+
+bench-flow: $(VENV)/.installed
+	scripts/ensure_system.sh mariadb
 	$(PY) bench/flow_control.py
 
 bench-export: $(VENV)/.installed
 	scripts/ensure_system.sh mariadb spark
 	$(PY) bench/export.py
+
+bench-dashboard: $(VENV)/.installed
+	scripts/ensure_system.sh mariadb
+	$(PY) bench/dashboard.py
+
+soak: $(VENV)/.installed
+	scripts/ensure_system.sh mariadb
+	$(PY) -m tests.faults.soak
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

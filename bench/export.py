@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from throughput import BENCH_DB, ROOT, drop_database, fresh_database, raw_connection
+from common import BENCH_DB, ROOT, drop_database, fresh_database, raw_connection
 
 COLUMNS = ["id", "queue", "outcome", "group_key", "priority", "attempts", "size", "worker",
            "sent_at", "claimed_at", "finished_at"]

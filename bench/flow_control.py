@@ -14,7 +14,7 @@ import argparse
 import json
 import time
 
-from throughput import BENCH_DB, ROOT, drop_database, fresh_database
+from common import BENCH_DB, ROOT, drop_database, fresh_database
 
 
 def timed_sends(queue: str, n: int, **kwargs_for) -> float:

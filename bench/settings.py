@@ -5,3 +5,6 @@ from project.settings import DJQUEUE
 
 DJQUEUE = {**DJQUEUE, "HANDLERS": {"bench": "bench.handlers.noop"}}
 LOGGING = {"version": 1, "disable_existing_loggers": False}
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+# Measure as in production: DEBUG wraps every cursor to record its queries.
+DEBUG = False

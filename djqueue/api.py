@@ -17,17 +17,17 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from djqueue import dedup, groups, signals, trace, vendor
+from djqueue import dedup, doorbell, groups, signals, trace, vendor
 from djqueue.claims import PromotionClock, claim_ready
 from djqueue.conditions import compile_condition
 from djqueue.exceptions import InvalidMessage, NotOwner, PayloadTooLarge, QueueFull
 from djqueue.lifecycle import fail, release, validate_delay
 from djqueue.models import Event, History, Message, Queue, State
 from djqueue.queues import QueueRef, get_queue
+from djqueue.rows import insert_messages
 from djqueue.wakeup import Backoff, wakeup
 
 SMALLINT = (-32768, 32767)
-BULK_BATCH = 1000
 MAX_GROUP_KEY_CHARS = 200
 
 
@@ -53,8 +53,8 @@ def send(
     ``timeout`` seconds (default: forever) for room instead of raising QueueFull.
     """
     q = get_queue(queue)
-    message = _build(q, payload, delay=delay, priority=priority, headers=headers,
-                     group_key=group_key)
+    [message] = _build(q, [payload], [group_key], delay=delay, priority=priority,
+                       headers=headers)
     if dedup_key is not None:
         dedup.validate_key(dedup_key)
     return _with_flow_control(lambda: _insert(q, [message], dedup_key=dedup_key)[0],
@@ -85,8 +85,7 @@ def send_batch(
             raise InvalidMessage("group_keys needs one key (or None) per payload, "
                                  "and excludes group_key.")
     keys = group_keys if group_keys is not None else [group_key] * len(payloads)
-    messages = [_build(q, p, delay=delay, priority=priority, headers=headers,
-                       group_key=k) for p, k in zip(payloads, keys, strict=True)]
+    messages = _build(q, payloads, keys, delay=delay, priority=priority, headers=headers)
     if not messages:
         return []
     return _with_flow_control(lambda: _insert(q, messages), block=block, timeout=timeout)
@@ -115,7 +114,7 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
     db = vendor.alias()
     if (len(messages) == 1 and queue.max_depth is None and not queue.trace
             and dedup_key is None and not (queue.ordered and messages[0].group_key)):
-        messages[0].save(using=db, force_insert=True)
+        insert_messages(db, messages)
         announce(messages)
         return messages
     with transaction.atomic(using=db):
@@ -127,10 +126,7 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
         if queue.max_depth is not None:
             reserve_depth(queue, len(messages))
         groups.enqueue_states(db, messages)
-        if len(messages) == 1:
-            messages[0].save(using=db, force_insert=True)
-        else:
-            Message.objects.using(db).bulk_create(messages, batch_size=BULK_BATCH)
+        insert_messages(db, messages)
         if dedup_key is not None:
             dedup.assign(db, queue, dedup_key, messages[0])
         trace.record(db, messages, Event.SENT)
@@ -138,24 +134,40 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
     return messages
 
 
-def _build(queue: Queue, payload: Any, *, delay: Any, priority: Any, headers: Any,
-           group_key: Any = None) -> Message:
-    body = encode_payload(payload)
-    validate_group_key(group_key)
+def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: Any,
+           priority: Any, headers: Any) -> list[Message]:
+    """Validate and build unsaved messages. Positional construction and the checks of
+    the shared options done once keep this cheap for batches of thousands."""
     validate_priority(priority)
-    if queue.max_payload_bytes is not None and len(body.encode()) > queue.max_payload_bytes:
-        raise PayloadTooLarge(
-            f"Payload of {len(body.encode())} bytes exceeds queue {queue.name!r}'s limit of "
-            f"{queue.max_payload_bytes} bytes.")
+    headers = check_headers(headers)
     now = timezone.now()
     visible_at = _visible_at(delay, now)
-    message = Message(
-        queue=queue, body=body, headers=check_headers(headers), priority=priority,
-        group_key=group_key,
-        state=State.SCHEDULED if visible_at > now else State.READY,
-        visible_at=visible_at, sent_at=now)
-    message._payload = payload
-    return message
+    values = {f.attname: f.get_default() for f in _MESSAGE_FIELDS}
+    values.update(queue_id=queue.pk, priority=priority, headers=headers, visible_at=visible_at,
+                  sent_at=now, state=State.SCHEDULED if visible_at > now else State.READY)
+    template = [values[f.attname] for f in _MESSAGE_FIELDS]
+    limit = queue.max_payload_bytes
+    cache_queue = Message.queue.field.set_cached_value
+    messages = []
+    for payload, group_key in zip(payloads, group_keys, strict=True):
+        body = encode_payload(payload)
+        validate_group_key(group_key)
+        if limit is not None and len(body.encode()) > limit:
+            raise PayloadTooLarge(
+                f"Payload of {len(body.encode())} bytes exceeds queue {queue.name!r}'s limit "
+                f"of {limit} bytes.")
+        template[_BODY] = body
+        template[_GROUP_KEY] = group_key
+        message = Message(*template)
+        cache_queue(message, queue)
+        message._payload = payload
+        messages.append(message)
+    return messages
+
+
+_MESSAGE_FIELDS = Message._meta.concrete_fields
+_BODY = [f.attname for f in _MESSAGE_FIELDS].index("body")
+_GROUP_KEY = [f.attname for f in _MESSAGE_FIELDS].index("group_key")
 
 
 def validate_group_key(group_key: Any) -> None:
@@ -218,6 +230,7 @@ def reserve_depth(queue: Queue, adding: int) -> None:
 def announce(messages: list[Message]) -> None:
     def committed() -> None:
         wakeup.notify()
+        doorbell.ring({m.queue.name for m in messages})
         signals.messages_sent.send(sender=Message, messages=messages)
 
     transaction.on_commit(committed, using=vendor.alias())

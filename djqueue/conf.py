@@ -47,7 +47,14 @@ class Settings:
     PROMOTE_INTERVAL: float = 1.0
     #: Seconds a worker waits for in-flight handlers after SIGTERM.
     SHUTDOWN_GRACE: float = 30.0
+    #: Address idle workers listen on for wake-ups from senders (see djqueue.doorbell);
+    #: None turns them off (workers then find new messages by polling alone).
+    WAKE_HOST: str | None = "127.0.0.1"
+    #: Seconds a sending process trusts its list of workers' wake addresses.
+    WAKE_REFRESH: float = 1.0
     REAPER_INTERVAL: float = 1.0
+    #: How often the reaper rolls up statistics, samples queue depths and checks alarms.
+    STATS_INTERVAL: float = 10.0
     #: Seconds finished django.tasks results (and periodic tick rows) are kept.
     RESULT_RETENTION: float = 7 * 24 * 3600.0
     #: Rows deleted per statement when pruning history.

@@ -14,7 +14,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from djqueue import groups, signals, trace, vendor
+from djqueue import groups, signals, stats, trace, vendor
+from djqueue.archive import archive
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Event, History, Message, Outcome, Queue, State
 from djqueue.queues import get_queue_by_id
@@ -43,9 +44,9 @@ def ack_many(messages: Iterable[Message]) -> list[Message]:
             owned = [by_id[pk] for pk, state, token in leased
                      if state == State.CLAIMED and token == by_id[pk].lease_token]
             if owned:
-                History.objects.using(db).bulk_create(
-                    [history_row(m, Outcome.ACKED, now) for m in owned])
-                Message.objects.using(db).filter(pk__in=[m.pk for m in owned]).delete()
+                ids = [m.pk for m in owned]
+                archive(db, ids, Outcome.ACKED, now)
+                Message.objects.using(db).filter(pk__in=ids).delete()
                 groups.hand_on(db, owned, acked=owned)
                 trace.record(db, owned, Event.ACKED, at=now)
         return owned
@@ -116,6 +117,7 @@ def record_failure(row: Message, error: str, now: datetime, *,
     db = row._state.db or vendor.alias()
     trace.record(db, [row], Event.NACKED, at=now, detail=error)
     row.owner = row.lease_token = ""
+    stats.count_failure(db, queue.pk, now, dead=row.attempts >= queue.max_attempts)
     if row.attempts >= queue.max_attempts:
         dead_letter(row, queue, now)
     else:
@@ -143,10 +145,19 @@ def dead_letter(row: Message, queue: Queue, now: datetime) -> None:
     signals.message_dead_lettered.send(sender=Message, message=row)
 
 
+#: The longest lease extend() grants at once (SQS's visibility limit, 12 hours).
+MAX_LEASE = 12 * 3600.0
+#: The longest delay a send or retry may ask for (ten years).
+MAX_DELAY = 10 * 365 * 86400.0
+
+
 def extend(message: Message, seconds: float) -> None:
     """Move the lease end to ``seconds`` from now; NotOwner if the lease was lost."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-        raise InvalidMessage(f"extend() needs a positive number of seconds, got {seconds!r}.")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not (
+            0 < seconds <= MAX_LEASE):
+        raise InvalidMessage(
+            f"extend() needs a number of seconds above 0 and at most {MAX_LEASE:g}, "
+            f"got {seconds!r}.")
     until = timezone.now() + timedelta(seconds=seconds)
     updated = Message.objects.using(vendor.alias()).filter(
         pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token,
@@ -163,8 +174,8 @@ def validate_delay(delay: float | timedelta | None) -> float | None:
         delay = delay.total_seconds()
     if isinstance(delay, bool) or not isinstance(delay, int | float):
         raise InvalidMessage(f"delay must be seconds or a timedelta, got {delay!r}.")
-    if delay < 0 or delay != delay:
-        raise InvalidMessage(f"delay must not be negative, got {delay!r}.")
+    if not 0 <= delay <= MAX_DELAY:  # also refuses NaN and infinity
+        raise InvalidMessage(f"delay must be 0 to {MAX_DELAY:g} seconds, got {delay!r}.")
     return float(delay)
 
 
@@ -196,6 +207,8 @@ def promote_due(queue_ids: list[int] | None = None, limit: int = 1000) -> int:
     if not vendor.claims_by_skip_locked():
         return Message.objects.using(db).filter(
             pk__in=due.values("pk")[:limit]).update(state=State.READY)
+    if not due.exists():  # one cheap read instead of a transaction, the usual idle case
+        return 0
     with vendor.claim_isolation(), transaction.atomic(using=db):
         ids = list(due.select_for_update(skip_locked=True).values_list("pk", flat=True)[:limit])
         if not ids:

@@ -8,17 +8,22 @@ from django.db import transaction
 from django.db.models import Case, Exists, F, OuterRef, Value, When
 from django.utils import timezone
 
-from djqueue import dedup, groups, signals, trace, vendor
+from djqueue import dedup, groups, signals, stats, trace, vendor
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.lifecycle import history_row
 from djqueue.models import Event, History, Message, Outcome, State
 from djqueue.queues import QueueRef, get_queue
+from djqueue.wakeup import wakeup
+
+#: The longest visibility change allowed (SQS allows 12 hours).
+MAX_VISIBILITY = 12 * 3600.0
 
 
 def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
-            limit: int | None = None) -> int:
-    """Move dead messages of ``dead_letter_queue`` back to ``to`` (default: where each failed).
+            limit: int | None = None, ids: list[int] | None = None) -> int:
+    """Move dead messages of ``dead_letter_queue`` (only ``ids``, if given) back to
+    ``to`` (default: where each failed).
 
     They become ready with a fresh attempt count; their errors are kept.
     """
@@ -26,14 +31,17 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
     target = get_queue(to, fresh=True) if to is not None else None
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidMessage(f"limit must be a positive integer, got {limit!r}.")
+    only = _check_ids(ids) if ids is not None else None
     db = vendor.alias()
     moved = 0
     batch = get_settings().PRUNE_BATCH
     while limit is None or moved < limit:
         take = batch if limit is None else min(batch, limit - moved)
         with transaction.atomic(using=db):
-            ids = _lock_ids(Message.objects.using(db).filter(queue=source, state=State.DEAD)
-                            .order_by("id"), take)
+            dead = Message.objects.using(db).filter(queue=source, state=State.DEAD)
+            if only is not None:
+                dead = dead.filter(pk__in=only)
+            ids = _lock_ids(dead.order_by("id"), take)
             if not ids:
                 break
             destination = (Value(target.pk) if target is not None else Case(
@@ -78,6 +86,48 @@ def purge(queue: QueueRef) -> int:
     return removed
 
 
+def retry_now(ids: list[int]) -> int:
+    """Make scheduled messages (waiting on a delay or a retry backoff) ready at once."""
+    db = vendor.alias()
+    with transaction.atomic(using=db):
+        ready = _lock_ids(Message.objects.using(db).filter(
+            pk__in=_check_ids(ids), state=State.SCHEDULED), len(ids))
+        Message.objects.using(db).filter(pk__in=ready).update(
+            state=State.READY, visible_at=timezone.now())
+    if ready:
+        transaction.on_commit(wakeup.notify, using=db)
+    return len(ready)
+
+
+def change_visibility(ids: list[int], seconds: float) -> int:
+    """SQS ChangeMessageVisibility: a claimed message's lease now ends ``seconds`` from now;
+    a ready or scheduled one becomes visible then (0: ready at once)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not (
+            0 <= seconds <= MAX_VISIBILITY):
+        raise InvalidMessage(
+            f"Visibility must be 0 to {MAX_VISIBILITY:g} seconds, got {seconds!r}.")
+    db = vendor.alias()
+    until = timezone.now() + timedelta(seconds=seconds)
+    with transaction.atomic(using=db):
+        ids = _lock_ids(Message.objects.using(db).filter(
+            pk__in=_check_ids(ids), state__in=[State.READY, State.SCHEDULED, State.CLAIMED]),
+            len(ids))
+        messages = Message.objects.using(db).filter(pk__in=ids)
+        changed = messages.filter(state=State.CLAIMED).update(visible_at=until)
+        changed += messages.exclude(state=State.CLAIMED).update(
+            state=State.READY if seconds == 0 else State.SCHEDULED, visible_at=until)
+    if changed and seconds == 0:
+        transaction.on_commit(wakeup.notify, using=db)
+    return changed
+
+
+def _check_ids(ids: object) -> list[int]:
+    if not isinstance(ids, list | tuple) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise InvalidMessage(f"Message ids must be a list of integers, got {ids!r}.")
+    return list(ids)
+
+
 def _lock_ids(query, limit: int) -> list[int]:
     """Ids of up to ``limit`` rows of ``query``, locked, skipping rows others hold.
 
@@ -114,6 +164,8 @@ def delete(message: Message | int, *, only_unclaimed: bool = False) -> bool:
     With ``only_unclaimed`` a message some receiver holds is left alone (False).
     """
     pk = message.pk if isinstance(message, Message) else message
+    if isinstance(pk, bool) or not isinstance(pk, int):
+        raise InvalidMessage(f"delete() takes a Message or a message id, not {message!r}.")
     db = vendor.alias()
     with transaction.atomic(using=db):
         row = Message.objects.using(db).select_for_update().filter(pk=pk).first()
@@ -121,6 +173,7 @@ def delete(message: Message | int, *, only_unclaimed: bool = False) -> bool:
             return False
         History.objects.using(db).bulk_create([history_row(row, Outcome.DELETED, timezone.now())])
         row.delete(using=db)
+        row.pk = pk  # delete() clears it; the hand-on and the trace still name the message
         groups.hand_on(db, [row])
         trace.record(db, [row], Event.DELETED)
     return True
@@ -157,6 +210,7 @@ def prune_history(now: datetime | None = None) -> int:
             Exists(Message.objects.filter(queue_id=OuterRef("queue_id"),
                                           group_key=OuterRef("key")))))
     removed += dedup.prune(db, now)
+    removed += stats.prune(db, now)
     removed += collect_bodies(now)
     cutoff = now - timedelta(seconds=get_settings().RESULT_RETENTION)
     removed += _delete_in_batches(TaskRecord.objects.using(db).filter(

@@ -15,7 +15,7 @@ from datetime import timedelta
 from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
-from djqueue import groups, vendor
+from djqueue import alarms, groups, stats, vendor
 from djqueue.conf import get_settings
 from djqueue.interrupts import Interrupts
 from djqueue.lifecycle import promote_due, return_claims
@@ -39,6 +39,8 @@ class ReapReport:
     pruned: int = 0
     periodic: int = 0
     groups_repaired: int = 0
+    counted: int = 0
+    alarms: int = 0
 
     def __bool__(self) -> bool:
         return any(vars(self).values())
@@ -49,6 +51,7 @@ class Reaper:
         self.interval = interval if interval is not None else get_settings().REAPER_INTERVAL
         self.interrupts = Interrupts()
         self._last_prune = 0.0
+        self._last_stats = 0.0
         self._hostname = socket.gethostname()[:255]
         self.scheduler = Scheduler() if get_settings().PERIODIC else None
 
@@ -69,14 +72,23 @@ class Reaper:
         report = ReapReport()
         for worker in self.dead_workers():
             report.dead_workers += 1
-            report.returned_from_dead += self._drain(
-                Message.objects.claimed().filter(owner=worker.pk), "worker {owner} died")
-            WorkerRow.objects.using(vendor.alias()).filter(pk=worker.pk).delete()
+            claims = Message.objects.claimed().filter(owner=worker.pk)
+            report.returned_from_dead += self._drain(claims, "worker {owner} died")
+            # Rows the dead worker's last transactions still lock (the server has not
+            # yet rolled them back) were skipped: keep the row, so the next pass
+            # returns them, instead of leaving them to their lease's expiry.
+            if not claims.using(vendor.alias()).exists():
+                WorkerRow.objects.using(vendor.alias()).filter(pk=worker.pk).delete()
         report.expired = self._drain(
             Message.objects.expired(timezone.now()), "lease expired (held by {owner})")
         report.promoted = promote_due()
         if self.scheduler is not None:
             report.periodic = self.scheduler.tick()
+        if time.monotonic() - self._last_stats >= get_settings().STATS_INTERVAL:
+            self._last_stats = time.monotonic()
+            report.counted = stats.roll_up()
+            stats.sample_depth()
+            report.alarms = len(alarms.evaluate())
         if time.monotonic() - self._last_prune >= PRUNE_EVERY:
             self._last_prune = time.monotonic()
             report.pruned = prune_history()

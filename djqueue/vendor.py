@@ -224,6 +224,18 @@ def int_div_sql(vendor_name: str) -> str:
     return "CAST(((({a}) * 1.0) / NULLIF(({b}), 0)) AS INTEGER)"
 
 
+def byte_length_sql(vendor_name: str) -> str:
+    """SQL for the length in bytes of the text ``{}``.
+
+    Why per vendor: LENGTH counts characters on PostgreSQL and SQLite (bytes on
+    MySQL); OCTET_LENGTH counts bytes on MySQL and PostgreSQL but SQLite has it
+    only from 3.43, and Debian 12's Python links 3.40.
+    """
+    if vendor_name == "sqlite":
+        return "LENGTH(CAST({} AS BLOB))"
+    return "OCTET_LENGTH({})"
+
+
 def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
     """``bulk_create`` options for an insert that, on a duplicate key, updates instead.
 
@@ -235,6 +247,28 @@ def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
     if connection().vendor != "mysql":
         options["unique_fields"] = unique_fields
     return options
+
+
+def add_counters_sql(table: str, keys: list[str], columns: list[str], counters: list[str]) -> str:
+    """An INSERT of one row (``columns``, keys first) that, when a row with the same
+    ``keys`` exists, adds its ``counters`` to that row's instead.
+
+    Why: incrementing a row that may not exist yet is one atomic statement this
+    way; update-then-insert races, and insert-ignore-then-update deadlocks on
+    InnoDB (both inserters take a shared lock, then both want the exclusive
+    one). Why per vendor: MySQL says ON DUPLICATE KEY UPDATE and ``VALUES(c)``,
+    PostgreSQL and SQLite ON CONFLICT (...) and ``excluded.c``. Names are
+    djqueue's own; values are parameters.
+    """
+    conn = connection()
+    q = conn.ops.quote_name
+    head = (f"INSERT INTO {q(table)} ({', '.join(q(c) for c in columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))})")
+    if conn.vendor == "mysql":
+        sets = ", ".join(f"{q(c)} = {q(c)} + VALUES({q(c)})" for c in counters)
+        return f"{head} ON DUPLICATE KEY UPDATE {sets}"
+    sets = ", ".join(f"{q(c)} = {q(table)}.{q(c)} + excluded.{q(c)}" for c in counters)
+    return f"{head} ON CONFLICT ({', '.join(q(k) for k in keys)}) DO UPDATE SET {sets}"
 
 
 def is_deadlock(exc: BaseException) -> bool:

@@ -13,7 +13,6 @@ import collections
 import contextlib
 import logging
 import os
-import queue as stdqueue
 import socket
 import threading
 import time
@@ -23,22 +22,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connections
-from django.utils import timezone
 
 from djqueue import groups, handlers, signals, vendor
 from djqueue.claims import PromotionClock, claim_ready
 from djqueue.conditions import compile_condition
 from djqueue.conf import get_settings
-from djqueue.exceptions import DjqueueError, NotOwner
+from djqueue.doorbell import Doorbell
+from djqueue.exceptions import NotOwner
+from djqueue.handler_pool import HandlerPool
 from djqueue.handlers import Handler
 from djqueue.interrupts import Interrupts
 from djqueue.lifecycle import ack_many, fail, release, run_and_ack
 from djqueue.models import Message, Queue
-from djqueue.models import Worker as WorkerRow
+from djqueue.presence import Presence
 from djqueue.queues import create_queue, get_queue
 from djqueue.wakeup import Backoff, wakeup
 
 logger = logging.getLogger("djqueue.worker")
+#: Seconds a handler thread's connection may sit idle before it is pinged before use.
+IDLE_CHECK = 1.0
 
 
 @dataclass
@@ -53,6 +55,11 @@ class WorkerOptions:
     shutdown_grace: float | None = None
     #: A condition (expression or Q) limiting which messages are claimed.
     where: Any = None
+    #: Seconds a handler may run before its delivery counts as failed (see HandlerPool).
+    time_limit: float | None = None
+    #: Abandoned (still running) handler threads past which the worker recycles its
+    #: process; default: twice the concurrency, at least 4.
+    max_stuck: int | None = None
 
 
 @dataclass(frozen=True)
@@ -99,31 +106,40 @@ class Worker:
         self.id = f"{socket.gethostname()[:60]}:{os.getpid()}:{self.lock_key[:8]}"
         self.interrupts = Interrupts()
         self.stats = WorkerStats()
-        self._tasks: stdqueue.SimpleQueue[Message | None] = stdqueue.SimpleQueue()
+        #: Set when stuck handler threads made the worker stop to be started afresh.
+        self.recycle = False
+        self.max_stuck = options.max_stuck or max(4, 2 * options.concurrency)
         self._done: collections.deque[Done] = collections.deque()
         #: Claimed and not yet settled; only the loop thread touches it.
         self._held: dict[int, Message] = {}
-        self._returned: list[Message] = []
         self._unflushed: list[Done] = []
-        self._threads: list[threading.Thread] = []
-        self._lock = vendor.SessionLock(self.lock_key)
+        self._pool: HandlerPool[Message, Done] = HandlerPool(
+            self._execute, self._deliver, size=options.concurrency,
+            time_limit=options.time_limit, accepting=lambda: not self.interrupts.stop.is_set())
+        wake_host = self.settings.WAKE_HOST
+        self.doorbell = Doorbell(wake_host) if wake_host is not None else None
+        self.presence = Presence(self.id, self.lock_key, queues=options.queues,
+                                 concurrency=options.concurrency, held=lambda: list(self._held),
+                                 wake_address=self.doorbell.address if self.doorbell else "")
         self._promotion = PromotionClock()
+        self._thread_state = threading.local()
 
     # Lifecycle
 
     def run(self) -> int:
         """Work until stopped or a limit is reached; returns the process exit code."""
         with self.interrupts.installed():
-            self._register()
-            heartbeat = threading.Thread(target=self._heartbeat, name="djqueue-heartbeat",
-                                         daemon=True)
+            self.presence.register()
+            logger.info("Worker %s started on %s", self.id, ", ".join(self.options.queues),
+                        extra={"worker": self.id})
+            heartbeat = threading.Thread(
+                target=self.presence.beat_until, name="djqueue-heartbeat", daemon=True,
+                args=(self.interrupts.stop, self.settings.HEARTBEAT_INTERVAL))
             heartbeat.start()
-            self._threads = [
-                threading.Thread(target=self._run_handlers, name=f"djqueue-handler-{i}",
-                                 daemon=True)
-                for i in range(self.options.concurrency)]
-            for thread in self._threads:
-                thread.start()
+            if self.doorbell is not None:
+                threading.Thread(target=self.doorbell.listen_until, name="djqueue-doorbell",
+                                 daemon=True, args=(self.interrupts.stop,)).start()
+            self._pool.start()
             signals.worker_started.send(sender=Worker, worker=self)
             try:
                 self._loop()
@@ -134,6 +150,8 @@ class Worker:
                 self._shutdown()
                 self.interrupts.stop.set()
                 heartbeat.join(timeout=5)
+                if self.doorbell is not None:
+                    self.doorbell.close()
                 signals.worker_stopped.send(sender=Worker, worker=self)
         return 0
 
@@ -142,16 +160,36 @@ class Worker:
         wakeup.notify()
 
     def _loop(self) -> None:
+        while True:
+            try:
+                return self._claim_and_settle()
+            except MemoryError:
+                # A handler thread exhausting the memory limit can make any allocation
+                # fail for a moment; its own MemoryError fails its delivery.
+                logger.error("Out of memory in the worker loop; going on",
+                             extra={"worker": self.id})
+                self.interrupts.stop.wait(0.2)
+
+    def _claim_and_settle(self) -> None:
         backoff = Backoff()
         stop = self.interrupts.stop
+        idle = False
         while not stop.is_set():
+            self._give_up_overdue()
             self._flush()
             if self._limit_reached():
+                return
+            if self._pool.stuck >= self.max_stuck or self._pool.exhausted:
+                logger.error("%d handler thread(s) stuck past the time limit; stopping so the "
+                             "process starts afresh", self._pool.stuck,
+                             extra={"worker": self.id})
+                self.recycle = True
                 return
             room = self.options.concurrency + self.options.batch_size - len(self._held)
             got = 0
             if room >= self.options.batch_size or not self._held:
-                got = self._claim(min(room, self.options.batch_size))
+                got = self._claim(min(room, self.options.batch_size), peek=idle)
+            idle = not got and not self._held
             if got:
                 backoff.reset()
                 continue
@@ -159,12 +197,12 @@ class Worker:
                 return
             backoff.sleep()
 
-    def _claim(self, limit: int) -> int:
+    def _claim(self, limit: int, peek: bool = False) -> int:
         try:
             messages = claim_ready([get_queue(q.name) for q in self.queues], limit,
                                    owner=self.id,
                                    visibility_timeout=self.options.visibility_timeout,
-                                   clock=self._promotion, where=self.where)
+                                   clock=self._promotion, where=self.where, peek=peek)
         except DatabaseError:
             logger.exception("Claim failed; retrying after a pause", extra={"worker": self.id})
             self._reset_connection()
@@ -173,7 +211,7 @@ class Worker:
         for message in messages:
             self._held[message.pk] = message
         for message in messages:
-            self._tasks.put(message)
+            self._pool.submit(message)
         self.stats.claimed += len(messages)
         return len(messages)
 
@@ -186,21 +224,35 @@ class Worker:
 
     # Handler threads
 
-    def _run_handlers(self) -> None:
-        while True:
-            message = self._tasks.get()
-            if message is None:
-                return
-            if self.interrupts.stop.is_set():
-                self._returned.append(message)
-                continue
-            self._done.append(self._execute(message))
-            wakeup.notify()
+    def _deliver(self, done: Done) -> None:
+        self._done.append(done)
+        wakeup.notify()
+
+    def _give_up_overdue(self) -> None:
+        """Fail deliveries whose handler overran the time limit (their threads are replaced).
+
+        An exactly-once handler holds its message's row lock in its open transaction,
+        so its delivery cannot be failed from here: the worker lets go of it, and the
+        lease expiry returns it once that transaction ends.
+        """
+        for message in self._pool.overdue():
+            logger.error("Message %s: handler still running after %g s; thread abandoned",
+                         message.pk, self.options.time_limit,
+                         extra={"worker": self.id, "message_id": message.pk})
+            if self._exactly_once(message):
+                self._done.append(Done(message, lost=True))
+            else:
+                self._done.append(Done(message, error=(
+                    f"TimeLimitExceeded: the handler ran longer than "
+                    f"{self.options.time_limit:g} s")))
+
+    def _exactly_once(self, message: Message) -> bool:
+        entry = self.handlers[message.queue.name]
+        return entry.exactly_once if entry.exactly_once is not None else message.queue.exactly_once
 
     def _execute(self, message: Message) -> Done:
         entry = self.handlers[message.queue.name]
-        exactly_once = entry.exactly_once if entry.exactly_once is not None else (
-            message.queue.exactly_once)
+        exactly_once = self._exactly_once(message)
 
         def call() -> None:
             if entry.is_async:
@@ -209,6 +261,7 @@ class Worker:
                 entry.func(message)
 
         try:
+            self._check_idle_connection()
             if message.queue.skip_stale and groups.is_stale(message):
                 logger.warning("Skipping a stale delivery of message %s: a later message of "
                                "group %r was acked", message.pk, message.group_key,
@@ -227,6 +280,23 @@ class Worker:
             return Done(message, error="".join(traceback.format_exception(exc)) or repr(exc))
         finally:
             close_old_connections()
+            self._thread_state.last_used = time.monotonic()
+
+    def _check_idle_connection(self) -> None:
+        """Reconnect a handler thread whose connection sat idle and no longer answers.
+
+        Why: the server may have closed it meanwhile (wait_timeout, KILL CONNECTION,
+        a failover or proxy restart), and Django finds out only when a query fails —
+        which would fail the next message's handler, again and again on a worker
+        whose idle connections keep being cut. A ping after IDLE_CHECK seconds of
+        idleness costs nothing on a busy thread.
+        """
+        last_used = getattr(self._thread_state, "last_used", None)
+        if last_used is None or time.monotonic() - last_used < IDLE_CHECK:
+            return
+        conn = connections[vendor.alias()]
+        if conn.connection is not None and not conn.is_usable():
+            conn.close()
 
     # Results
 
@@ -291,6 +361,7 @@ class Worker:
         while True:
             with contextlib.suppress(Exception):
                 self._flush()
+            self._give_up_overdue()
             busy = len(self._held) - len(self._unflushed)
             if busy <= 0 or self.interrupts.force.is_set() or time.monotonic() >= deadline:
                 break
@@ -302,21 +373,12 @@ class Worker:
             logger.warning("Releasing %d message(s) whose handlers did not finish in time",
                            len(still_running), extra={"worker": self.id})
             self._release(still_running)
-        for _ in self._threads:
-            self._tasks.put(None)
-        self._deregister()
+        self._pool.stop()
+        self.presence.deregister()
+        logger.info("Worker %s stopped: %s", self.id, self.stats, extra={"worker": self.id})
 
     def _drain_unstarted(self) -> list[Message]:
-        unstarted = list(self._returned)
-        self._returned.clear()
-        while True:
-            try:
-                message = self._tasks.get_nowait()
-            except stdqueue.Empty:
-                break
-            if message is not None:
-                unstarted.append(message)
-        return unstarted
+        return self._pool.unstarted()
 
     def _release(self, messages: list[Message]) -> None:
         if not messages:
@@ -328,44 +390,6 @@ class Worker:
                              len(messages), extra={"worker": self.id})
         for message in messages:
             self._forget(message)
-
-    # Registration and heartbeat
-
-    def _register(self) -> None:
-        if not self._lock.acquire():
-            raise DjqueueError(f"Session lock {self.lock_key} is already held.")
-        WorkerRow.objects.using(vendor.alias()).update_or_create(
-            pk=self.id, defaults={
-                "hostname": socket.gethostname()[:255], "pid": os.getpid(),
-                "lock_key": self.lock_key, "queues": self.options.queues,
-                "concurrency": self.options.concurrency, "heartbeat_at": timezone.now()})
-        logger.info("Worker %s started on %s", self.id, ", ".join(self.options.queues),
-                    extra={"worker": self.id})
-
-    def _deregister(self) -> None:
-        try:
-            WorkerRow.objects.using(vendor.alias()).filter(pk=self.id).delete()
-        except DatabaseError:
-            logger.exception("Could not delete the worker row", extra={"worker": self.id})
-        self._lock.close()
-        logger.info("Worker %s stopped: %s", self.id, self.stats, extra={"worker": self.id})
-
-    def _heartbeat(self) -> None:
-        interval = self.settings.HEARTBEAT_INTERVAL
-        while not self.interrupts.stop.wait(interval):
-            try:
-                if not self._lock.is_alive():
-                    self._lock.acquire()
-                beat = WorkerRow.objects.using(vendor.alias()).filter(pk=self.id).update(
-                    heartbeat_at=timezone.now())
-                if not beat:
-                    logger.warning("Worker row was reaped; registering again",
-                                   extra={"worker": self.id})
-                    self._register()
-            except DatabaseError:
-                logger.exception("Heartbeat failed", extra={"worker": self.id})
-                self._reset_connection()
-        connections.close_all()
 
     @staticmethod
     def _reset_connection() -> None:

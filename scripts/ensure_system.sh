@@ -4,6 +4,8 @@
 #   ensure_system.sh mariadb   MariaDB installed and running on 127.0.0.1:3306
 #   ensure_system.sh postgres  PostgreSQL started if it is installed
 #   ensure_system.sh spark     Java and the JDBC drivers the Spark export reads with
+#   ensure_system.sh browser   Chromium, which the admin's browser tests drive
+#   ensure_system.sh redis     Redis running on 127.0.0.1:6379 (the Celery peer of `make bench`)
 set -euo pipefail
 log() { echo "djqueue setup: $*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -13,8 +15,8 @@ apt_install() {
   for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing ${missing[*]} with apt-get"
-  if [ $apt_updated -eq 0 ]; then $SUDO apt-get update -qq; apt_updated=1; fi
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  if [ $apt_updated -eq 0 ]; then $SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}" >/dev/null
 }
 mariadb_up() { mysqladmin --protocol=tcp -h127.0.0.1 -P3306 -uroot status >/dev/null 2>&1; }
 
@@ -33,6 +35,14 @@ for what in "$@"; do
     spark)
       command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
       apt_install libmariadb-java libpostgresql-jdbc-java libxerial-sqlite-jdbc-java ;;
+    browser) apt_install chromium ;;
+    redis)  # Celery's broker, for the peers in `make bench`
+      if ! redis-cli -h 127.0.0.1 ping >/dev/null 2>&1; then
+        command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+        log "starting Redis"
+        redis-server --daemonize yes --bind 127.0.0.1 --save "" >/dev/null
+        for _ in $(seq 1 40); do redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 && break; sleep 0.25; done
+      fi ;;
     postgres)
       if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && [ -d /etc/postgresql ]; then
         log "starting PostgreSQL"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, system checks, migrations check, then pytest on
-# MariaDB (always), PostgreSQL (when reachable) and SQLite.
+# MariaDB (always), PostgreSQL (when reachable) and SQLite, then the fault
+# scenarios' short forms on a private MariaDB (tests/faults), then Django 5.2 LTS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 MARIADB_URL=${DJQUEUE_MARIADB_URL:-mysql://root@127.0.0.1:3306/test}
 POSTGRES_URL=${DJQUEUE_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
 
-scripts/ensure_system.sh mariadb postgres spark || exit 1
+scripts/ensure_system.sh mariadb postgres spark browser || exit 1
 
 failed=()
 step() {
@@ -16,7 +17,9 @@ step() {
   local started=$SECONDS
   if "$@"; then echo "--- $name: ok ($((SECONDS - started))s)"; else failed+=("$name"); echo "--- $name: FAILED"; fi
 }
-suite() { DATABASE_URL=$1 "$PY" -m pytest -p no:cacheprovider -q --durations=5 "${@:2}"; }
+# tests/faults/test_faults.py runs once, in its own step: it starts a private MariaDB.
+suite() { DATABASE_URL=$1 "$PY" -m pytest -p no:cacheprovider -q --durations=5 \
+  --ignore=tests/faults/test_faults.py "${@:2}"; }
 
 step "ruff" .venv/bin/ruff check .
 step "manage.py check" "$PY" manage.py check --fail-level WARNING
@@ -29,6 +32,12 @@ else
   echo "PostgreSQL is not reachable on 127.0.0.1:5432: its run is skipped."
 fi
 step "pytest on SQLite" suite "" "$@"
+faults() {  # exit code 5 (nothing selected, e.g. by -k) is not a failure
+  DATABASE_URL="$MARIADB_URL" "$PY" -m pytest -p no:cacheprovider -q --durations=10 \
+    tests/faults/test_faults.py "$@"
+  local rc=$?; [ $rc -eq 5 ] && return 0; return $rc
+}
+step "fault scenarios (short forms; a private MariaDB on port 3307)" faults "$@"
 
 # Django 5.2 LTS with the django-tasks backport, when a Python 3.11 is at hand
 # and the main venv is not already that fallback.
@@ -36,7 +45,8 @@ py311=$(command -v python3.11 || ls "$(pyenv root 2>/dev/null || echo "$HOME/.py
 if [ -n "$py311" ] && "$PY" -c 'import django, sys; sys.exit(django.VERSION < (6,))'; then
   step "venv with Django 5.2 LTS" make -s venv VENV=.venv-django52 DJQUEUE_PYTHON="$py311"
   step "pytest on MariaDB, Django 5.2 LTS" env DATABASE_URL="$MARIADB_URL" \
-    .venv-django52/bin/python -m pytest -p no:cacheprovider -q -m "not slow and not spark" "$@"
+    .venv-django52/bin/python -m pytest -p no:cacheprovider -q -m "not slow and not spark" \
+    --ignore=tests/faults/test_faults.py "$@"
 else
   echo "No second Python for Django 5.2 LTS (or already on it): that run is skipped."
 fi

@@ -33,3 +33,35 @@ def fail_then_succeed(message: Message) -> None:
     record(message)
     if len(message.errors or []) < message.payload["failures"]:
         raise ValueError(f"planned failure on attempt {message.attempts}")
+
+
+def poison(message: Message) -> None:
+    """Fault tests' poison messages: ``kind`` crash, hang or memory; anything else works."""
+    kind = message.payload.get("kind")
+    if kind == "crash":
+        raise RuntimeError(f"poison message {message.payload['n']} crashed its handler")
+    if kind == "hang":
+        time.sleep(3600)
+    if kind == "memory":
+        hoard = []
+        while True:  # until the worker's --max-memory turns this into a MemoryError
+            hoard.append(bytearray(64 * 1024 * 1024))
+    record(message)
+
+
+def lease_test(message: Message) -> None:
+    """First delivery: with ``extend``, works ``work`` seconds extending the lease every
+    0.3 s; without it, works until the message has been redelivered and the second
+    delivery has finished (so its own ack comes late, whatever the machine's load).
+    Records an effect when done, so a redelivered message records two."""
+    if message.attempts == 1:
+        deadline = time.monotonic() + message.payload["work"]
+        if message.payload["extend"]:
+            while time.monotonic() < deadline:
+                time.sleep(0.3)
+                message.extend(2)
+        else:
+            redelivered = Effect.objects.filter(key=message.payload["n"], attempt__gte=2)
+            while not redelivered.exists() and time.monotonic() < deadline + 60:
+                time.sleep(0.2)
+    record(message)

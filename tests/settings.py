@@ -38,6 +38,11 @@ DJQUEUE = {
         "t.exactly": "tests.handlers.exactly_once_record",
         "t.flaky": "tests.handlers.fail_then_succeed",
         "news:all": "tests.handlers.record",
+        # the fault tests (tests/faults), on their private MariaDB
+        "f.work": "tests.handlers.record",
+        "f.exactly": "tests.handlers.exactly_once_record",
+        "f.poison": "tests.handlers.poison",
+        "f.lease": "tests.handlers.lease_test",
     },
     "HEARTBEAT_INTERVAL": 0.5,
     "WORKER_TIMEOUT": 5.0,
@@ -45,6 +50,7 @@ DJQUEUE = {
     "PROMOTE_INTERVAL": 0.05,
     "QUEUE_CACHE_TTL": 0.1,
     "REAPER_INTERVAL": 0.2,
+    "STATS_INTERVAL": 0.5,
 }
 
 LOGGING = {
@@ -57,3 +63,6 @@ LOGGING = {
 if os.environ.get("DJQUEUE_TEST_PERIODIC"):
     DJQUEUE["PERIODIC"] = {
         "beat": {"task": "tests.tasks.add", "cron": "* * * * *", "args": [1, 1]}}
+
+if os.environ.get("DJQUEUE_TEST_POLL"):  # a worker that polls this rarely (the doorbell test)
+    DJQUEUE["POLL_MIN"] = DJQUEUE["POLL_MAX"] = float(os.environ["DJQUEUE_TEST_POLL"])

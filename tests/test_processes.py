@@ -177,3 +177,23 @@ def test_live_workers_session_lock_is_held_by_one_connection_across_heartbeats(s
         assert lock_holder(worker.lock_key) == holder, "the lock was re-acquired"
         assert vendor.session_lock_free(worker.lock_key) is False
     assert Worker.objects.get().pk == worker.pk
+
+
+def test_stuck_handler_threads_make_the_worker_restart_its_process_and_carry_on(spawn):
+    """Handlers hanging past --time-limit leave threads Python cannot stop; past
+    --max-stuck of them the worker re-executes itself (same pid) and goes on."""
+    dead = djqueue.create_queue("f.poison.dead")
+    djqueue.create_queue("f.poison", max_attempts=1, dead_letter_queue=dead)
+    djqueue.send_batch("f.poison", [{"n": i, "kind": "hang"} for i in range(3)])
+    worker = spawn("djqueue_worker", "f.poison", "-c", "1", "-b", "1", "--time-limit", "0.3",
+                   "--max-stuck", "2")
+    wait_until(lambda: Message.objects.filter(state=State.DEAD).count() == 3, 60,
+               "three hung deliveries dead-lettered")
+    djqueue.send("f.poison", {"n": 99})
+    wait_until(lambda: History.objects.filter(pk__isnull=False).count() == 1, 60,
+               f"the good message after the restart\n{worker.output()}")
+    assert worker.popen.poll() is None, worker.output()
+    assert worker.output().count("stopping so the process starts afresh") == 1
+    errors = [m.errors[-1]["error"] for m in Message.objects.filter(state=State.DEAD)]
+    assert all("TimeLimitExceeded" in e for e in errors), errors
+    assert Effect.objects.filter(key=99).count() == 1

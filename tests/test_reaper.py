@@ -1,8 +1,10 @@
 """The reaper: expired leases come back counted; several reapers at once are safe."""
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 import djqueue
@@ -46,6 +48,38 @@ def test_stale_worker_is_reaped_and_its_claims_return():
     report = Reaper().tick()
     assert (report.dead_workers, report.returned_from_dead) == (1, 5)
     assert Message.objects.filter(state=State.READY, attempts=1).count() == 5
+    assert not Worker.objects.exists()
+
+
+@pytest.mark.row_locks
+def test_dead_workers_claims_still_locked_are_returned_by_a_later_pass():
+    """A killed worker's last transaction may still lock some of its rows for a moment
+    (the server has not rolled it back yet). The reaper skips those rows, keeps the
+    worker's row, and returns them on the next pass, not at their lease's expiry."""
+    djqueue.create_queue("jobs")
+    djqueue.send_batch("jobs", [{"n": i} for i in range(3)])
+    Worker.objects.create(id="gone:1:abc", hostname="elsewhere", pid=1, lock_key="f" * 32,
+                          heartbeat_at=timezone.now() - timedelta(hours=1))
+    held = djqueue.receive("jobs", max_messages=3, owner="gone:1:abc", visibility_timeout=3600)
+    locked, release = threading.Event(), threading.Event()
+
+    def dying_transaction(_: int) -> None:
+        with transaction.atomic():
+            Message.objects.select_for_update().filter(pk=held[0].pk).get()
+            locked.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=in_threads, args=(dying_transaction, 1))
+    holder.start()
+    assert locked.wait(30)
+    first = Reaper().tick()
+    assert (first.dead_workers, first.returned_from_dead) == (1, 2)
+    assert Worker.objects.filter(pk="gone:1:abc").exists()
+    release.set()
+    holder.join(30)
+    second = Reaper().tick()
+    assert (second.dead_workers, second.returned_from_dead) == (1, 1)
+    assert Message.objects.filter(state=State.READY, attempts=1).count() == 3
     assert not Worker.objects.exists()
 
 

@@ -1,3 +1,4 @@
+from djqueue.models.alarm import Alarm, AlarmPolicy, Metric
 from djqueue.models.dedup import DedupKey
 from djqueue.models.export import ExportRun
 from djqueue.models.group import MessageGroup
@@ -10,15 +11,44 @@ from djqueue.models.message import (
     State,
 )
 from djqueue.models.periodic import PeriodicTick
-from djqueue.models.queue import Queue
+from djqueue.models.queue import Dashboard, Queue
+from djqueue.models.stats import Period, QueueDepth, QueueStat, StatsCursor, TopicStat
 from djqueue.models.task_record import FINISHED_STATUSES, TaskRecord, TaskStatus
 from djqueue.models.topic import Body, ConsumerGroup, GroupMode, Subscription, Topic
 from djqueue.models.trace import Event, TraceEvent
 from djqueue.models.worker import Worker
 
 __all__ = [
-    "FINISHED_STATUSES", "GROUP_HOLDING_STATES", "PENDING_STATES", "Body", "ConsumerGroup",
-    "DedupKey", "Event", "ExportRun", "GroupMode", "History", "Message", "MessageGroup", "MessageQuerySet",
-    "Outcome", "PeriodicTick", "Queue", "State", "Subscription", "TaskRecord", "TaskStatus",
-    "Topic", "TraceEvent", "Worker",
+    "FINISHED_STATUSES",
+    "GROUP_HOLDING_STATES",
+    "PENDING_STATES",
+    "Alarm",
+    "AlarmPolicy",
+    "Body",
+    "ConsumerGroup",
+    "Dashboard",
+    "DedupKey",
+    "Event",
+    "ExportRun",
+    "GroupMode",
+    "History",
+    "Message",
+    "MessageGroup",
+    "MessageQuerySet",
+    "Metric",
+    "Outcome",
+    "Period",
+    "PeriodicTick",
+    "Queue",
+    "QueueDepth",
+    "QueueStat",
+    "State",
+    "StatsCursor",
+    "Subscription",
+    "TaskRecord",
+    "TaskStatus",
+    "Topic",
+    "TopicStat",
+    "TraceEvent",
+    "Worker",
 ]

@@ -99,6 +99,10 @@ class Message(models.Model):
     objects = MessageQuerySet.as_manager()
 
     class Meta:
+        permissions = [
+            ("retry_message", "Can retry scheduled messages now"),
+            ("change_visibility", "Can change when a message becomes visible"),
+        ]
         indexes = [
             models.Index(fields=["queue", "state", "-priority", "id"], name="djqueue_msg_claim"),
             models.Index(fields=["state", "visible_at"], name="djqueue_msg_due"),

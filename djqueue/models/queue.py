@@ -87,6 +87,11 @@ class Queue(models.Model):
 
     class Meta:
         ordering = ["name"]
+        permissions = [
+            ("pause_queue", "Can pause and resume queues"),
+            ("purge_queue", "Can purge queues"),
+            ("redrive_queue", "Can redrive dead-lettered messages"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -106,3 +111,11 @@ class Queue(models.Model):
         """Delay before the retry that follows failed delivery number ``attempt`` (1-based)."""
         steps = self.backoff or [0]
         return timedelta(seconds=float(steps[min(max(attempt, 1), len(steps)) - 1]))
+
+
+class Dashboard(Queue):
+    """The admin's dashboard page: a proxy so that the admin index links to it."""
+
+    class Meta:
+        proxy = True
+        verbose_name = verbose_name_plural = "dashboard"

@@ -62,6 +62,7 @@ class ConsumerGroup(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        permissions = [("replay_group", "Can replay a consumer group from a time")]
         constraints = [models.UniqueConstraint(fields=["topic", "name"],
                                                name="djqueue_group_name_unique")]
 

@@ -1,10 +1,15 @@
+import logging
+import os
 import socket
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
 from djqueue import handlers
 from djqueue.exceptions import DjqueueError
+from djqueue.limits import limit_memory
 from djqueue.worker import Worker, WorkerOptions
 
 
@@ -50,6 +55,17 @@ class Command(BaseCommand):
                                  "--consumer-name.")
         parser.add_argument("--consumer-name", default=None,
                             help="Broadcast consumer name (default: this host's name).")
+        parser.add_argument("--time-limit", type=positive_float, default=None,
+                            help="Seconds a handler may run; past it the delivery fails "
+                                 "(retried or dead-lettered) and the thread is replaced.")
+        parser.add_argument("--max-stuck", type=positive_int, default=None, metavar="N",
+                            help="Handler threads left running past --time-limit after which "
+                                 "the worker restarts its process (default: twice the "
+                                 "concurrency, at least 4).")
+        parser.add_argument("--max-memory", type=positive_int, default=None, metavar="MB",
+                            help="Cap this process's address space, so a handler allocating "
+                                 "past it fails with MemoryError instead of the OOM killer "
+                                 "ending the worker.")
         parser.add_argument("--where", default=None,
                             help="Only claim messages matching this condition, e.g. "
                                  "\"priority >= 5 and headers.region = 'eu'\".")
@@ -62,16 +78,32 @@ class Command(BaseCommand):
         queues = queues or handlers.known_queues()
         if not queues:
             raise CommandError("No queues given and no handlers configured.")
+        if options["max_memory"] is not None:
+            try:
+                limit_memory(options["max_memory"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
         try:
             worker = Worker(WorkerOptions(
                 queues=queues, concurrency=options["concurrency"],
                 batch_size=options["batch_size"], max_messages=options["max_messages"],
                 max_seconds=options["max_seconds"], burst=options["burst"],
                 visibility_timeout=options["visibility_timeout"],
-                shutdown_grace=options["shutdown_grace"], where=options["where"]))
+                shutdown_grace=options["shutdown_grace"], where=options["where"],
+                time_limit=options["time_limit"], max_stuck=options["max_stuck"]))
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
         worker.run()
+        if worker.recycle:
+            self.restart()
+
+    @staticmethod
+    def restart() -> None:
+        """Replace this process with a fresh copy of itself (same pid, same arguments):
+        the only way to be rid of handler threads stuck past the time limit."""
+        logging.shutdown()
+        connections.close_all()
+        os.execv(sys.executable, [sys.executable, *sys.argv])
 
     @staticmethod
     def subscription_queue(spec: str, consumer: str | None) -> str:

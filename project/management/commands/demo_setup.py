@@ -2,9 +2,11 @@ import os
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 import djqueue
+from djqueue.models import AlarmPolicy, ConsumerGroup
 
 
 class Command(BaseCommand):
@@ -16,6 +18,15 @@ class Command(BaseCommand):
         dead = djqueue.create_queue("flaky.dead", exist_ok=True)
         djqueue.create_queue("flaky", exist_ok=True, max_attempts=4, backoff=[2, 4, 8],
                              dead_letter_queue=dead)
+        djqueue.create_topic("signups", exist_ok=True)
+        if not ConsumerGroup.objects.filter(name="crm").exists():
+            djqueue.subscribe("signups", "crm")
+        AlarmPolicy.objects.get_or_create(
+            name="emails backlog", defaults={"metric": "depth", "threshold": 100,
+                                             "queue": djqueue.get_queue("emails")})
+        AlarmPolicy.objects.get_or_create(
+            name="dead letters", defaults={"metric": "dead_letters", "threshold": 0})
+        call_command("loaddata", "djqueue_admin_theme", verbosity=0)
         username = os.environ.get("DJQUEUE_DEMO_USER", "admin")
         password = os.environ.get("DJQUEUE_DEMO_PASSWORD", "djqueue-demo")
         user, _ = get_user_model().objects.get_or_create(
@@ -29,6 +40,7 @@ class Command(BaseCommand):
         djqueue.send_batch("reports", [{"name": f"weekly-{i}", "rows": 1_000_000}
                                        for i in range(3)], delay=15)
         djqueue.send_batch("flaky", [{"n": i} for i in range(10)])
+        djqueue.publish_batch("signups", [{"user": i} for i in range(8)])
         from project.tasks import welcome_email
 
         welcome_email.enqueue(user.pk)

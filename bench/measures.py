@@ -1,0 +1,282 @@
+"""The measurements of ``make bench`` (see suite.py). Each returns {name: value}.
+
+Rates are messages per second. Worker drain rates come from the history rows'
+timestamps (first claim to last finish), so process start-up is not counted;
+CPU per message is the worker processes' user+system time over the messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+from common import BENCH_DB, ROOT, raw_connection
+
+PAYLOAD = {"to": "someone@example.com", "subject": "x" * 60}
+BODY = json.dumps(PAYLOAD, separators=(",", ":"))
+WORKER = [sys.executable, str(ROOT / "manage.py"), "djqueue_worker"]
+
+
+def env() -> dict[str, str]:
+    """The workers' environment: the bench settings and DATABASE_URL set by setup_django."""
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
+
+__all__ = ["BENCH_DB", "api", "backlog", "memory", "pickup", "raw", "tasks", "worker"]
+
+
+def rate(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("inf")
+
+
+def queue_id(name: str = "bench") -> int:
+    import djqueue
+
+    return djqueue.create_queue(name, exist_ok=True).pk
+
+
+def clear() -> None:
+    """Empty the message and history tables (TRUNCATE: a million rows in no time)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET FOREIGN_KEY_CHECKS = 0")
+        for table in ("djqueue_message", "djqueue_history", "djqueue_taskrecord"):
+            cursor.execute(f"TRUNCATE TABLE {table}")
+        cursor.execute("SET FOREIGN_KEY_CHECKS = 1")
+
+
+def raw(url: str, n: int) -> dict[str, float]:
+    """The raw-SQL limit: mysqlclient loops on a table LIKE djqueue_message."""
+    conn = raw_connection(url)
+    cur = conn.cursor()
+    cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    cur.execute("DROP TABLE IF EXISTS bench_raw")
+    cur.execute("CREATE TABLE bench_raw LIKE djqueue_message")
+    qid = queue_id()
+    row = "(%s, 1, 0, NOW(6), %s, NULL, 0, '', '', NOW(6), NULL, NULL, NULL)"
+    sql = ("INSERT INTO bench_raw (queue_id, state, priority, visible_at, body, headers, attempts,"
+           " owner, lease_token, sent_at, claimed_at, errors, origin_queue_id) VALUES ")
+    singles = min(n, 3000)
+    started = time.perf_counter()
+    for _ in range(singles):
+        cur.execute(sql + row, (qid, BODY))
+    single = rate(singles, time.perf_counter() - started)
+    started = time.perf_counter()
+    for _ in range(n // 1000):
+        conn.begin()
+        cur.execute(sql + ",".join([row] * 1000), [v for _ in range(1000) for v in (qid, BODY)])
+        conn.commit()
+    batch = rate(n // 1000 * 1000, time.perf_counter() - started)
+    results = {"raw_insert_1": single, "raw_insert_1000": batch}
+    for per_txn, key in ((1, "raw_claim_ack_1"), (100, "raw_claim_ack_100")):
+        limit = 2000 if per_txn == 1 else None
+        drained = 0
+        started = time.perf_counter()
+        while limit is None or drained < limit:
+            conn.begin()
+            cur.execute("SELECT id FROM bench_raw WHERE queue_id = %s AND state = 1 "
+                        "ORDER BY priority DESC, id LIMIT %s FOR UPDATE SKIP LOCKED",
+                        (qid, per_txn))
+            ids = [r[0] for r in cur.fetchall()]
+            if not ids:
+                conn.commit()
+                break
+            marks = ",".join(["%s"] * len(ids))
+            cur.execute(f"UPDATE bench_raw SET state = 3 WHERE id IN ({marks})", ids)
+            cur.execute(f"DELETE FROM bench_raw WHERE id IN ({marks})", ids)
+            conn.commit()
+            drained += len(ids)
+        results[key] = rate(drained, time.perf_counter() - started)
+    cur.execute("DROP TABLE bench_raw")
+    conn.close()
+    return results
+
+
+def api(n: int) -> dict[str, float]:
+    """djqueue's Python API in this process."""
+    import djqueue
+
+    clear()
+    singles = min(n, 3000)
+    started = time.perf_counter()
+    for _ in range(singles):
+        djqueue.send("bench", PAYLOAD)
+    single = rate(singles, time.perf_counter() - started)
+    started = time.perf_counter()
+    for _ in range(n // 1000):
+        djqueue.send_batch("bench", [PAYLOAD] * 1000)
+    batch = rate(n // 1000 * 1000, time.perf_counter() - started)
+    drained = 0
+    started = time.perf_counter()
+    while messages := djqueue.receive("bench", max_messages=100):
+        drained += len(djqueue.ack_many(messages))
+    return {"send_1": single, "send_batch_1000": batch,
+            "api_batch_100": rate(drained, time.perf_counter() - started)}
+
+
+def fill(count: int, name: str = "bench") -> None:
+    """``count`` ready messages in one statement (MariaDB's sequence engine)."""
+    from django.db import connection
+
+    qid = queue_id(name)
+    with connection.cursor() as cursor:
+        for start in range(0, count, 1_000_000):
+            size = min(1_000_000, count - start)
+            cursor.execute(
+                "INSERT INTO djqueue_message (queue_id, state, priority, visible_at, body, "
+                "attempts, owner, lease_token, sent_at) "
+                f"SELECT %s, 1, 0, NOW(6), %s, 0, '', '', NOW(6) FROM seq_1_to_{size}",
+                [qid, BODY])
+
+
+def drain_rate(since_id: int = 0) -> tuple[float, int]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*), MIN(claimed_at), MAX(finished_at) FROM djqueue_history "
+                       "WHERE id > %s AND worker <> 'history'", [since_id])
+        count, first, last = cursor.fetchone()
+    return rate(count, (last - first).total_seconds()) if count else 0.0, count
+
+
+def run_workers(queue: str, processes: int, *options: str) -> float:
+    """Run burst workers to completion; returns their CPU seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    workers = [subprocess.Popen([*WORKER, queue, "--burst", "-c", "1", "-b", "100", *options],
+                                cwd=ROOT, env=env()) for _ in range(processes)]
+    for process in workers:
+        if process.wait() != 0:
+            raise RuntimeError(f"worker exited with {process.returncode}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def worker(n: int, processes: int, key: str) -> dict[str, float]:
+    clear()
+    fill(n)
+    cpu = run_workers("bench", processes)
+    found, count = drain_rate()
+    return {key: found, f"{key}_cpu_us": cpu / count * 1e6}
+
+
+def tasks(n: int) -> dict[str, float]:
+    """The same through django.tasks: ``task.enqueue`` one per commit, then a worker."""
+    from bench.tasks import noop
+
+    clear()
+    count = min(n, 10_000)
+    timed = min(count, 3000)
+    started = time.perf_counter()
+    for _ in range(timed):
+        noop.enqueue(PAYLOAD)
+    enqueue = rate(timed, time.perf_counter() - started)
+    for _ in range(count - timed):
+        noop.enqueue(PAYLOAD)
+    cpu = run_workers("default", 1)
+    found, drained = drain_rate()
+    return {"tasks_enqueue_1": enqueue, "tasks_worker_1": found,
+            "tasks_worker_1_cpu_us": cpu / drained * 1e6}
+
+
+def global_questions() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW GLOBAL STATUS LIKE 'Questions'")
+        return int(cursor.fetchone()[1])
+
+
+def pickup(samples: int, window: float = 10.0) -> dict[str, float]:
+    """An idle worker: the queries it costs per second, then how soon it picks up a send."""
+    import djqueue
+    from djqueue.models import History, Worker
+
+    clear()
+    process = subprocess.Popen([*WORKER, "bench", "-c", "1", "-b", "100"], cwd=ROOT, env=env())
+    try:
+        deadline = time.monotonic() + 60
+        while not Worker.objects.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the worker did not start")
+            time.sleep(0.05)
+        time.sleep(2)  # settle into idle polling
+        before = global_questions()
+        time.sleep(window)
+        idle = (global_questions() - before - 1) / window  # minus the second SHOW itself
+        for i in range(samples):
+            djqueue.send("bench", PAYLOAD)
+            time.sleep(0.2 + (i % 7) * 0.03)  # spread sends over the poll cycle
+        while History.objects.count() < samples:
+            time.sleep(0.05)
+        latencies = sorted((h.claimed_at - h.sent_at).total_seconds() * 1000
+                           for h in History.objects.all())
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    return {"idle_queries_per_s": idle,
+            "pickup_p50_ms": latencies[len(latencies) // 2],
+            "pickup_p95_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))]}
+
+
+def backlog(big: int, n: int) -> dict[str, float]:
+    """One worker's drain rate over ``n`` messages: with 10,000 ready, with ``big`` ready,
+    and with 10,000 ready beside ``big`` rows of history."""
+    from django.db import connection
+
+    results = {}
+    clear()
+    fill(10_000)
+    run_workers("bench", 1)
+    results["worker_10k"] = drain_rate()[0]
+    clear()
+    fill(big)
+    run_workers("bench", 1, "--max-messages", str(n))
+    results["worker_backlog_1m"] = drain_rate()[0]
+    clear()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO djqueue_history (id, queue_id, outcome, priority, attempts, size, "
+            "worker, sent_at, claimed_at, finished_at) "
+            f"SELECT seq + 100000000, %s, 1, 0, 1, 100, 'history', NOW(6), NOW(6), NOW(6) "
+            f"FROM seq_1_to_{big}", [queue_id()])
+    fill(10_000)
+    run_workers("bench", 1)
+    results["worker_history_1m"] = drain_rate()[0]
+    clear()
+    return results
+
+
+def memory(count: int) -> dict[str, float]:
+    """One worker's resident memory over ``count`` messages: growth from the point 10 %
+    were processed to the highest value after it."""
+    from django.db.models import Max, Min
+
+    from djqueue.models import History, Message
+
+    clear()
+    fill(count)
+    first = Message.objects.aggregate(first=Min("id"))["first"]
+    process = subprocess.Popen([*WORKER, "bench", "--burst", "-c", "1", "-b", "100"],
+                               cwd=ROOT, env=env())
+    samples = []
+    while process.poll() is None:
+        try:
+            with open(f"/proc/{process.pid}/status") as proc:
+                status = proc.read()
+        except FileNotFoundError:
+            break
+        rss = int(next(line.split()[1] for line in status.splitlines()
+                       if line.startswith("VmRSS")))
+        last = History.objects.aggregate(last=Max("id"))["last"]
+        samples.append((last - first + 1 if last else 0, rss))
+        time.sleep(1.0)
+    clear()
+    settled = [rss for done, rss in samples if done >= count * 0.1]
+    if len(settled) < 2:
+        return {}
+    return {"memory_growth": max(settled) / settled[0] - 1, "memory_rss_kb": max(settled)}

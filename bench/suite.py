@@ -1,0 +1,155 @@
+"""``make bench``: djqueue against the raw-SQL limit and its peers, in one run, on MariaDB.
+
+    .venv/bin/python bench/suite.py [--quick] [--repeats N] [--messages N]
+
+Each repeat measures, on the same server and back to back: the raw-SQL loops
+(mysqlclient on a table LIKE djqueue_message), djqueue's API and worker
+processes, the same through django.tasks, and the peers (django-tasks-db's
+worker and Celery's solo worker on the local Redis, run from .venv-bench).
+Prints medians with their spread (min-max) and the target ratios; writes
+bench/results/suite.json. ``--quick`` runs small sizes and skips the peers and
+the million-message runs (under a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import measures  # noqa: E402
+from common import fresh_database  # noqa: E402
+
+PEER_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
+
+#: (name, measured, baseline, factor): a target holds when measured >= factor x baseline.
+TARGETS = [
+    ("send, 1 per commit", "send_1", "raw_insert_1", 0.8),
+    ("send_batch, 1,000 per call", "send_batch_1000", "raw_insert_1000", 0.6),
+    ("receive(100) + ack_many", "api_batch_100", "raw_claim_ack_100", 0.8),
+    ("worker, 1 process", "worker_1", "raw_claim_ack_100", 0.6),
+    ("worker vs django-tasks-db", "worker_1", "tasks_db_drain_1", 25),
+    ("worker vs Celery solo", "worker_1", "celery_drain_1", 10),
+    ("django.tasks enqueue vs send", "tasks_enqueue_1", "send_1", 0.7),
+    ("django.tasks worker vs worker", "tasks_worker_1", "worker_1", 0.7),
+    ("1M ready vs 10k ready", "worker_backlog_1m", "worker_10k", 0.9),
+    ("beside 1M history vs none", "worker_history_1m", "worker_10k", 0.9),
+]
+
+
+def run_peer(peer: str, messages: int) -> dict:
+    if not PEER_PYTHON.exists():
+        subprocess.run([str(ROOT / "scripts" / "bench_venv.sh")], check=True)
+    done = subprocess.run([str(PEER_PYTHON), "-m", "bench.peers.run", peer, "--messages",
+                           str(messages)], cwd=ROOT, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
+    n = args.messages
+    results: dict[str, float] = {}
+    results.update(measures.raw(url, n))
+    results.update(measures.api(n))
+    results.update(measures.worker(n, processes=1, key="worker_1"))
+    results.update(measures.worker(n * 2, processes=2, key="worker_2"))
+    results.update(measures.tasks(n // 4 if args.quick else n))
+    if not args.quick:
+        for peer, prefix in (("tasks-db", "tasks_db"), ("celery", "celery")):
+            found = run_peer(peer, max(2000, n // 10) if peer == "tasks-db" else n // 2)
+            results.update({f"{prefix}_enqueue": found["enqueue"],
+                            f"{prefix}_drain_1": found["drain_1"],
+                            f"{prefix}_drain_2": found["drain_2"],
+                            f"{prefix}_pickup_p50_ms": percentile(found["pickup_ms"], 50),
+                            f"{prefix}_pickup_p95_ms": percentile(found["pickup_ms"], 95)})
+    return results
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def summarise(repeats: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    keys = sorted({k for r in repeats for k in r})
+    return {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
+            for k in keys if (v := [r[k] for r in repeats if k in r])}
+
+
+def report(summary: dict[str, dict[str, float]]) -> list[dict]:
+    print(f"\n{'measure':34} {'median':>11} {'min':>11} {'max':>11}")
+    for key, s in summary.items():
+        print(f"{key:34} {s['median']:11.1f} {s['min']:11.1f} {s['max']:11.1f}")
+    print(f"\n{'target':34} {'ratio':>8} {'needed':>8}  holds")
+    rows = []
+    for name, mine, base, factor in TARGETS:
+        if mine not in summary or base not in summary:
+            continue
+        ratio = summary[mine]["median"] / summary[base]["median"]
+        rows.append({"target": name, "ratio": ratio, "needed": factor, "holds": ratio >= factor})
+        print(f"{name:34} {ratio:8.2f} {factor:8.2f}  {'yes' if ratio >= factor else 'NO'}")
+    for key, limit in (("pickup_p50_ms", 5), ("pickup_p95_ms", 20), ("idle_queries_per_s", 20)):
+        if key in summary:
+            value = summary[key]["median"]
+            rows.append({"target": key, "value": value, "limit": limit, "holds": value <= limit})
+            print(f"{key:34} {value:8.2f} {limit:8.2f}  {'yes' if value <= limit else 'NO'}")
+    if "worker_2" in summary:
+        value = summary["worker_2"]["median"]
+        rows.append({"target": "two workers >= 9,375/s", "value": value, "holds": value >= 9375})
+        print(f"{'two workers (msgs/s)':34} {value:8.0f} {9375:8.0f}  "
+              f"{'yes' if value >= 9375 else 'NO'}")
+    if "memory_growth" in summary:
+        value = summary["memory_growth"]["median"]
+        rows.append({"target": "worker memory growth", "value": value, "holds": value <= 0.10})
+        print(f"{'worker memory growth':34} {value:8.1%} {0.10:8.0%}  "
+              f"{'yes' if value <= 0.10 else 'NO'}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--messages", type=int, default=None)
+    parser.add_argument("--url", default=f"mysql://root@127.0.0.1:3306/{measures.BENCH_DB}")
+    args = parser.parse_args()
+    args.repeats = args.repeats or (2 if args.quick else 3)
+    args.messages = args.messages or (2_000 if args.quick else 20_000)
+    admin = fresh_database(args.url)
+    started = time.monotonic()
+    repeats = []
+    for i in range(args.repeats):
+        print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
+        repeats.append(one_repeat(args, args.url))
+    latency = measures.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)
+    extra = [latency]
+    if not args.quick:
+        extra.append(measures.backlog(1_000_000, args.messages))
+        extra.append(measures.memory(1_000_000))
+    for found in extra:
+        for r in repeats:
+            r.update(found)
+    summary = summarise(repeats)
+    rows = report(summary)
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "suite.json").write_text(json.dumps({
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform()},
+        "messages": args.messages, "repeats": args.repeats, "quick": args.quick,
+        "seconds": time.monotonic() - started, "summary": summary, "targets": rows,
+        "runs": repeats}, indent=2))
+    print(f"\nwritten: bench/results/suite.json ({time.monotonic() - started:.0f} s)")
+    admin.cursor().execute(f"DROP DATABASE IF EXISTS {measures.BENCH_DB}")
+
+
+if __name__ == "__main__":
+    main()

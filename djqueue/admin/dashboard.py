@@ -1,0 +1,74 @@
+"""The dashboard page (linked from the admin index) and its per-queue buttons."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+
+from djqueue import dashboard
+from djqueue.admin import permissions
+from djqueue.admin.confirm import ask, confirmed
+from djqueue.admin.operations import QUEUE_OPERATIONS
+from djqueue.models import Dashboard, Queue
+
+REFRESH_CHOICES = (0, 5, 30)
+
+
+@admin.register(Dashboard)
+class DashboardAdmin(admin.ModelAdmin):
+    """No list, no forms: the changelist URL is the dashboard, so the index links to it."""
+
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return request.user.has_perm(permissions.VIEW_DASHBOARD)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        return [
+            path("", view(self.dashboard_view), name="djqueue_dashboard_changelist"),
+            path("queue/<int:queue_id>/<str:operation>/", view(self.operation_view),
+                 name="djqueue_dashboard_operation"),
+        ]
+
+    def dashboard_view(self, request: HttpRequest) -> TemplateResponse:
+        permissions.require(request, permissions.VIEW_DASHBOARD)
+        try:
+            refresh = int(request.GET.get("refresh", 0))
+        except ValueError:
+            refresh = 0
+        user = request.user
+        return TemplateResponse(request, "admin/djqueue/dashboard.html", {
+            **self.admin_site.each_context(request),
+            "title": "Queue dashboard",
+            "data": dashboard.load(),
+            "refresh": refresh if refresh in REFRESH_CHOICES else 0,
+            "refresh_choices": REFRESH_CHOICES,
+            "can": {name: user.has_perm(op.permission) for name, op in QUEUE_OPERATIONS.items()},
+        })
+
+    def operation_view(self, request: HttpRequest, queue_id: int, operation: str) -> HttpResponse:
+        op = QUEUE_OPERATIONS.get(operation)
+        if op is None:
+            raise Http404(f"No queue operation {operation!r}.")
+        permissions.require(request, op.permission)
+        queue = get_object_or_404(Queue, pk=queue_id)
+        back = reverse("admin:djqueue_dashboard_changelist")
+        if op.question and not confirmed(request):
+            return ask(request, self.admin_site, title=f"{op.label} {queue.name}?",
+                       question=op.question, objects=[queue],
+                       confirm_label=f"Yes, {op.label.lower()}", cancel_url=back)
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        messages.success(request, op(queue))
+        return redirect(back)

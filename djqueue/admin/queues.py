@@ -1,0 +1,108 @@
+"""Queues, topics and consumer groups, alarm policies: lists with permissioned actions."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from djqueue import topics
+from djqueue.admin.confirm import ReplayForm, ask, confirmed
+from djqueue.admin.operations import QUEUE_OPERATIONS, QueueOperation
+from djqueue.admin.permissions import OperationPermissions
+from djqueue.admin.records import ReadOnlyAdmin
+from djqueue.models import Alarm, AlarmPolicy, ConsumerGroup, Queue, QueueStat, Topic
+
+
+def queue_action(op: QueueOperation):
+    """An admin action running ``op`` on each selected queue, after a confirmation
+    page when the operation is destructive."""
+
+    def action(modeladmin: admin.ModelAdmin, request: HttpRequest,
+               selected: QuerySet[Queue]) -> TemplateResponse | None:
+        if op.question and not confirmed(request):
+            return ask(request, modeladmin.admin_site, title=f"{op.label}: are you sure?",
+                       question=op.question, objects=selected, confirm_label=f"Yes, {op.label.lower()}",
+                       cancel_url=reverse("admin:djqueue_queue_changelist"), action=op.name,
+                       selected=selected.values_list("pk", flat=True))
+        for queue in selected:
+            modeladmin.message_user(request, op(queue), messages.SUCCESS)
+        return None
+
+    action.__name__ = op.name
+    return admin.action(description=f"{op.label} selected queues",
+                        permissions=[op.admin_permission])(action)
+
+
+@admin.register(Queue)
+class QueueAdmin(OperationPermissions, admin.ModelAdmin):
+    list_display = ["name", "paused", "visibility_timeout", "max_attempts", "dead_letter_queue",
+                    "max_depth", "ordered", "trace", "exactly_once"]
+    list_filter = ["paused", "ordered", "trace", "exactly_once"]
+    search_fields = ["name"]
+    actions = [queue_action(op) for op in QUEUE_OPERATIONS.values()]
+
+
+@admin.register(ConsumerGroup)
+class ConsumerGroupAdmin(OperationPermissions, ReadOnlyAdmin):
+    list_display = ["__str__", "mode", "created_at"]
+    list_select_related = ["topic"]
+    actions = ["replay"]
+
+    @admin.action(description="Replay selected groups from a time", permissions=["replay"])
+    def replay(self, request: HttpRequest,
+               selected: QuerySet[ConsumerGroup]) -> TemplateResponse | None:
+        form = ReplayForm(request.POST if request.POST.get("confirm") else None)
+        if not confirmed(request, form):
+            return ask(request, self.admin_site, title="Replay consumer groups",
+                       question="Deliver again, to every consumer of these groups, the stored "
+                                "messages published since:", objects=selected, form=form,
+                       confirm_label="Replay",
+                       cancel_url=reverse("admin:djqueue_consumergroup_changelist"),
+                       action="replay", selected=selected.values_list("pk", flat=True))
+        since = form.cleaned_data["since"]
+        for group in selected.select_related("topic"):
+            count = topics.reset_group(group.topic, group.name, to=since)
+            self.message_user(request, f"{group}: {count} deliveries replayed.", messages.SUCCESS)
+        return None
+
+
+class ConsumerGroupInline(admin.TabularInline):
+    model = ConsumerGroup
+    fields = ["name", "mode", "created_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(Topic)
+class TopicAdmin(ReadOnlyAdmin):
+    list_display = ["name", "retention", "created_at"]
+    inlines = [ConsumerGroupInline]
+
+
+@admin.register(AlarmPolicy)
+class AlarmPolicyAdmin(admin.ModelAdmin):
+    list_display = ["name", "metric", "queue", "consumer_group", "threshold", "cooldown",
+                    "enabled", "firing", "last_fired_at"]
+    list_filter = ["metric", "enabled", "firing"]
+    readonly_fields = ["firing", "last_fired_at"]
+
+
+@admin.register(Alarm)
+class AlarmAdmin(ReadOnlyAdmin):
+    list_display = ["fired_at", "policy", "subject", "value", "threshold"]
+    list_filter = ["policy"]
+    list_select_related = ["policy"]
+
+
+@admin.register(QueueStat)
+class QueueStatAdmin(ReadOnlyAdmin):
+    list_display = ["queue", "period", "start", "sent", "acked", "failed", "dead_lettered",
+                    "wait_p95", "run_p95"]
+    list_filter = ["period", "queue"]
+    list_select_related = ["queue"]
+    date_hierarchy = "start"
+    show_full_result_count = False

@@ -1,0 +1,59 @@
+"""Records only djqueue writes: history, workers, task results, periodic ticks, trace."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from djqueue.models import (
+    History,
+    PeriodicTick,
+    TaskRecord,
+    TraceEvent,
+    Worker,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows that only djqueue itself writes: viewable, deletable by permission, never edited."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(History)
+class HistoryAdmin(ReadOnlyAdmin):
+    list_display = ["id", "queue", "outcome", "attempts", "worker", "sent_at", "finished_at"]
+    list_filter = ["outcome"]
+    show_full_result_count = False
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyAdmin):
+    list_display = ["id", "hostname", "pid", "concurrency", "started_at", "heartbeat_at"]
+
+
+@admin.register(TaskRecord)
+class TaskRecordAdmin(ReadOnlyAdmin):
+    list_display = ["id", "task_path", "status", "queue_name", "priority", "enqueued_at",
+                    "finished_at"]
+    list_filter = ["status", "queue_name"]
+    search_fields = ["id", "task_path"]
+    show_full_result_count = False
+
+
+@admin.register(PeriodicTick)
+class PeriodicTickAdmin(ReadOnlyAdmin):
+    list_display = ["name", "tick_at", "task_result_id", "created_at"]
+    list_filter = ["name"]
+
+
+@admin.register(TraceEvent)
+class TraceEventAdmin(ReadOnlyAdmin):
+    list_display = ["message_id", "event", "attempt", "worker", "at", "queue"]
+    list_filter = ["event"]
+    search_fields = ["=message_id"]
+    show_full_result_count = False
