@@ -114,6 +114,61 @@ def report(summary: dict[str, dict[str, float]]) -> list[dict]:
     return rows
 
 
+#: Names in the Markdown table (bench/results/suite.md, pasted into the README).
+LABELS = {
+    "send_1": "send, 1 per commit", "raw_insert_1": "raw insert, 1 per commit",
+    "send_batch_1000": "send_batch, 1,000 per call",
+    "raw_insert_1000": "raw insert, 1,000 per statement",
+    "api_batch_100": "receive(100) + ack_many",
+    "raw_claim_ack_100": "raw claim+ack, 100 per transaction",
+    "worker_1": "worker, 1 process (no-op handler)",
+    "tasks_db_drain_1": "django-tasks-db db_worker, 1 process",
+    "celery_drain_1": "Celery solo worker + Redis",
+    "tasks_enqueue_1": "django.tasks enqueue (djqueue backend)",
+    "tasks_worker_1": "django.tasks worker (djqueue backend)",
+    "worker_backlog_1m": "worker with 1M ready", "worker_10k": "worker with 10k ready",
+    "worker_history_1m": "worker beside 1M history rows",
+}
+MEASURES = [
+    ("worker_2", "two worker processes, msgs/s", "≥ 9,375"),
+    ("pickup_p50_ms", "pickup latency p50, ms", "≤ 5"),
+    ("pickup_p95_ms", "pickup latency p95, ms", "≤ 20"),
+    ("idle_queries_per_s", "idle worker, queries/s", "≤ 20"),
+    ("memory_growth", "worker RSS growth over 1M messages", "≤ 10 %"),
+    ("worker_1_cpu_us", "worker CPU per message, µs", "—"),
+    ("tasks_worker_1_cpu_us", "django.tasks worker CPU per task, µs", "—"),
+    ("tasks_db_drain_2", "django-tasks-db, two processes, msgs/s", "—"),
+    ("celery_drain_2", "Celery, two solo workers, msgs/s", "—"),
+    ("tasks_db_pickup_p50_ms", "django-tasks-db pickup p50, ms", "—"),
+    ("celery_pickup_p50_ms", "Celery pickup p50, ms", "—"),
+    ("tasks_db_enqueue", "django-tasks-db enqueue, 1 per call", "—"),
+    ("celery_enqueue", "Celery enqueue (delay), 1 per call", "—"),
+    ("raw_claim_ack_1", "raw claim+ack, 1 per transaction", "—"),
+]
+
+
+DASH = "\N{EN DASH}"
+
+
+def markdown(summary: dict[str, dict[str, float]]) -> str:
+    def cell(key: str) -> str:
+        s = summary[key]
+        fmt = "{:.1%}" if key == "memory_growth" else "{:,.1f}" if s["median"] < 100 else "{:,.0f}"
+        return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}{DASH}{fmt.format(s['max'])})"
+
+    lines = [f"| djqueue | msgs/s median (min{DASH}max) | baseline, same run | msgs/s | ratio | target |",
+             "|---|---:|---|---:|---:|---:|"]
+    for _name, mine, base, factor in TARGETS:
+        if mine in summary and base in summary:
+            ratio = summary[mine]["median"] / summary[base]["median"]
+            lines.append(f"| {LABELS[mine]} | {cell(mine)} | {LABELS[base]} | {cell(base)} | "
+                         f"**{ratio:.2f}** | ≥ {factor:g} {'✓' if ratio >= factor else '✗'} |")
+    lines += ["", f"| measure | median (min{DASH}max) | target |", "|---|---:|---:|"]
+    lines += [f"| {label} | {cell(key)} | {target} |" for key, label, target in MEASURES
+              if key in summary]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -147,7 +202,9 @@ def main() -> None:
         "messages": args.messages, "repeats": args.repeats, "quick": args.quick,
         "seconds": time.monotonic() - started, "summary": summary, "targets": rows,
         "runs": repeats}, indent=2))
-    print(f"\nwritten: bench/results/suite.json ({time.monotonic() - started:.0f} s)")
+    (out / "suite.md").write_text(markdown(summary))
+    print(f"\nwritten: bench/results/suite.json and suite.md "
+          f"({time.monotonic() - started:.0f} s)")
     admin.cursor().execute(f"DROP DATABASE IF EXISTS {measures.BENCH_DB}")
 
 

@@ -38,4 +38,6 @@ def __getattr__(name: str) -> Any:
         module = _EXPORTS[name]
     except KeyError:
         raise AttributeError(f"module 'djqueue' has no attribute {name!r}") from None
-    return getattr(import_module(module), name)
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

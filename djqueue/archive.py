@@ -37,7 +37,17 @@ def archive(db: str, ids: list[int], outcome: Outcome, now: datetime) -> int:
         return cursor.rowcount
 
 
+_statements: dict[tuple[str, int], str] = {}
+
+
 def _sql(conn: BaseDatabaseWrapper, count: int) -> str:
+    key = (conn.vendor, count)
+    if key not in _statements:
+        _statements[key] = _build_sql(conn, count)
+    return _statements[key]
+
+
+def _build_sql(conn: BaseDatabaseWrapper, count: int) -> str:
     q = conn.ops.quote_name
     length = vendor.byte_length_sql(conn.vendor)
     names = {f.name: q(f.column) for f in Message._meta.concrete_fields}

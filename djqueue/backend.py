@@ -6,8 +6,13 @@
                                      "QUEUE_OPTIONS": {"visibility_timeout": 300}}}}
 
 Each task queue is a djqueue queue of the same name (created on first use).
-A task's message carries only its result id; arguments, status, errors and
-the return value live in :class:`~djqueue.models.TaskRecord`.
+Enqueueing is one send: the message carries the task (path, arguments, backend)
+and its id is the result id. A :class:`~djqueue.models.TaskRecord` (status,
+attempts, errors, return value) appears when a worker claims the task and is
+updated when it finishes, in the worker's claim and ack transactions (see
+djqueue.task_runner); until then ``get_result`` reads the message.
+With ``ENQUEUE_ON_COMMIT`` the result id is a UUID given at once, and the
+record is written with the message at commit.
 """
 
 from __future__ import annotations
@@ -16,17 +21,20 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from djqueue import vendor
+from djqueue import rows, vendor
 from djqueue.api import encode_payload, send
 from djqueue.exceptions import InvalidMessage, QueueNotFound, TaskCancelled
-from djqueue.models import FINISHED_STATUSES, TaskRecord, TaskStatus
+from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
 from djqueue.queues import create_queue, get_queue
 from djqueue.tasks_compat import (
     BaseTaskBackend,
@@ -85,49 +93,53 @@ class QueueBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
+        payload: dict[str, Any] = {"task": task.module_path, "backend": self.alias,
+                                   "args": list(args), "kwargs": dict(kwargs)}
+        if task.run_after is not None:
+            payload["run_after"] = task.run_after.isoformat()
         try:
-            encode_payload([args, kwargs])
+            encode_payload(payload)
         except InvalidMessage as exc:
             raise InvalidTask(f"Task arguments must be JSON-serialisable: {exc}") from None
         queue = self.ensure_queue(task.queue_name)
-        record = TaskRecord(
-            id=str(uuid.uuid4()), task_path=task.module_path, backend=self.alias,
-            queue_name=task.queue_name, priority=task.priority, run_after=task.run_after,
-            args=list(args), kwargs=dict(kwargs), enqueued_at=timezone.now(),
-            unique_key=task.key_for(args, kwargs) if isinstance(task, QueueTask) else None)
+        key = task.key_for(args, kwargs) if isinstance(task, QueueTask) else None
         if self.enqueue_on_commit:
-            transaction.on_commit(lambda: self._store(queue, record, task),
+            payload["result_id"] = str(uuid.uuid4())
+            transaction.on_commit(lambda: self._send(queue, task, payload, key),
                                   using=self.enqueue_on_commit)
-            return to_task_result(record, task)
-        return self._store(queue, record, task)
+            return to_task_result(TaskRecord(
+                id=payload["result_id"], task_path=task.module_path, backend=self.alias,
+                queue_name=task.queue_name, priority=task.priority, run_after=task.run_after,
+                args=payload["args"], kwargs=payload["kwargs"], enqueued_at=timezone.now()),
+                task)
+        return self._send(queue, task, payload, key)
 
-    def _store(self, queue: Any, record: TaskRecord, task: Task) -> TaskResult:
+    def _send(self, queue: Any, task: Task, payload: dict[str, Any], key: str | None,
+              ) -> TaskResult:
         db = vendor.alias()
-        while True:
-            try:
-                with transaction.atomic(using=db):
-                    message = send(queue, {"task_result_id": record.id}, delay=task.run_after,
-                                   priority=task.priority)
-                    record.message_id = message.pk
-                    record.save(using=db, force_insert=True)
-                break
-            except IntegrityError:
-                if record.unique_key is None:
-                    raise
-                # A run with this key is pending: return it. If it finished
-                # meanwhile (its key was cleared), enqueue again.
-                existing = TaskRecord.objects.using(db).filter(unique_key=record.unique_key).first()
-                if existing is not None:
-                    return to_task_result(existing)
-        result = to_task_result(record, task)
+        with transaction.atomic(using=db) if "result_id" in payload else nullcontext():
+            message = send(queue, payload, delay=task.run_after, priority=task.priority,
+                           dedup_key=key)
+            if getattr(message, "duplicate", False):  # a pending run with this unique key
+                return self.get_result(record_id(message) if isinstance(message, Message)
+                                       else str(message.pk))
+            if "result_id" in payload:
+                record_from_message(message).save(using=db, force_insert=True)
+        result = to_task_result(record_from_message(message), task)
         task_enqueued.send(sender=type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
+        db = vendor.alias()
         try:
-            record = TaskRecord.objects.using(vendor.alias()).get(pk=result_id)
-        except (TaskRecord.DoesNotExist, ValueError):
-            raise TaskResultDoesNotExist(result_id) from None
+            record = TaskRecord.objects.using(db).filter(pk=result_id).first()
+        except ValueError:
+            record = None
+        if record is None:
+            message = _pending_message(db, result_id)
+            if message is None:
+                raise TaskResultDoesNotExist(result_id)
+            record = record_from_message(message)
         return to_task_result(record)
 
     def ensure_queue(self, name: str):
@@ -159,16 +171,50 @@ def cancel(result_id: str) -> bool:
     with transaction.atomic(using=db):
         record = TaskRecord.objects.using(db).select_for_update().filter(pk=result_id).first()
         if record is None:
-            raise TaskResultDoesNotExist(result_id)
-        if record.status in FINISHED_STATUSES:
+            message = _pending_message(db, result_id, lock=True)
+            if message is None:
+                raise TaskResultDoesNotExist(result_id)
+            record = record_from_message(message)
+        elif record.status in FINISHED_STATUSES:
             return False
         record.cancel_requested = True
-        record.save(using=db, update_fields=["cancel_requested"])
         if record.status == TaskStatus.READY and record.message_id is not None and (
                 delete(record.message_id, only_unclaimed=True)):
-            finish(record, TaskStatus.FAILED, error=TaskCancelled("Cancelled before it started."))
+            finish(record, TaskStatus.FAILED, error=TaskCancelled("Cancelled before it started."),
+                   save=False)
+        # The record of a claimed task may not exist yet; the claim's upsert keeps the flag.
+        rows.upsert(db, [record], ["cancel_requested", *FINISHED_FIELDS])
     return True
 
+
+def _pending_message(db: str, result_id: str, lock: bool = False) -> Message | None:
+    """The message of a task not yet started (its id is the result id), if there is one."""
+    if not result_id.isdigit():
+        return None
+    query = Message.objects.using(db).filter(pk=int(result_id))
+    message = (query.select_for_update() if lock else query).first()
+    if message is None or not isinstance(message.payload, dict) or "task" not in message.payload:
+        return None
+    return message
+
+
+def record_id(message: Message) -> str:
+    """The result id of a task message: given at enqueue on commit, else its own id."""
+    return message.payload.get("result_id") or str(message.pk)
+
+
+def record_from_message(message: Message) -> TaskRecord:
+    """An unsaved record of a task message (a READY task, or one about to start)."""
+    payload = message.payload
+    if "task_result_id" in payload:  # enqueued before results moved to the message
+        return TaskRecord.objects.using(vendor.alias()).get(pk=payload["task_result_id"])
+    run_after = payload.get("run_after")
+    return TaskRecord(
+        id=record_id(message), task_path=payload["task"], backend=payload["backend"],
+        queue_name=message.queue.name, priority=message.priority,
+        run_after=datetime.fromisoformat(run_after) if run_after else None,
+        args=payload["args"], kwargs=payload["kwargs"], status=TaskStatus.READY,
+        enqueued_at=message.sent_at, message_id=message.pk)
 
 def cancel_requested(context: Any) -> bool:
     """Whether cancellation of the running task was requested (pass the TaskContext)."""
@@ -183,8 +229,14 @@ def error_entry(exc: BaseException, tb: str | None = None) -> dict[str, str]:
             "traceback": tb if tb is not None else "".join(traceback.format_exception(exc))}
 
 
+#: What a run's end writes to its record (never ``cancel_requested``, which a
+#: cancel may have set meanwhile).
+FINISHED_FIELDS = ["status", "return_value", "finished_at", "errors", "unique_key",
+                   "started_at", "last_attempted_at", "worker_ids"]
+
+
 def finish(record: TaskRecord, status: str, *, value: Any = None,
-           error: BaseException | None = None, tb: str | None = None) -> None:
+           error: BaseException | None = None, tb: str | None = None, save: bool = True) -> None:
     """Record the end of a task run: status, value or error; frees its unique key."""
     if error is not None:
         record.errors = [*record.errors, error_entry(error, tb)]
@@ -192,16 +244,21 @@ def finish(record: TaskRecord, status: str, *, value: Any = None,
     record.return_value = value
     record.finished_at = timezone.now()
     record.unique_key = None
-    record.save(using=vendor.alias(),
-                update_fields=["status", "return_value", "finished_at", "errors", "unique_key"])
+    if save:
+        rows.upsert(vendor.alias(), [record], FINISHED_FIELDS)
 
 
 def load_task(record: TaskRecord) -> Task:
-    task = import_string(record.task_path)
+    return _task(record.task_path).using(priority=record.priority, queue_name=record.queue_name,
+                                         run_after=record.run_after, backend=record.backend)
+
+
+@lru_cache(maxsize=1024)
+def _task(path: str) -> Task:
+    task = import_string(path)
     if not isinstance(task, Task):
-        raise InvalidTask(f"{record.task_path} is not a task.")
-    return task.using(priority=record.priority, queue_name=record.queue_name,
-                      run_after=record.run_after, backend=record.backend)
+        raise InvalidTask(f"{path} is not a task.")
+    return task
 
 
 def to_task_result(record: TaskRecord, task: Task | None = None) -> TaskResult:

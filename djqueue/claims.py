@@ -21,17 +21,21 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import DataError, IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from djqueue import trace, vendor
+from djqueue import signals, trace, vendor
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidCondition
-from djqueue.lifecycle import promote_due
+from djqueue.handlers import ClaimHook
+from djqueue.lifecycle import ack_locked, promote_due
 from djqueue.models import Body, Event, Message, Queue, State
+from djqueue.rows import stamp_claimed
+
+cache_queue = Message.queue.field.set_cached_value
 
 
 def new_lease_token() -> str:
@@ -50,50 +54,83 @@ def claim(
 
     ``where`` keeps to messages matching a condition (conditional receive).
     """
+    return ack_and_claim([], queues, limit, owner=owner, visibility_timeout=visibility_timeout,
+                         where=where)[1]
+
+
+def ack_and_claim(
+    acks: list[Message],
+    queues: Sequence[Queue],
+    limit: int,
+    *,
+    owner: str,
+    visibility_timeout: float | None = None,
+    where: Q | None = None,
+    hook: ClaimHook | None = None,
+) -> tuple[list[Message], list[Message]]:
+    """Ack ``acks`` (see ``ack_many``) and claim up to ``limit`` in one transaction, so a
+    worker settles its finished batch and takes the next with a single commit.
+    ``hook(db, acks, acked, claimed)`` runs last in that transaction.
+    Returns (acked, claimed)."""
     db = vendor.alias()
     conn = vendor.connection()
     skip_locked = vendor.claims_by_skip_locked(conn)
     token = new_lease_token()
     now = timezone.now()
 
-    def claiming() -> list[Message]:
-        claimed: list[Message] = []
+    def work() -> tuple[list[Message], list[Message]]:
         with vendor.claim_isolation(conn), transaction.atomic(using=db):
+            acked = ack_locked(db, acks, now) if acks else []
+            claimed: list[Message] = []
             for queue in queues:
                 want = limit - len(claimed)
                 if want <= 0:
                     break
-                lease_end = now + timedelta(seconds=visibility_timeout or queue.visibility_timeout)
-                stamp = {"state": State.CLAIMED, "owner": owner, "lease_token": token,
-                         "visible_at": lease_end, "claimed_at": now}
-                if skip_locked:
-                    rows = vendor.lock_ready(queue.pk, want, where)
-                    if not rows:
-                        continue
-                    Message.objects.using(db).filter(pk__in=[m.pk for m in rows]).update(
-                        attempts=F("attempts") + 1, **stamp)
-                    for message in rows:
-                        _stamp(message, stamp, attempts=message.attempts + 1)
-                else:
-                    ready = Message.objects.using(db).filter(queue=queue, state=State.READY)
-                    if where is not None:
-                        ready = ready.filter(where)
-                    ready = ready.claim_order().values("pk")[:want]
-                    count = Message.objects.using(db).filter(pk__in=ready).update(
-                        attempts=F("attempts") + 1, **stamp)
-                    if not count:
-                        continue
-                    rows = list(Message.objects.using(db).filter(
-                        state=State.CLAIMED, lease_token=token, queue=queue).claim_order())
-                for message in rows:
-                    message.queue = queue
-                trace.record(db, rows, Event.CLAIMED, at=now, queue_id=queue.pk)
-                claimed.extend(rows)
-        return claimed
+                claimed += _claim_queue(db, queue, want, skip_locked=skip_locked, owner=owner,
+                                        token=token, now=now, where=where,
+                                        visibility_timeout=visibility_timeout)
+            if hook is not None:
+                attach_bodies(db, claimed)
+                hook(db, acks, acked, claimed)
+        return acked, claimed
 
-    claimed = vendor.retry_deadlocks(claiming)
-    attach_bodies(db, claimed)
-    return claimed
+    acked, claimed = vendor.retry_deadlocks(work)
+    if acked:
+        signals.messages_acked.send(sender=Message, messages=acked)
+    if hook is None:  # else the hook saw them attached
+        attach_bodies(db, claimed)
+    return acked, claimed
+
+
+def _claim_queue(db: str, queue: Queue, want: int, *, skip_locked: bool, owner: str,
+                 token: str, now: datetime, where: Q | None,
+                 visibility_timeout: float | None) -> list[Message]:
+    lease_end = now + timedelta(seconds=visibility_timeout or queue.visibility_timeout)
+    stamp = {"state": State.CLAIMED, "owner": owner, "lease_token": token,
+             "visible_at": lease_end, "claimed_at": now}
+    if skip_locked:
+        rows = vendor.lock_ready(queue.pk, want, where)
+        if not rows:
+            return []
+        stamp_claimed(db, [m.pk for m in rows], owner=owner, token=token,
+                      lease_end=lease_end, now=now)
+        for message in rows:
+            _stamp(message, stamp, attempts=message.attempts + 1)
+    else:
+        ready = Message.objects.using(db).filter(queue=queue, state=State.READY)
+        if where is not None:
+            ready = ready.filter(where)
+        ready = ready.claim_order().values("pk")[:want]
+        count = Message.objects.using(db).filter(pk__in=ready).update(
+            attempts=F("attempts") + 1, **stamp)
+        if not count:
+            return []
+        rows = list(Message.objects.using(db).filter(
+            state=State.CLAIMED, lease_token=token, queue=queue).claim_order())
+    for message in rows:
+        cache_queue(message, queue)
+    trace.record(db, rows, Event.CLAIMED, at=now, queue_id=queue.pk)
+    return rows
 
 
 def attach_bodies(db: str, messages: Sequence[Message]) -> None:
@@ -140,32 +177,55 @@ def claim_ready(
     """Claim from the unpaused ``queues``; if that comes up short, promote due scheduled
     messages (throttled by ``clock``) and claim the rest. ``peek`` (for a receiver
     that found nothing last time) checks for ready messages before opening a claim."""
+    return ack_and_claim_ready([], queues, limit, owner=owner,
+                               visibility_timeout=visibility_timeout, clock=clock, where=where,
+                               peek=peek)[1]
+
+
+def ack_and_claim_ready(
+    acks: list[Message],
+    queues: Sequence[Queue],
+    limit: int,
+    *,
+    owner: str,
+    visibility_timeout: float | None,
+    clock: PromotionClock,
+    where: Q | None = None,
+    peek: bool = False,
+    hook: ClaimHook | None = None,
+) -> tuple[list[Message], list[Message]]:
+    """:func:`claim_ready` that acks ``acks`` in its first transaction, and runs ``hook``
+    (see :func:`ack_and_claim`) in each; (acked, claimed)."""
     active = [q for q in queues if not q.paused]
     if not active:
-        return []
-    if where is not None:
-        try:
-            return _claim_ready(active, limit, owner=owner, visibility_timeout=visibility_timeout,
-                                clock=clock, where=where, peek=peek)
-        except (DataError, IntegrityError) as exc:
-            # Why IntegrityError too: Django's MySQL backend reports error 1690
-            # (arithmetic out of range) as one; a claim writes no constrained column.
-            raise InvalidCondition(f"The condition cannot be evaluated ({exc})", 1, "") from None
-    return _claim_ready(active, limit, owner=owner, visibility_timeout=visibility_timeout,
-                        clock=clock, where=None, peek=peek)
+        return ack_and_claim(acks, [], 0, owner=owner, hook=hook) if acks else ([], [])
+    try:
+        return _claim_ready(acks, active, limit, owner=owner,
+                            visibility_timeout=visibility_timeout, clock=clock, where=where,
+                            peek=peek, hook=hook)
+    except (DataError, IntegrityError) as exc:
+        if where is None:
+            raise
+        # Why IntegrityError too: Django's MySQL backend reports error 1690
+        # (arithmetic out of range) as one; a claim writes no constrained column.
+        raise InvalidCondition(f"The condition cannot be evaluated ({exc})", 1, "") from None
 
 
-def _claim_ready(active: Sequence[Queue], limit: int, *, owner: str,
+def _claim_ready(acks: list[Message], active: Sequence[Queue], limit: int, *, owner: str,
                  visibility_timeout: float | None, clock: PromotionClock,
-                 where: Q | None, peek: bool) -> list[Message]:
-    messages = []
-    if not peek or _any_ready(active, where):
-        messages = claim(active, limit, owner=owner, visibility_timeout=visibility_timeout,
-                         where=where)
+                 where: Q | None, peek: bool,
+                 hook: ClaimHook | None) -> tuple[list[Message], list[Message]]:
+    acked: list[Message] = []
+    messages: list[Message] = []
+    if acks or not peek or _any_ready(active, where):
+        acked, messages = ack_and_claim(acks, active, limit, owner=owner,
+                                        visibility_timeout=visibility_timeout, where=where,
+                                        hook=hook)
     if len(messages) < limit and clock.due() and promote_due([q.pk for q in active]):
-        messages += claim(active, limit - len(messages), owner=owner,
-                          visibility_timeout=visibility_timeout, where=where)
-    return messages
+        messages += ack_and_claim([], active, limit - len(messages), owner=owner,
+                                  visibility_timeout=visibility_timeout, where=where,
+                                  hook=hook)[1]
+    return acked, messages
 
 
 def _any_ready(queues: Sequence[Queue], where: Q | None) -> bool:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from django.utils.module_loading import autodiscover_modules, import_string
@@ -13,6 +14,7 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import HandlerNotFound
 
 HandlerFunc = Callable[[Any], Any]
+ClaimHook = Callable[[str, Sequence[Any], Sequence[Any], Sequence[Any]], None]
 
 
 @dataclass(frozen=True)
@@ -20,8 +22,12 @@ class Handler:
     func: HandlerFunc
     #: None: follow the queue's ``exactly_once`` option.
     exactly_once: bool | None = None
+    #: Called by a worker inside each transaction that acks and claims messages of the
+    #: queue, with (database alias, acks asked for, acked, claimed): state the handler
+    #: keeps beside the messages changes with them (see djqueue.task_runner).
+    in_claim_transaction: ClaimHook | None = None
 
-    @property
+    @cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.func)
 
@@ -88,9 +94,9 @@ def _resolve(queue: str) -> Handler:
     if queue in _registry:
         return _registry[queue]
     if queue in task_queues():
-        from djqueue.task_runner import run_task
+        from djqueue.task_runner import in_claim_transaction, run_task
 
-        return Handler(run_task)
+        return Handler(run_task, in_claim_transaction=in_claim_transaction)
     raise HandlerNotFound(
         f"No handler for queue {queue!r}: add it to DJQUEUE['HANDLERS'] or decorate a "
         "function with @djqueue.handler().")

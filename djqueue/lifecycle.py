@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from djqueue import groups, signals, stats, trace, vendor
+from djqueue import groups, rows, signals, stats, trace, vendor
 from djqueue.archive import archive
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Event, History, Message, Outcome, Queue, State
@@ -29,31 +29,34 @@ def ack_many(messages: Iterable[Message]) -> list[Message]:
     One transaction: lock the rows still carrying our lease tokens, append
     them to history, delete them by primary key.
     """
-    by_id = {m.pk: m for m in messages}
-    if not by_id:
+    messages = list(messages)
+    if not messages:
         return []
     db = vendor.alias()
     now = timezone.now()
 
     def acking() -> list[Message]:
         with transaction.atomic(using=db):
-            # Why by primary key alone: with ``state`` in the WHERE clause MySQL may
-            # scan the (state, visible_at) index and lock other receivers' rows.
-            leased = (Message.objects.using(db).select_for_update().filter(pk__in=list(by_id))
-                      .values_list("pk", "state", "lease_token"))
-            owned = [by_id[pk] for pk, state, token in leased
-                     if state == State.CLAIMED and token == by_id[pk].lease_token]
-            if owned:
-                ids = [m.pk for m in owned]
-                archive(db, ids, Outcome.ACKED, now)
-                Message.objects.using(db).filter(pk__in=ids).delete()
-                groups.hand_on(db, owned, acked=owned)
-                trace.record(db, owned, Event.ACKED, at=now)
-        return owned
+            return ack_locked(db, messages, now)
 
     owned = vendor.retry_deadlocks(acking)
     if owned:
         signals.messages_acked.send(sender=Message, messages=owned)
+    return owned
+
+
+def ack_locked(db: str, messages: list[Message], now: datetime) -> list[Message]:
+    """The body of :func:`ack_many`, inside the caller's transaction (which sends
+    ``messages_acked`` after its commit)."""
+    by_id = {m.pk: m for m in messages}
+    owned = [by_id[pk] for pk, state, token in rows.lock_leases(db, list(by_id))
+             if state == State.CLAIMED and token == by_id[pk].lease_token]
+    if owned:
+        ids = [m.pk for m in owned]
+        archive(db, ids, Outcome.ACKED, now)
+        rows.delete(db, ids)
+        groups.hand_on(db, owned, acked=owned)
+        trace.record(db, owned, Event.ACKED, at=now)
     return owned
 
 

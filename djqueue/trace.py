@@ -30,11 +30,15 @@ def record(db: str, messages: Iterable[Message], event: Event, *, detail: str = 
     ``queue_id`` overrides the message's queue; ``also_queue_id`` names a second
     queue whose ``trace`` also counts (a move between queues).
     """
-    at = at or timezone.now()
+    also = traced(also_queue_id)
+    tracing: dict[int, bool] = {}  # one lookup per queue, not per message
     rows = []
     for message in messages:
         qid = queue_id if queue_id is not None else message.queue_id
-        if traced(qid) or traced(also_queue_id):
+        if qid not in tracing:
+            tracing[qid] = also or traced(qid)
+        if tracing[qid]:
+            at = at or timezone.now()
             rows.append(TraceEvent(
                 message_id=message.pk, queue_id=qid, event=event, at=at,
                 attempt=message.attempts or 0, worker=(message.owner or "")[:100],

@@ -9,7 +9,6 @@ transaction unless their queue asks for exactly-once.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import os
@@ -18,24 +17,26 @@ import threading
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connections
 
 from djqueue import groups, handlers, signals, vendor
-from djqueue.claims import PromotionClock, claim_ready
+from djqueue.claims import PromotionClock, ack_and_claim_ready
 from djqueue.conditions import compile_condition
 from djqueue.conf import get_settings
 from djqueue.doorbell import Doorbell
 from djqueue.exceptions import NotOwner
 from djqueue.handler_pool import HandlerPool
-from djqueue.handlers import Handler
+from djqueue.handlers import ClaimHook, Handler
 from djqueue.interrupts import Interrupts
-from djqueue.lifecycle import ack_many, fail, release, run_and_ack
+from djqueue.lifecycle import release, run_and_ack
 from djqueue.models import Message, Queue
 from djqueue.presence import Presence
 from djqueue.queues import create_queue, get_queue
+from djqueue.results import Done, Results, WorkerStats
 from djqueue.wakeup import Backoff, wakeup
 
 logger = logging.getLogger("djqueue.worker")
@@ -62,33 +63,6 @@ class WorkerOptions:
     max_stuck: int | None = None
 
 
-@dataclass(frozen=True)
-class Done:
-    """What became of one message's handler run."""
-
-    message: Message
-    error: str | None = None
-    #: The ack already happened (exactly-once mode acks inside the handler's transaction).
-    acked: bool = False
-    #: The lease was lost before the handler could run (exactly-once mode), or the
-    #: delivery was stale and skipped (``Queue.skip_stale``).
-    lost: bool = False
-
-
-@dataclass
-class WorkerStats:
-    claimed: int = 0
-    acked: int = 0
-    failed: int = 0
-    released: int = 0
-    lost: int = 0
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def processed(self) -> int:
-        return self.acked + self.failed + self.lost
-
-
 class Worker:
     def __init__(self, options: WorkerOptions) -> None:
         if options.concurrency < 1 or options.batch_size < 1:
@@ -109,10 +83,15 @@ class Worker:
         #: Set when stuck handler threads made the worker stop to be started afresh.
         self.recycle = False
         self.max_stuck = options.max_stuck or max(4, 2 * options.concurrency)
-        self._done: collections.deque[Done] = collections.deque()
         #: Claimed and not yet settled; only the loop thread touches it.
         self._held: dict[int, Message] = {}
-        self._unflushed: list[Done] = []
+        #: Each handler's in_claim_transaction hook, with the queues it serves.
+        self._hooks: dict[ClaimHook, set[str]] = {}
+        for name, entry in self.handlers.items():
+            if entry.in_claim_transaction is not None:
+                self._hooks.setdefault(entry.in_claim_transaction, set()).add(name)
+        self._hook = self._in_claim_transaction if self._hooks else None
+        self._results = Results(self.id, self.stats, self._forget, self._hook)
         self._pool: HandlerPool[Message, Done] = HandlerPool(
             self._execute, self._deliver, size=options.concurrency,
             time_limit=options.time_limit, accepting=lambda: not self.interrupts.stop.is_set())
@@ -176,7 +155,7 @@ class Worker:
         idle = False
         while not stop.is_set():
             self._give_up_overdue()
-            self._flush()
+            self._results.collect()
             if self._limit_reached():
                 return
             if self._pool.stuck >= self.max_stuck or self._pool.exhausted:
@@ -185,35 +164,50 @@ class Worker:
                              extra={"worker": self.id})
                 self.recycle = True
                 return
-            room = self.options.concurrency + self.options.batch_size - len(self._held)
+            # Finished messages awaiting their ack make room: the claim settles them.
+            outstanding = len(self._held) - len(self._results.unflushed)
+            room = self.options.concurrency + self.options.batch_size - outstanding
             got = 0
-            if room >= self.options.batch_size or not self._held:
+            if room >= self.options.batch_size or not outstanding:
                 got = self._claim(min(room, self.options.batch_size), peek=idle)
+            due = self._results.due(self.options.batch_size)
+            if due is not None and due <= time.monotonic():
+                self._flush()
             idle = not got and not self._held
             if got:
                 backoff.reset()
                 continue
-            if self.options.burst and not self._held and not self._done:
+            if self.options.burst and not self._held and not self._results:
                 return
-            backoff.sleep()
+            backoff.sleep(self._results.due(self.options.batch_size))
 
     def _claim(self, limit: int, peek: bool = False) -> int:
+        """Claim up to ``limit``, acking the finished messages in the same transaction."""
+        acks = self._results.acks()
         try:
-            messages = claim_ready([get_queue(q.name) for q in self.queues], limit,
-                                   owner=self.id,
-                                   visibility_timeout=self.options.visibility_timeout,
-                                   clock=self._promotion, where=self.where, peek=peek)
+            acked, messages = ack_and_claim_ready(
+                acks, [get_queue(q.name) for q in self.queues], limit, owner=self.id,
+                visibility_timeout=self.options.visibility_timeout, clock=self._promotion,
+                where=self.where, peek=peek, hook=self._hook)
         except DatabaseError:
             logger.exception("Claim failed; retrying after a pause", extra={"worker": self.id})
             self._reset_connection()
             self.interrupts.stop.wait(1.0)
             return 0
+        if acks:
+            self._results.acked(acks, acked)
         for message in messages:
             self._held[message.pk] = message
         for message in messages:
             self._pool.submit(message)
         self.stats.claimed += len(messages)
         return len(messages)
+
+    def _in_claim_transaction(self, db: str, acks: Sequence[Message],
+                              acked: Sequence[Message], claimed: Sequence[Message]) -> None:
+        for hook, names in self._hooks.items():
+            hook(db, *([m for m in group if m.queue.name in names]
+                       for group in (acks, acked, claimed)))
 
     def _limit_reached(self) -> bool:
         limit = self.options.max_messages
@@ -225,7 +219,7 @@ class Worker:
     # Handler threads
 
     def _deliver(self, done: Done) -> None:
-        self._done.append(done)
+        self._results.add(done)
         wakeup.notify()
 
     def _give_up_overdue(self) -> None:
@@ -240,9 +234,9 @@ class Worker:
                          message.pk, self.options.time_limit,
                          extra={"worker": self.id, "message_id": message.pk})
             if self._exactly_once(message):
-                self._done.append(Done(message, lost=True))
+                self._results.add(Done(message, lost=True))
             else:
-                self._done.append(Done(message, error=(
+                self._results.add(Done(message, error=(
                     f"TimeLimitExceeded: the handler ran longer than "
                     f"{self.options.time_limit:g} s")))
 
@@ -301,54 +295,16 @@ class Worker:
     # Results
 
     def _flush(self) -> None:
-        """Ack finished messages in a batch, record failures; keep what a DB error interrupts."""
-        while self._done:
-            self._unflushed.append(self._done.popleft())
-        if not self._unflushed:
-            return
+        """Settle finished messages now; what a DB error interrupts is kept for later."""
         try:
-            self._settle_acks()
-            while self._unflushed:
-                done = self._unflushed[0]
-                if done.error is not None:
-                    self._record_failure(done.message, done.error)
-                elif done.acked:
-                    self.stats.acked += 1
-                else:
-                    self.stats.lost += 1
-                self._unflushed.pop(0)
-                self._forget(done.message)
+            self._results.flush()
         except DatabaseError:
             logger.exception("Recording results failed; retrying", extra={"worker": self.id})
             self._reset_connection()
             self.interrupts.stop.wait(0.5)
 
-    def _settle_acks(self) -> None:
-        acks = [d.message for d in self._unflushed if d.error is None and not (d.acked or d.lost)]
-        if not acks:
-            return
-        acked = {m.pk for m in ack_many(acks)}
-        self.stats.acked += len(acked)
-        for message in acks:
-            if message.pk not in acked:
-                self.stats.lost += 1
-                logger.warning("Message %s finished after its lease was lost; it will run again",
-                               message.pk, extra={"worker": self.id, "message_id": message.pk})
-            self._forget(message)
-        settled = {m.pk for m in acks}
-        self._unflushed = [d for d in self._unflushed if d.message.pk not in settled]
-
     def _forget(self, message: Message) -> None:
         self._held.pop(message.pk, None)
-
-    def _record_failure(self, message: Message, error: str) -> None:
-        try:
-            fail(message, error)
-            self.stats.failed += 1
-        except NotOwner:
-            self.stats.lost += 1
-        logger.warning("Message %s failed (attempt %s)", message.pk, message.attempts,
-                       extra={"worker": self.id, "message_id": message.pk, "error": error[-500:]})
 
     # Shutdown
 
@@ -362,12 +318,12 @@ class Worker:
             with contextlib.suppress(Exception):
                 self._flush()
             self._give_up_overdue()
-            busy = len(self._held) - len(self._unflushed)
+            busy = len(self._held) - len(self._results.unflushed)
             if busy <= 0 or self.interrupts.force.is_set() or time.monotonic() >= deadline:
                 break
             wakeup.wait(wakeup.generation, 0.05)
         self._release(self._drain_unstarted())
-        unflushed = {d.message.pk for d in self._unflushed}
+        unflushed = {d.message.pk for d in self._results.unflushed}
         still_running = [m for pk, m in self._held.items() if pk not in unflushed]
         if still_running:
             logger.warning("Releasing %d message(s) whose handlers did not finish in time",
