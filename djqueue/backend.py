@@ -7,11 +7,12 @@
 
 Each task queue is a djqueue queue of the same name (created on first use).
 Enqueueing is one send: the message carries the task (path, arguments, backend)
-and its id is the result id. A :class:`~djqueue.models.TaskRecord` (status,
-attempts, errors, return value) appears when a worker claims the task and is
-updated when it finishes, in the worker's claim and ack transactions (see
-djqueue.task_runner); until then ``get_result`` reads the message.
-With ``ENQUEUE_ON_COMMIT`` the result id is a UUID given at once, and the
+and its id is the result id. While the task is pending ``get_result`` reads the
+message: READY, or RUNNING while claimed (its worker ids are the owners of the
+failed deliveries, from the message's errors, and the current owner). The
+:class:`~djqueue.models.TaskRecord` is written when the run ends, with the ack
+(see djqueue.task_runner), or when it is retried or cancelled.
+With ``ENQUEUE_ON_COMMIT`` the result id is a UUID given at once, and a READY
 record is written with the message at commit.
 """
 
@@ -34,7 +35,7 @@ from django.utils.module_loading import import_string
 from djqueue import rows, vendor
 from djqueue.api import encode_payload, send
 from djqueue.exceptions import InvalidMessage, QueueNotFound, TaskCancelled
-from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
+from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskStatus
 from djqueue.queues import create_queue, get_queue
 from djqueue.tasks_compat import (
     BaseTaskBackend,
@@ -131,15 +132,15 @@ class QueueBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult:
         db = vendor.alias()
-        try:
-            record = TaskRecord.objects.using(db).filter(pk=result_id).first()
-        except ValueError:
-            record = None
+        records = TaskRecord.objects.using(db).filter(pk=result_id)
+        record = records.first()
+        if record is None or record.status not in FINISHED_STATUSES:
+            message = _pending_message(db, record.message_id if record else result_id)
+            # No message: it may have finished between the two reads (the record came
+            # with its ack), so read the record again.
+            record = running_record(message, record) if message else records.first()
         if record is None:
-            message = _pending_message(db, result_id)
-            if message is None:
-                raise TaskResultDoesNotExist(result_id)
-            record = record_from_message(message)
+            raise TaskResultDoesNotExist(result_id)
         return to_task_result(record)
 
     def ensure_queue(self, name: str):
@@ -170,51 +171,68 @@ def cancel(result_id: str) -> bool:
     db = vendor.alias()
     with transaction.atomic(using=db):
         record = TaskRecord.objects.using(db).select_for_update().filter(pk=result_id).first()
-        if record is None:
-            message = _pending_message(db, result_id, lock=True)
-            if message is None:
-                raise TaskResultDoesNotExist(result_id)
-            record = record_from_message(message)
-        elif record.status in FINISHED_STATUSES:
+        if record is not None and record.status in FINISHED_STATUSES:
             return False
+        message = _pending_message(db, record.message_id if record else result_id, lock=True)
+        if message is not None:
+            record = running_record(message, record)
+        if record is None:
+            raise TaskResultDoesNotExist(result_id)
         record.cancel_requested = True
         if record.status == TaskStatus.READY and record.message_id is not None and (
                 delete(record.message_id, only_unclaimed=True)):
             finish(record, TaskStatus.FAILED, error=TaskCancelled("Cancelled before it started."),
                    save=False)
-        # The record of a claimed task may not exist yet; the claim's upsert keeps the flag.
+        # A running task's record is written at its end, which keeps the flag.
         rows.upsert(db, [record], ["cancel_requested", *FINISHED_FIELDS])
     return True
 
 
-def _pending_message(db: str, result_id: str, lock: bool = False) -> Message | None:
-    """The message of a task not yet started (its id is the result id), if there is one."""
-    if not result_id.isdigit():
+def _pending_message(db: str, message_id: str | int | None,
+                     lock: bool = False) -> Message | None:
+    """A task's message, if it is still pending."""
+    if message_id is None or not str(message_id).isdigit():
         return None
-    query = Message.objects.using(db).filter(pk=int(result_id))
+    query = Message.objects.using(db).filter(pk=int(message_id))
     message = (query.select_for_update() if lock else query).first()
-    if message is None or not isinstance(message.payload, dict) or "task" not in message.payload:
+    if message is None or not isinstance(message.payload, dict) or not (
+            "task" in message.payload or "task_result_id" in message.payload):
         return None
     return message
 
 
 def record_id(message: Message) -> str:
     """The result id of a task message: given at enqueue on commit, else its own id."""
-    return message.payload.get("result_id") or str(message.pk)
+    payload = message.payload
+    return payload.get("result_id") or payload.get("task_result_id") or str(message.pk)
 
 
 def record_from_message(message: Message) -> TaskRecord:
-    """An unsaved record of a task message (a READY task, or one about to start)."""
+    """An unsaved READY record of a task message."""
     payload = message.payload
     if "task_result_id" in payload:  # enqueued before results moved to the message
         return TaskRecord.objects.using(vendor.alias()).get(pk=payload["task_result_id"])
     run_after = payload.get("run_after")
-    return TaskRecord(
-        id=record_id(message), task_path=payload["task"], backend=payload["backend"],
+    return rows.build(
+        TaskRecord, id=record_id(message), task_path=payload["task"], backend=payload["backend"],
         queue_name=message.queue.name, priority=message.priority,
         run_after=datetime.fromisoformat(run_after) if run_after else None,
         args=payload["args"], kwargs=payload["kwargs"], status=TaskStatus.READY,
         enqueued_at=message.sent_at, message_id=message.pk)
+
+
+def running_record(message: Message, record: TaskRecord | None = None) -> TaskRecord:
+    """The task's record as the message shows it: RUNNING while claimed, with a worker id
+    for each delivery (the failed ones are in the message's errors)."""
+    record = record or record_from_message(message)
+    if message.state == State.CLAIMED:
+        record.status = TaskStatus.RUNNING
+        record.worker_ids = [*(e.get("worker", "") for e in message.errors or []),
+                             message.owner]
+        record.last_attempted_at = message.claimed_at
+        record.started_at = record.started_at or message.claimed_at
+    return record
+
 
 def cancel_requested(context: Any) -> bool:
     """Whether cancellation of the running task was requested (pass the TaskContext)."""
@@ -249,16 +267,18 @@ def finish(record: TaskRecord, status: str, *, value: Any = None,
 
 
 def load_task(record: TaskRecord) -> Task:
-    return _task(record.task_path).using(priority=record.priority, queue_name=record.queue_name,
-                                         run_after=record.run_after, backend=record.backend)
+    return _task(record.task_path, record.priority, record.queue_name, record.run_after,
+                 record.backend)
 
 
-@lru_cache(maxsize=1024)
-def _task(path: str) -> Task:
+@lru_cache(maxsize=4096)
+def _task(path: str, priority: int, queue_name: str, run_after: datetime | None,
+          backend: str) -> Task:
     task = import_string(path)
     if not isinstance(task, Task):
         raise InvalidTask(f"{path} is not a task.")
-    return task
+    return task.using(priority=priority, queue_name=queue_name, run_after=run_after,
+                      backend=backend)
 
 
 def to_task_result(record: TaskRecord, task: Task | None = None) -> TaskResult:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -37,6 +39,23 @@ class Handler:
 
 
 _registry: dict[str, Handler] = {}
+_calling = threading.local()
+
+
+@contextlib.contextmanager
+def hook_runs_after() -> Iterator[None]:
+    """Around a handler call whose ack will run the handler's ``in_claim_transaction``
+    (a worker's), so the handler may leave its writes to that hook."""
+    _calling.hooked = True
+    try:
+        yield
+    finally:
+        _calling.hooked = False
+
+
+def hook_will_run() -> bool:
+    """Inside a handler: whether :func:`hook_runs_after` wraps this call."""
+    return getattr(_calling, "hooked", False)
 
 
 def handler(

@@ -17,8 +17,10 @@ PostgreSQL, SQLite), else (and for a single row on MySQL and SQLite) from
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -27,6 +29,8 @@ from django.db.models.signals import post_init, pre_init
 
 from djqueue import vendor
 from djqueue.models import Message, State
+
+M = TypeVar("M", bound=models.Model)
 
 _COLUMNS = Message._meta.concrete_fields
 _ATTNAMES = tuple(f.attname for f in _COLUMNS)
@@ -256,6 +260,36 @@ def load_messages(db: str, rows: Sequence[Sequence]) -> list[Message]:
         state.adding, state.db = False, db
         messages.append(message)
     return messages
+
+
+def build(model: type[M], **values: object) -> M:
+    """An unsaved instance, as ``model(**values)`` makes it, without ``Model.__init__``'s
+    per-field work (unless pre/post_init receivers exist)."""
+    if pre_init.has_listeners(model) or post_init.has_listeners(model):
+        return model(**values)
+    static, called = _defaults(model)
+    instance = model.__new__(model)
+    instance.__dict__.update(static)
+    for name, field in called:
+        if name not in values:
+            instance.__dict__[name] = field.get_default()
+    instance.__dict__.update(values)
+    instance._state = ModelState()
+    return instance
+
+
+@functools.cache
+def _defaults(model: type[models.Model]) -> tuple[dict[str, object], list[tuple[str, models.Field]]]:
+    """A model's constant defaults, and the fields whose default is called each time
+    (callables, and mutable values such as a JSONField's ``default=list``)."""
+    static, called = {}, []
+    for field in model._meta.concrete_fields:
+        if field.has_default() and (callable(field.default) or isinstance(
+                field.default, (list, dict, set))):
+            called.append((field.attname, field))
+        else:
+            static[field.attname] = field.get_default()
+    return static, called
 
 
 def _sql(conn: BaseDatabaseWrapper, name: str, count: int,

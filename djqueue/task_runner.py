@@ -1,12 +1,12 @@
 """The handler of task queues: runs django.tasks tasks and records their outcome.
 
-A task's state is written in the worker's own transactions, a batch at a time:
-the transaction that claims a batch marks its tasks RUNNING (one upsert), and
-the one that acks finished messages writes their results (one upsert) — so a
-task's result and its message's ack commit together, and a task costs no
-statement of its own. Outside a worker (a task message received by hand, or an
-exactly-once queue whose ack happens in the handler's transaction) each task
-writes its own state.
+A task's record is written once, when its run ends. Under a worker that is a
+batch at a time, inside the transaction that acks the finished messages (the
+worker's ``in_claim_transaction`` hook): a task's result and its message's ack
+commit together, and a task costs no statement of its own. Elsewhere (a task
+message received by hand, or an exactly-once queue whose ack happens in the
+handler's own transaction) the run writes its record itself. A retry writes the
+record at once (its errors must outlive the delivery).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connections
-from django.utils import timezone
 
-from djqueue import rows, vendor
+from djqueue import handlers, rows, vendor
 from djqueue.backend import (
     FINISHED_FIELDS,
     QueueBackend,
@@ -29,6 +28,7 @@ from djqueue.backend import (
     load_task,
     record_from_message,
     record_id,
+    running_record,
     to_task_result,
 )
 from djqueue.exceptions import TaskCancelled, TaskTimeout
@@ -36,11 +36,8 @@ from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
 from djqueue.tasks_compat import TaskContext, normalize_json, task_backends, task_finished, task_started
 
 _lock = threading.Lock()
-#: Records marked RUNNING by a claim, by message id, until their handler takes them.
-_started: dict[int, TaskRecord] = {}
 #: Records of finished runs, by message id, until the ack that carries them.
 _finished: dict[int, TaskRecord] = {}
-_RUNNING_FIELDS = ["status", "started_at", "last_attempted_at", "worker_ids"]
 
 
 class RetryTask(Exception):
@@ -49,44 +46,14 @@ class RetryTask(Exception):
 
 def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Message],
                          claimed: Sequence[Message]) -> None:
-    """The worker's hook, inside its ack-and-claim transaction: write the results of the
-    acked tasks and mark the claimed ones RUNNING."""
+    """The worker's hook, inside its ack-and-claim transaction: write the records of the
+    acked tasks (a run whose lease was lost is dropped: the task runs again)."""
     with _lock:
         done = [_finished.pop(m.pk) for m in acked if m.pk in _finished]
-        for message in acks:  # a lost lease: the run is discarded, the task runs again
+        for message in acks:
             _finished.pop(message.pk, None)
-    _upsert(db, done, FINISHED_FIELDS)
-    started = start(db, claimed)
-    with _lock:
-        _started.update(started)
-
-
-def start(db: str, messages: Sequence[Message]) -> dict[int, TaskRecord]:
-    """Mark the tasks of ``messages`` RUNNING (one upsert); their records by message id."""
-    messages = [m for m in messages if is_task(m)]
-    if not messages:
-        return {}
-    now = timezone.now()
-    # A first delivery has no record yet; a redelivery, or a task enqueued on commit, has.
-    known = [record_id(m) for m in messages if m.attempts > 1 or "result_id" in m.payload]
-    existing = TaskRecord.objects.using(db).in_bulk(known) if known else {}
-    records = {}
-    for message in messages:
-        record = existing.get(record_id(message)) or record_from_message(message)
-        if record.status not in FINISHED_STATUSES:
-            record.status = TaskStatus.RUNNING
-            record.started_at = record.started_at or now
-            record.last_attempted_at = now
-            record.worker_ids = [*record.worker_ids, message.owner]
-        records[message.pk] = record
-    _upsert(db, [r for r in records.values() if r.status == TaskStatus.RUNNING],
-            _RUNNING_FIELDS)
-    return records
-
-
-def _upsert(db: str, records: list[TaskRecord], fields: list[str]) -> None:
-    for start in range(0, len(records), 500):
-        rows.upsert(db, records[start:start + 500], fields)
+    for start in range(0, len(done), 500):
+        rows.upsert(db, done[start:start + 500], FINISHED_FIELDS)
 
 
 def is_task(message: Message) -> bool:
@@ -96,17 +63,16 @@ def is_task(message: Message) -> bool:
 
 def run_task(message: Message) -> None:
     db = vendor.alias()
-    with _lock:
-        record = _started.pop(message.pk, None)
-    batched = record is not None and not connections[db].in_atomic_block
-    if record is None:
-        record = start(db, [message]).get(message.pk)
-    if record is None or record.status in FINISHED_STATUSES:
-        return  # not a task, or a repeated delivery of a finished one
+    if not is_task(message):
+        return
+    record = _record(db, message)
+    if record.status in FINISHED_STATUSES:
+        return  # a repeated delivery of a finished task
+    batched = handlers.hook_will_run() and not connections[db].in_atomic_block
     backend = task_backends[record.backend]
     task = load_task(record)
     if record.cancel_requested:
-        _finish(db, message, record, batched, TaskStatus.FAILED,
+        _finish(message, record, batched, TaskStatus.FAILED,
                 error=TaskCancelled("Cancelled before it started."))
         task_finished.send(sender=type(backend), task_result=to_task_result(record, task))
         return
@@ -124,15 +90,24 @@ def run_task(message: Message) -> None:
                 task, len(record.worker_ids), exc):
             record.errors = [*record.errors, error_entry(exc, tb)]
             record.status = TaskStatus.READY
-            record.save(using=db, update_fields=["status", "errors"])
+            rows.upsert(db, [record], FINISHED_FIELDS)
             raise RetryTask(f"{record.task_path} failed; retrying") from exc
-        _finish(db, message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
+        _finish(message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
     else:
-        _finish(db, message, record, batched, TaskStatus.SUCCESSFUL, value=value)
+        _finish(message, record, batched, TaskStatus.SUCCESSFUL, value=value)
     task_finished.send(sender=type(backend), task_result=to_task_result(record, task))
 
 
-def _finish(db: str, message: Message, record: TaskRecord, batched: bool, status: str,
+def _record(db: str, message: Message) -> TaskRecord:
+    """The RUNNING record of this delivery. A first delivery has none stored; a retried
+    or cancelled task, or one enqueued on commit, has."""
+    stored = None
+    if message.attempts > 1 or "task" not in message.payload or "result_id" in message.payload:
+        stored = TaskRecord.objects.using(db).filter(pk=record_id(message)).first()
+    return running_record(message, stored or record_from_message(message))
+
+
+def _finish(message: Message, record: TaskRecord, batched: bool, status: str,
             **outcome: Any) -> None:
     """Record the end of the run: with the worker's next ack when batched, else now."""
     finish(record, status, save=not batched, **outcome)

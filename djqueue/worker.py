@@ -249,10 +249,12 @@ class Worker:
         exactly_once = self._exactly_once(message)
 
         def call() -> None:
-            if entry.is_async:
-                asyncio.run(entry.func(message))
-            else:
-                entry.func(message)
+            hooked = entry.in_claim_transaction is not None
+            with handlers.hook_runs_after() if hooked else contextlib.nullcontext():
+                if entry.is_async:
+                    asyncio.run(entry.func(message))
+                else:
+                    entry.func(message)
 
         try:
             self._check_idle_connection()

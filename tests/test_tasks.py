@@ -210,3 +210,30 @@ def test_finished_results_are_pruned_after_retention():
         assert prune_history() == 1
     assert set(TaskRecord.objects.values_list("pk", flat=True)) == {"fresh"}
     assert tasks.add.get_result(pending.id).status == TaskResultStatus.READY
+
+
+def test_a_result_is_read_from_its_message_until_the_ack_writes_its_record():
+    from djqueue import handlers
+    from djqueue.api import receive
+    from djqueue.claims import ack_and_claim
+    from djqueue.task_runner import in_claim_transaction, run_task
+
+    first, second = tasks.add.enqueue(2, 2), tasks.add.enqueue(3, 3)
+    assert first.id.isdigit() and not TaskRecord.objects.exists()  # enqueue is one insert
+    assert tasks.add.get_result(first.id).status == TaskResultStatus.READY
+    held = receive("default", max_messages=2, owner="w1")
+    running = tasks.add.get_result(first.id)
+    assert (running.status, running.worker_ids) == (TaskResultStatus.RUNNING, ["w1"])
+    for message in held:
+        with handlers.hook_runs_after():
+            run_task(message)  # as under a worker: the record waits for the ack
+    assert not TaskRecord.objects.exists()
+    assert tasks.add.get_result(second.id).status == TaskResultStatus.RUNNING
+    Message.objects.filter(pk=held[1].pk).update(lease_token="lost")
+    acked, _ = ack_and_claim(held, [], 0, owner="w1", hook=in_claim_transaction)
+    assert [m.pk for m in acked] == [held[0].pk]
+    done = tasks.add.get_result(first.id)
+    assert (done.status, done.return_value, done.attempts) == (TaskResultStatus.SUCCESSFUL, 4, 1)
+    # The run whose lease was lost is dropped with its ack: the task will run again.
+    assert not TaskRecord.objects.filter(pk=second.id).exists()
+    assert tasks.add.get_result(second.id).status == TaskResultStatus.RUNNING
