@@ -167,9 +167,10 @@ class Worker:
             # Finished messages awaiting their ack make room: the claim settles them.
             outstanding = len(self._held) - len(self._results.unflushed)
             room = self.options.concurrency + self.options.batch_size - outstanding
+            want = min(room, self.options.batch_size, self._left())
             got = 0
-            if room >= self.options.batch_size or not outstanding:
-                got = self._claim(min(room, self.options.batch_size), peek=idle)
+            if want > 0 and (room >= self.options.batch_size or not outstanding):
+                got = self._claim(want, peek=idle)
             due = self._results.due(self.options.batch_size)
             if due is not None and due <= time.monotonic():
                 self._flush()
@@ -208,6 +209,13 @@ class Worker:
         for hook, names in self._hooks.items():
             hook(db, *([m for m in group if m.queue.name in names]
                        for group in (acks, acked, claimed)))
+
+    def _left(self) -> int:
+        """How many more messages ``--max-messages`` lets this worker claim."""
+        limit = self.options.max_messages
+        if limit is None:
+            return self.options.batch_size
+        return limit - self.stats.processed - len(self._held)
 
     def _limit_reached(self) -> bool:
         limit = self.options.max_messages

@@ -43,6 +43,16 @@ def test_four_producers_four_workers_process_each_message_exactly_once(spawn):
     assert not Worker.objects.exists()
 
 
+def test_max_messages_claims_no_more_than_it_may_process(spawn):
+    djqueue.create_queue("t.record")
+    djqueue.send_batch("t.record", [{"n": i} for i in range(300)])
+    worker = spawn("djqueue_worker", "t.record", "-c", "1", "-b", "100", "--max-messages", "150")
+    assert worker.wait(60) == 0, worker.output()
+    assert History.objects.count() == 150
+    # Never claimed, so never released either (a release keeps claimed_at).
+    assert Message.objects.filter(state=State.READY, claimed_at__isnull=True).count() == 150
+
+
 def test_sigterm_finishes_running_handlers_and_releases_the_rest_at_once(spawn):
     djqueue.create_queue("t.slow", visibility_timeout=300)
     djqueue.send_batch("t.slow", [{"n": i, "sleep": 3} for i in range(1, 5)])
