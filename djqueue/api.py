@@ -272,9 +272,9 @@ def receive(
     deadline = time.monotonic() + wait
     backoff = Backoff()
     while True:
-        messages = claim_ready([get_queue(r) for r in refs], max_messages, owner=owner,
-                               visibility_timeout=visibility_timeout, clock=_promotion,
-                               where=condition)
+        _, messages = claim_ready([get_queue(r) for r in refs], max_messages, owner=owner,
+                                  visibility_timeout=visibility_timeout, clock=_promotion,
+                                  where=condition)
         if messages or time.monotonic() >= deadline:
             return messages
         backoff.sleep(deadline)

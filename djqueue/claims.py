@@ -42,22 +42,6 @@ def new_lease_token() -> str:
     return uuid.uuid4().hex
 
 
-def claim(
-    queues: Sequence[Queue],
-    limit: int,
-    *,
-    owner: str,
-    visibility_timeout: float | None = None,
-    where: Q | None = None,
-) -> list[Message]:
-    """Lease up to ``limit`` ready messages, taking from earlier queues first.
-
-    ``where`` keeps to messages matching a condition (conditional receive).
-    """
-    return ack_and_claim([], queues, limit, owner=owner, visibility_timeout=visibility_timeout,
-                         where=where)[1]
-
-
 def ack_and_claim(
     acks: list[Message],
     queues: Sequence[Queue],
@@ -173,29 +157,15 @@ def claim_ready(
     clock: PromotionClock,
     where: Q | None = None,
     peek: bool = False,
-) -> list[Message]:
-    """Claim from the unpaused ``queues``; if that comes up short, promote due scheduled
-    messages (throttled by ``clock``) and claim the rest. ``peek`` (for a receiver
-    that found nothing last time) checks for ready messages before opening a claim."""
-    return ack_and_claim_ready([], queues, limit, owner=owner,
-                               visibility_timeout=visibility_timeout, clock=clock, where=where,
-                               peek=peek)[1]
-
-
-def ack_and_claim_ready(
-    acks: list[Message],
-    queues: Sequence[Queue],
-    limit: int,
-    *,
-    owner: str,
-    visibility_timeout: float | None,
-    clock: PromotionClock,
-    where: Q | None = None,
-    peek: bool = False,
+    acks: list[Message] | None = None,
     hook: ClaimHook | None = None,
 ) -> tuple[list[Message], list[Message]]:
-    """:func:`claim_ready` that acks ``acks`` in its first transaction, and runs ``hook``
-    (see :func:`ack_and_claim`) in each; (acked, claimed)."""
+    """Claim from the unpaused ``queues``; if that comes up short, promote due scheduled
+    messages (throttled by ``clock``) and claim the rest. ``peek`` (for a receiver
+    that found nothing last time) checks for ready messages before opening a claim.
+    ``acks`` are acked in the first transaction and ``hook`` runs in each (see
+    :func:`ack_and_claim`). Returns (acked, claimed)."""
+    acks = acks or []
     active = [q for q in queues if not q.paused]
     if not active:
         return ack_and_claim(acks, [], 0, owner=owner, hook=hook) if acks else ([], [])

@@ -24,7 +24,7 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections, connections
 
 from djqueue import groups, handlers, signals, vendor
-from djqueue.claims import PromotionClock, ack_and_claim_ready
+from djqueue.claims import PromotionClock, claim_ready
 from djqueue.conditions import compile_condition
 from djqueue.conf import get_settings
 from djqueue.doorbell import Doorbell
@@ -186,10 +186,10 @@ class Worker:
         """Claim up to ``limit``, acking the finished messages in the same transaction."""
         acks = self._results.acks()
         try:
-            acked, messages = ack_and_claim_ready(
-                acks, [get_queue(q.name) for q in self.queues], limit, owner=self.id,
+            acked, messages = claim_ready(
+                [get_queue(q.name) for q in self.queues], limit, owner=self.id,
                 visibility_timeout=self.options.visibility_timeout, clock=self._promotion,
-                where=self.where, peek=peek, hook=self._hook)
+                where=self.where, peek=peek, acks=acks, hook=self._hook)
         except DatabaseError:
             logger.exception("Claim failed; retrying after a pause", extra={"worker": self.id})
             self._reset_connection()

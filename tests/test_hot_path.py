@@ -11,7 +11,7 @@ from django.utils import timezone
 
 import djqueue
 from djqueue import rows
-from djqueue.claims import PromotionClock, ack_and_claim, ack_and_claim_ready
+from djqueue.claims import PromotionClock, ack_and_claim, claim_ready
 from djqueue.conditions import compile_condition
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import History, Message, State
@@ -87,7 +87,7 @@ def test_a_failing_claim_rolls_its_acks_back():
     held = djqueue.receive(queue, max_messages=2)
     overflow = compile_condition("9223372036854775807 + 9223372036854775807 > 0")
     with pytest.raises(InvalidCondition):
-        ack_and_claim_ready(held, [queue], 1, owner="w1", visibility_timeout=None,
-                            clock=PromotionClock(), where=overflow)
+        claim_ready([queue], 1, owner="w1", visibility_timeout=None, clock=PromotionClock(),
+                    where=overflow, acks=held)
     assert not History.objects.exists()
     assert Message.objects.filter(state=State.CLAIMED).count() == 2
