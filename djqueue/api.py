@@ -117,7 +117,7 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
         insert_messages(db, messages)
         announce(messages)
         return messages
-    with transaction.atomic(using=db):
+    with vendor.short_transaction(db):
         if dedup_key is not None:
             original = dedup.take(db, queue, dedup_key)
             if original is not None:

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from django.db import DataError, IntegrityError, transaction
+from django.db import DataError, IntegrityError
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -63,7 +63,7 @@ def ack_and_claim(
     now = timezone.now()
 
     def work() -> tuple[list[Message], list[Message]]:
-        with vendor.claim_isolation(conn), transaction.atomic(using=db):
+        with vendor.claim_isolation(conn), vendor.short_transaction(db):
             acked = ack_locked(db, acks, now) if acks else []
             claimed: list[Message] = []
             for queue in queues:

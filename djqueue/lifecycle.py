@@ -15,7 +15,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from djqueue import groups, rows, signals, stats, trace, vendor
-from djqueue.archive import archive
+from djqueue.archive import archive, archive_leased
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Event, History, Message, Outcome, Queue, State
 from djqueue.queues import get_queue_by_id
@@ -36,7 +36,7 @@ def ack_many(messages: Iterable[Message]) -> list[Message]:
     now = timezone.now()
 
     def acking() -> list[Message]:
-        with transaction.atomic(using=db):
+        with vendor.short_transaction(db):
             return ack_locked(db, messages, now)
 
     owned = vendor.retry_deadlocks(acking)
@@ -49,12 +49,17 @@ def ack_locked(db: str, messages: list[Message], now: datetime) -> list[Message]
     """The body of :func:`ack_many`, inside the caller's transaction (which sends
     ``messages_acked`` after its commit)."""
     by_id = {m.pk: m for m in messages}
-    owned = [by_id[pk] for pk, state, token in rows.lock_leases(db, list(by_id))
-             if state == State.CLAIMED and token == by_id[pk].lease_token]
+    messages = list(by_id.values())
+    copied = archive_leased(db, messages, Outcome.ACKED, now)
+    if copied == len(messages):
+        owned = messages
+    else:  # some leases were lost (or the fast path does not apply): look at the rows
+        owned = [by_id[pk] for pk, state, token in rows.lock_leases(db, list(by_id))
+                 if state == State.CLAIMED and token == by_id[pk].lease_token]
+        if copied is None and owned:
+            archive(db, [m.pk for m in owned], Outcome.ACKED, now)
     if owned:
-        ids = [m.pk for m in owned]
-        archive(db, ids, Outcome.ACKED, now)
-        rows.delete(db, ids)
+        rows.delete(db, [m.pk for m in owned])
         groups.hand_on(db, owned, acked=owned)
         trace.record(db, owned, Event.ACKED, at=now)
     return owned

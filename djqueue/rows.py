@@ -17,11 +17,13 @@ PostgreSQL, SQLite), else (and for a single row on MySQL and SQLite) from
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
+from django.conf import settings
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.base import ModelState
@@ -55,8 +57,10 @@ def insert_messages(db: str, messages: list[Message]) -> None:
         return
     for start in range(0, len(messages), CHUNK):
         chunk = messages[start:start + CHUNK]
-        escape = vendor.escapes_client_side(conn) if len(chunk) > 1 else None
-        if escape is not None:
+        escape = vendor.escapes_client_side(conn)
+        if escape is not None and len(chunk) == 1:
+            sql, params = _insert_one_inline(conn, chunk[0]), None
+        elif escape is not None:
             sql, params = _insert_shared_inline(conn, chunk, returning, escape)
         else:
             sql, params = _insert_sql(conn, len(chunk), returning), _params(chunk, conn)
@@ -110,6 +114,32 @@ def _insert_shared_inline(conn: BaseDatabaseWrapper, messages: list[Message],
         _returning(conn) if returning else ""), params
 
 
+def _insert_one_inline(conn: BaseDatabaseWrapper, message: Message) -> str:
+    """A one-row INSERT (MySQL) with every value escaped by the driver into the text,
+    so no parameter pass follows; the small values sends repeat (ids, flags, empty
+    strings, None) are escaped once per connection and field."""
+    literal = vendor.literal_client_side(conn)
+    prepare = _preparers(conn)
+    values = message.__dict__
+    cached = _escaped.get(id(conn))
+    if cached is None or cached[0] is not conn or len(cached[1]) > 10_000:
+        cached = _escaped[id(conn)] = (conn, {})
+    known = cached[1]
+    parts = []
+    for p, name in zip(prepare, _INSERT_ATTNAMES, strict=True):
+        value = values[name]
+        if value is None or type(value) is int or (type(value) is str and len(value) < 64):
+            key = (name, type(value), value)
+            text = known.get(key)
+            if text is None:
+                text = known[key] = literal(p(value))
+            parts.append(text)
+        else:
+            parts.append(literal(p(value)))
+    return _insert_sql(conn, 0, False) + "(" + ", ".join(parts) + ")"
+
+
+_escaped: dict[int, tuple[BaseDatabaseWrapper, dict[tuple[str, type, object], str]]] = {}
 _INSERT_ATTNAMES = [field.attname for field in _FIELDS]
 _preparer_cache: dict[tuple[int, str], tuple[BaseDatabaseWrapper, list[Callable]]] = {}
 
@@ -123,20 +153,27 @@ def upsert(db: str, objs: Sequence[models.Model], update_fields: Sequence[str]) 
     meta = type(objs[0])._meta
     fields = meta.concrete_fields
     prepare = _preparers(conn, meta.label, fields)
-    params = [p(obj.__dict__[f.attname]) for obj in objs
-              for f, p in zip(fields, prepare, strict=True)]
-
-    def build(conn: BaseDatabaseWrapper, count: int) -> str:
-        quote = conn.ops.quote_name
+    rows = [[p(obj.__dict__[f.attname]) for f, p in zip(fields, prepare, strict=True)]
+            for obj in objs]
+    quote = conn.ops.quote_name
+    head = (f"INSERT INTO {quote(meta.db_table)} "
+            f"({', '.join(quote(f.column) for f in fields)}) VALUES ")
+    tail = " " + vendor.upsert_clause(conn, meta.pk.column,
+                                      [meta.get_field(n).column for n in update_fields])
+    escape = vendor.escapes_client_side(conn) if len(rows) > 1 else None
+    if escape is None:
         row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-        return (f"INSERT INTO {quote(meta.db_table)} "
-                f"({', '.join(quote(f.column) for f in fields)}) VALUES "
-                + ", ".join([row] * count) + " " + vendor.upsert_clause(
-                    conn, meta.pk.column, [meta.get_field(n).column for n in update_fields]))
-
-    name = f"upsert {meta.label} {' '.join(update_fields)}"
+        sql, params = head + ", ".join([row] * len(rows)) + tail, [v for r in rows for v in r]
+    else:  # the values every row shares (a batch's status, times, backend) escaped once
+        first = rows[0]
+        shared = [all(type(r[i]) is type(v) and r[i] == v for r in rows)
+                  for i, v in enumerate(first)]
+        row = "(" + ", ".join(escape(v) if same else "%s"
+                              for v, same in zip(first, shared, strict=True)) + ")"
+        sql = head + ", ".join([row] * len(rows)) + tail
+        params = [v for r in rows for v, same in zip(r, shared, strict=True) if not same]
     with conn.cursor() as cursor:
-        cursor.execute(_sql(conn, name, len(objs), build), params)
+        cursor.execute(sql, params)
 
 
 def _preparers(conn: BaseDatabaseWrapper, label: str = "message",
@@ -162,6 +199,16 @@ def _preparers(conn: BaseDatabaseWrapper, label: str = "message",
 
 def _datetime_preparer(conn: BaseDatabaseWrapper) -> Callable:
     adapt = conn.ops.adapt_datetimefield_value
+    if conn.vendor in ("mysql", "sqlite") and settings.USE_TZ and conn.timezone is dt.UTC:
+        # What their adapt_datetimefield_value makes of a UTC datetime (timezone.now()),
+        # without its per-call settings and timezone lookups.
+        def prepare(value: dt.datetime | None) -> object:
+            if value is None:
+                return None
+            if value.tzinfo is dt.UTC:
+                return str(value.replace(tzinfo=None))
+            return adapt(value)
+        return prepare
     return lambda value: None if value is None else adapt(value)
 
 

@@ -62,6 +62,44 @@ def claim_isolation(conn: BaseDatabaseWrapper | None = None) -> Iterator[None]:
     yield
 
 
+@contextlib.contextmanager
+def short_transaction(db: str) -> Iterator[None]:
+    """``transaction.atomic(using=db)`` for the hot path's transactions, with two
+    round trips fewer on MySQL/MariaDB.
+
+    Why: Django opens a transaction by turning autocommit off and ends it by
+    committing and turning autocommit on again; mysqlclient sends each toggle
+    to the server as a statement, so a transaction of two statements took five
+    round trips. Here a BEGIN opens it (the session's autocommit setting stays
+    on, so nothing needs restoring after COMMIT) and Django is told that
+    autocommit is off: nested atomic blocks still become savepoints, on_commit
+    hooks still wait for the commit, and an error still rolls everything back.
+    """
+    conn = connections[db]
+    if conn.vendor != "mysql" or conn.in_atomic_block or not conn.get_autocommit():
+        with transaction.atomic(using=db):
+            yield
+        return
+    with conn.cursor() as cursor:
+        cursor.execute("BEGIN")
+    conn.autocommit = False
+    try:
+        with transaction.atomic(using=db, savepoint=False):
+            yield
+        conn.commit()
+    except BaseException:
+        try:
+            conn.rollback()
+        except DatabaseError:  # the connection is gone: the server rolled back
+            conn.close()
+        raise
+    finally:
+        if conn.connection is None:
+            conn.autocommit = True  # a new connection starts in autocommit mode
+        else:
+            conn.set_autocommit(True)  # no statement: the session never left it
+
+
 def supports_limit_in_subquery(conn: BaseDatabaseWrapper | None = None) -> bool:
     """Why: MySQL/MariaDB reject ``IN (SELECT ... LIMIT n)``; those claim by id lists."""
     conn = conn or connection()
@@ -196,11 +234,18 @@ def escapes_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | 
     every row shares are now escaped once, by that same function, and the text
     the server receives is byte for byte what parameters would have produced.
     """
+    literal = literal_client_side(conn)
+    return None if literal is None else lambda value: literal(value).replace("%", "%%")
+
+
+def literal_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:
+    """On MySQL/MariaDB, the driver's escaping of one value into SQL text, for a
+    statement run without parameters (see escapes_client_side); elsewhere None."""
     if conn.vendor != "mysql":
         return None
     conn.ensure_connection()
     literal, encoding = conn.connection.literal, conn.connection.encoding
-    return lambda value: literal(value).decode(encoding).replace("%", "%%")
+    return lambda value: literal(value).decode(encoding)
 
 
 def claim_index_hint(conn: BaseDatabaseWrapper) -> str:
@@ -216,6 +261,17 @@ def claim_index_hint(conn: BaseDatabaseWrapper) -> str:
     if conn.vendor != "mysql":
         return ""
     return f" FORCE INDEX ({conn.ops.quote_name(CLAIM_INDEX)})"
+
+
+def primary_key_hint(conn: BaseDatabaseWrapper) -> str:
+    """`` FORCE INDEX (PRIMARY)`` on MySQL/MariaDB, else nothing: for a locking read of
+    messages by id that also tests their state.
+
+    Why: with ``state = 3`` in the WHERE clause the optimizer may pick the
+    (state, visible_at) index when few messages are claimed, and a locking read
+    through it locks every claimed message, other workers' included.
+    """
+    return " FORCE INDEX (PRIMARY)" if conn.vendor == "mysql" else ""
 
 
 def json_number_sql(vendor_name: str, key: str) -> tuple[str, str]:

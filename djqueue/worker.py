@@ -34,6 +34,7 @@ from djqueue.handlers import ClaimHook, Handler
 from djqueue.interrupts import Interrupts
 from djqueue.lifecycle import release, run_and_ack
 from djqueue.models import Message, Queue
+from djqueue.pace import Pace
 from djqueue.presence import Presence
 from djqueue.queues import create_queue, get_queue
 from djqueue.results import Done, Results, WorkerStats
@@ -101,6 +102,7 @@ class Worker:
                                  concurrency=options.concurrency, held=lambda: list(self._held),
                                  wake_address=self.doorbell.address if self.doorbell else "")
         self._promotion = PromotionClock()
+        self._pace = Pace()
         self._thread_state = threading.local()
 
     # Lifecycle
@@ -166,7 +168,7 @@ class Worker:
                 return
             # Finished messages awaiting their ack make room: the claim settles them.
             outstanding = len(self._held) - len(self._results.unflushed)
-            room = self.options.concurrency + self.options.batch_size - outstanding
+            room = self._most_held(outstanding) - outstanding
             want = min(room, self.options.batch_size, self._left())
             got = 0
             if want > 0 and (room >= self.options.batch_size or not outstanding):
@@ -182,9 +184,17 @@ class Worker:
                 return
             backoff.sleep(self._results.due(self.options.batch_size))
 
+    def _most_held(self, outstanding: int) -> int:
+        """Messages the worker may hold unfinished: a batch beyond its threads, and one
+        batch more while what is queued would run out before the next claim returns."""
+        concurrency, batch = self.options.concurrency, self.options.batch_size
+        queued = max(0, outstanding - concurrency)
+        return concurrency + batch * (2 if self._pace.runs_dry(queued, concurrency) else 1)
+
     def _claim(self, limit: int, peek: bool = False) -> int:
         """Claim up to ``limit``, acking the finished messages in the same transaction."""
         acks = self._results.acks()
+        started = time.monotonic()
         try:
             acked, messages = claim_ready(
                 [get_queue(q.name) for q in self.queues], limit, owner=self.id,
@@ -195,6 +205,8 @@ class Worker:
             self._reset_connection()
             self.interrupts.stop.wait(1.0)
             return 0
+        if messages:
+            self._pace.claimed(time.monotonic() - started)
         if acks:
             self._results.acked(acks, acked)
         for message in messages:
@@ -274,7 +286,9 @@ class Worker:
             if exactly_once:
                 run_and_ack(message, call)
                 return Done(message, acked=True)
+            started = time.monotonic()
             call()
+            self._pace.handled(time.monotonic() - started)
             return Done(message)
         except NotOwner:
             return Done(message, lost=True)

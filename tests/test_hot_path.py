@@ -91,3 +91,77 @@ def test_a_failing_claim_rolls_its_acks_back():
                     where=overflow, acks=held)
     assert not History.objects.exists()
     assert Message.objects.filter(state=State.CLAIMED).count() == 2
+
+
+def test_ack_copies_and_locks_by_lease_in_one_statement_and_refuses_lost_leases():
+    queue = djqueue.create_queue("hp.ack")
+    djqueue.send_batch(queue, [{"n": i} for i in range(8)])
+    first = djqueue.receive(queue, max_messages=4)
+    second = djqueue.receive(queue, max_messages=4)
+    with CaptureQueriesContext(connection) as queries:
+        assert len(djqueue.ack_many(first[:2])) == 2
+    writes = [q["sql"].split()[0].upper() for q in queries.captured_queries
+              if q["sql"].split()[0].upper() in {"SELECT", "INSERT", "DELETE", "UPDATE"}]
+    assert writes == ["INSERT", "DELETE"], writes  # no separate lock read
+    # Two leases in one call, one message lost to another receiver, one already gone.
+    Message.objects.filter(pk=second[0].pk).update(lease_token="someone-else")
+    Message.objects.filter(pk=first[2].pk).delete()
+    acked = djqueue.ack_many([first[2], first[3], *second])
+    assert sorted(m.pk for m in acked) == sorted([first[3].pk, *[m.pk for m in second[1:]]])
+    assert Message.objects.filter(pk=second[0].pk, state=State.CLAIMED).exists()
+    finished = set(History.objects.values_list("pk", flat=True))
+    assert finished == {m.pk for m in [*first[:2], first[3], *second[1:]]}
+    assert not Message.objects.filter(pk__in=finished).exists()
+
+
+def test_short_transaction_commits_rolls_back_and_runs_hooks_after_commit():
+    from django.db import transaction
+
+    from djqueue import vendor
+
+    queue = djqueue.create_queue("hp.txn")
+    ran = []
+    with CaptureQueriesContext(connection) as queries, vendor.short_transaction("default"):
+        djqueue.send_batch(queue, [{"n": 1}, {"n": 2}])
+        transaction.on_commit(lambda: ran.append(Message.objects.filter(queue=queue).count()))
+        assert ran == []
+        with transaction.atomic():  # nested: a savepoint
+            djqueue.send(queue, {"n": 3})
+    assert ran == [3] and connection.get_autocommit() and not connection.in_atomic_block
+    sql = " ".join(q["sql"].upper() for q in queries.captured_queries)
+    if connection.vendor == "mysql":
+        assert "AUTOCOMMIT" not in sql, sql  # BEGIN ... COMMIT, no toggles
+    with pytest.raises(ZeroDivisionError), vendor.short_transaction("default"):
+        djqueue.send_batch(queue, [{"n": 4}, {"n": 5}])
+        transaction.on_commit(lambda: ran.append("never"))
+        raise ZeroDivisionError("the block fails after its writes")
+    assert Message.objects.filter(queue=queue).count() == 3 and ran == [3]
+    assert connection.get_autocommit() and not connection.in_atomic_block
+    if connection.vendor == "mysql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT @@autocommit, @@in_transaction")
+            assert cursor.fetchone() == (1, 0)  # the session is back in autocommit mode
+
+
+def test_upsert_keeps_shared_and_varying_values_byte_for_byte():
+    from djqueue.models import TaskRecord
+
+    now = timezone.now()
+    records = [rows.build(TaskRecord, id=f"r{i}", task_path=TRICKY[i % 2], backend="default",
+                          queue_name=TRICKY[3], enqueued_at=now, finished_at=now,
+                          args=[TRICKY[i % len(TRICKY)], i], kwargs={"k": TRICKY[4]},
+                          return_value=TRICKY[5] if i % 2 else None, status="SUCCESSFUL",
+                          worker_ids=[TRICKY[2]], priority=-3)
+               for i in range(12)]
+    rows.upsert("default", records[:6], ["status"])
+    for record in records:
+        record.status = "FAILED"
+    rows.upsert("default", records, ["status", "return_value"])  # 6 updates, 6 inserts
+    stored = {r.pk: r for r in TaskRecord.objects.all()}
+    assert sorted(stored) == sorted(r.pk for r in records)
+    for record in records:
+        row = stored[record.pk]
+        assert (row.task_path, row.queue_name, row.args, row.kwargs, row.return_value,
+                row.status, row.worker_ids, row.priority, row.finished_at) == (
+            record.task_path, record.queue_name, record.args, record.kwargs,
+            record.return_value, "FAILED", record.worker_ids, -3, now)
