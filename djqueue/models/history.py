@@ -18,8 +18,10 @@ class History(models.Model):
     """
 
     id = models.BigIntegerField(primary_key=True)
+    # No index of its own: djqueue_history_finished (queue_id, finished_at) serves every
+    # lookup by queue, and each ack inserts into one index fewer.
     queue = models.ForeignKey("djqueue.Queue", on_delete=models.CASCADE, db_constraint=False,
-                              related_name="+")
+                              db_index=False, related_name="+")
     outcome = models.PositiveSmallIntegerField(choices=Outcome.choices)
     priority = models.SmallIntegerField(default=0)
     attempts = models.PositiveIntegerField()
