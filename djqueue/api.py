@@ -146,6 +146,7 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
               "state": State.SCHEDULED if visible_at > now else State.READY}
     limit = queue.max_payload_bytes
     cache_queue = Message.queue.field.set_cached_value
+    make = rows.builder(Message)
     messages = []
     for payload, group_key in zip(payloads, group_keys, strict=True):
         body = encode_payload(payload)
@@ -154,7 +155,7 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
             raise PayloadTooLarge(
                 f"Payload of {len(body.encode())} bytes exceeds queue {queue.name!r}'s limit "
                 f"of {limit} bytes.")
-        message = rows.build(Message, body=body, group_key=group_key, **values)
+        message = make(body=body, group_key=group_key, **values)
         cache_queue(message, queue)
         message._payload = payload
         messages.append(message)

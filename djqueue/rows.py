@@ -312,17 +312,28 @@ def load_messages(db: str, rows: Sequence[Sequence]) -> list[Message]:
 def build(model: type[M], **values: object) -> M:
     """An unsaved instance, as ``model(**values)`` makes it, without ``Model.__init__``'s
     per-field work (unless pre/post_init receivers exist)."""
+    return builder(model)(**values)
+
+
+def builder(model: type[M]) -> Callable[..., M]:
+    """``build`` for many instances: the receivers are looked up once, not per instance."""
     if pre_init.has_listeners(model) or post_init.has_listeners(model):
-        return model(**values)
+        return model
     static, called = _defaults(model)
-    instance = model.__new__(model)
-    instance.__dict__.update(static)
-    for name, field in called:
-        if name not in values:
-            instance.__dict__[name] = field.get_default()
-    instance.__dict__.update(values)
-    instance._state = ModelState()
-    return instance
+    new = model.__new__
+
+    def make(**values: object) -> M:
+        instance = new(model)
+        fields = instance.__dict__
+        fields.update(static)
+        for name, field in called:
+            if name not in values:
+                fields[name] = field.get_default()
+        fields.update(values)
+        instance._state = ModelState()
+        return instance
+
+    return make
 
 
 @functools.cache

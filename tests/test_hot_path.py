@@ -165,3 +165,28 @@ def test_upsert_keeps_shared_and_varying_values_byte_for_byte():
                 row.status, row.worker_ids, row.priority, row.finished_at) == (
             record.task_path, record.queue_name, record.args, record.kwargs,
             record.return_value, "FAILED", record.worker_ids, -3, now)
+
+
+def test_built_messages_equal_model_init_and_respect_init_receivers():
+    from django.db.models.signals import post_init
+
+    queue = djqueue.create_queue("hp.build")
+    fast = djqueue.send_batch(queue, [{"n": 1}, {"n": 2}], delay=30, priority=3)
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Message)
+    try:
+        slow = djqueue.send_batch(queue, [{"n": 1}, {"n": 2}], delay=30, priority=3)
+    finally:
+        post_init.disconnect(receiver, sender=Message)
+    assert seen == slow  # with a receiver, each message went through Model.__init__
+    volatile = {"id", "visible_at", "sent_at"}
+    for a, b in zip(fast, slow, strict=True):
+        assert {k: v for k, v in field_values(a).items() if k not in volatile} == {
+            k: v for k, v in field_values(b).items() if k not in volatile}
+        assert b.visible_at - b.sent_at == a.visible_at - a.sent_at == timedelta(seconds=30)
+    stored = {m.pk: field_values(m) for m in Message.objects.filter(queue=queue)}
+    assert all(field_values(m) == stored[m.pk] for m in [*fast, *slow])
