@@ -65,9 +65,22 @@ class Results:
         self._done: collections.deque[Done] = collections.deque()
         #: Collected from the handler threads and not yet settled.
         self.unflushed: list[Done] = []
+        #: How many results the loop thread waits for before it has work to do.
+        self.wake_at = 1
 
-    def add(self, done: Done) -> None:
+    def add(self, done: Done) -> bool:
+        """Keep ``done`` (from any thread). True when the loop thread should be woken:
+        at the count it waits for, for the first result, and for anything not acked
+        in a batch (a failure is recorded at once)."""
         self._done.append(done)  # deque.append is thread-safe
+        pending = len(self._done) + len(self.unflushed)
+        return pending >= self.wake_at or pending == 1 or not done.to_ack
+
+    def wait_for(self, more: int) -> bool:
+        """Ask to be woken once ``more`` results beyond those collected are in; True if
+        uncollected ones already make that count (the caller should not sleep)."""
+        self.wake_at = len(self.unflushed) + more
+        return bool(self._done) and len(self._done) + len(self.unflushed) >= self.wake_at
 
     def __bool__(self) -> bool:
         return bool(self._done or self.unflushed)
