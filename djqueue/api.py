@@ -114,22 +114,36 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
     db = vendor.alias()
     if (len(messages) == 1 and queue.max_depth is None and not queue.trace
             and dedup_key is None and not (queue.ordered and messages[0].group_key)):
-        insert_messages(db, messages)
+        vendor.retry_deadlocks(lambda: insert_messages(db, messages))
         announce(messages)
         return messages
-    with vendor.short_transaction(db):
-        if dedup_key is not None:
-            original = dedup.take(db, queue, dedup_key)
-            if original is not None:
-                original.duplicate = True
-                return [original]
-        if queue.max_depth is not None:
-            reserve_depth(queue, len(messages))
-        groups.enqueue_states(db, messages)
-        insert_messages(db, messages)
-        if dedup_key is not None:
-            dedup.assign(db, queue, dedup_key, messages[0])
-        trace.record(db, messages, Event.SENT)
+    states = [m.state for m in messages]
+    retried = False
+
+    def inserting() -> Message | None:
+        nonlocal retried
+        if retried:  # a deadlock victim: start again from the built messages
+            for message, state in zip(messages, states, strict=True):
+                message.pk, message.state, message._state.adding = None, state, True
+        retried = True
+        with vendor.short_transaction(db):
+            if dedup_key is not None:
+                original = dedup.take(db, queue, dedup_key)
+                if original is not None:
+                    return original
+            if queue.max_depth is not None:
+                reserve_depth(queue, len(messages))
+            groups.enqueue_states(db, messages)
+            insert_messages(db, messages)
+            if dedup_key is not None:
+                dedup.assign(db, queue, dedup_key, messages[0])
+            trace.record(db, messages, Event.SENT)
+        return None
+
+    original = vendor.retry_deadlocks(inserting)
+    if original is not None:
+        original.duplicate = True
+        return [original]
     announce(messages)
     return messages
 

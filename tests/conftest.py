@@ -107,10 +107,17 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Process]]:
         process.stop()
 
 
-def in_threads(work: Callable[[int], object], count: int, timeout: float = 120) -> list:
+def in_threads(work: Callable[[int], object], count: int, timeout: float = 120,
+               stop: threading.Event | None = None) -> list:
     """Run ``work(i)`` for i in range(count) on threads started together (hence on
     separate database connections); return the results in order, re-raising the
-    first exception."""
+    first exception.
+
+    ``timeout`` bounds the whole run. ``stop`` is set as soon as a thread fails or
+    time is up, so work that loops until the others are done must watch it: one
+    dead thread must not leave the rest spinning (and holding locks) forever.
+    """
+    stop = stop if stop is not None else threading.Event()
     barrier = threading.Barrier(count)
     results: list = [None] * count
     errors: list[BaseException] = []
@@ -121,16 +128,26 @@ def in_threads(work: Callable[[int], object], count: int, timeout: float = 120) 
             results[slot] = work(slot)
         except BaseException as exc:
             errors.append(exc)
+            stop.set()
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    threads = [threading.Thread(target=run, args=(i,), name=f"in_threads-{i}", daemon=True)
+               for i in range(count)]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + timeout
     for thread in threads:
-        thread.join(timeout)
+        thread.join(max(0.0, deadline - time.monotonic()))
+    late = [i for i, thread in enumerate(threads) if thread.is_alive()]
+    if late:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
     if errors:
         raise errors[0]
+    if late:
+        pytest.fail(f"threads {late} of {count} still running after {timeout}s")
     return results
 
 
