@@ -96,13 +96,13 @@ def test_max_depth_holds_under_eight_concurrent_senders():
 
 def test_blocking_senders_wait_for_room_and_depth_never_exceeds_the_limit():
     djqueue.create_queue("full", max_depth=20)
-    stop = threading.Event()
+    stop = threading.Event()  # the consumer is done, or in_threads gives up
     peak = [0]
 
     def role(i: int) -> int:
         if i == 8:  # consumer
             done = 0
-            while done < 8 * 30:
+            while done < 8 * 30 and not stop.is_set():
                 got = djqueue.receive("full", max_messages=5, wait=1)
                 done += len(djqueue.ack_many(got))
             stop.set()
@@ -115,7 +115,7 @@ def test_blocking_senders_wait_for_room_and_depth_never_exceeds_the_limit():
             djqueue.send("full", {"s": i, "n": n}, block=True, timeout=60)
         return 30
 
-    results = in_threads(role, 10, timeout=300)
+    results = in_threads(role, 10, timeout=300, stop=stop)
     assert results[8] == 240 and History.objects.count() == 240
     assert 0 < peak[0] <= 20
 

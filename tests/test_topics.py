@@ -19,8 +19,8 @@ TOTAL = 10_000
 
 
 def consume_until(queue: str, done: threading.Event, seen: list, expected_total: int,
-                  counter: Counter, lock: threading.Lock) -> None:
-    while True:
+                  counter: Counter, lock: threading.Lock, stop: threading.Event) -> None:
+    while not stop.is_set():
         got = djqueue.receive(queue, max_messages=100, wait=0.2)
         if got:
             seen.extend(m.payload["n"] for m in got)
@@ -47,6 +47,7 @@ def test_cluster_and_broadcast_groups_with_replay_from_a_time():
     reset_at = {}
     lock = threading.Lock()
     counter: Counter = Counter()
+    stop = threading.Event()  # set by in_threads when a thread fails or time is up
     expected = {"orders:billing": TOTAL, "orders:audit": TOTAL, **dict.fromkeys(broadcast, TOTAL)}
 
     def role(i: int) -> None:
@@ -58,9 +59,9 @@ def test_cluster_and_broadcast_groups_with_replay_from_a_time():
             published.set()
             return
         queue = consumers[i]
-        consume_until(queue, published, seen[i], expected[queue], counter, lock)
+        consume_until(queue, published, seen[i], expected[queue], counter, lock, stop)
 
-    in_threads(role, len(consumers) + 1, timeout=600)
+    in_threads(role, len(consumers) + 1, timeout=400, stop=stop)
     everything = set(range(TOTAL))
     for group in ("orders:billing", "orders:audit"):
         parts = [s for s, q in zip(seen, consumers, strict=True) if q == group]
