@@ -35,6 +35,9 @@ class Presence:
         self.concurrency = concurrency
         self._held = held
         self._lock = vendor.SessionLock(lock_key)
+        #: Set by deregister, before the row goes: a heartbeat that then finds no row
+        #: must not register the stopping worker again.
+        self._leaving = threading.Event()
 
     def register(self) -> None:
         if not self._lock.acquire():
@@ -47,6 +50,7 @@ class Presence:
                 "wake_address": self.wake_address})
 
     def deregister(self) -> None:
+        self._leaving.set()
         try:
             WorkerRow.objects.using(vendor.alias()).filter(pk=self.worker_id).delete()
         except DatabaseError:
@@ -55,13 +59,13 @@ class Presence:
 
     def beat_until(self, stop: threading.Event, interval: float) -> None:
         """The heartbeat thread: keep the lock and the row alive, report what is held."""
-        while not stop.wait(interval):
+        while not stop.wait(interval) and not self._leaving.is_set():
             try:
                 if not self._lock.is_alive():
                     self._lock.acquire()
                 beat = WorkerRow.objects.using(vendor.alias()).filter(pk=self.worker_id).update(
                     heartbeat_at=timezone.now(), **self._holding())
-                if not beat:
+                if not beat and not self._leaving.is_set():
                     logger.warning("Worker row was reaped; registering again",
                                    extra={"worker": self.worker_id})
                     self.register()

@@ -93,3 +93,21 @@ def test_concurrent_reapers_return_each_message_once():
     assert sum(totals) == 1200
     assert Message.objects.filter(state=State.READY).count() == 1200
     assert {len(m.errors) for m in Message.objects.all()} == {1}
+
+
+def test_heartbeat_after_deregister_does_not_register_the_worker_again():
+    """A worker deregisters before its heartbeat thread is told to stop; a beat in
+    between finds no row and must leave it gone (it used to register the stopping
+    worker again, leaving a stale row for the reaper)."""
+    from djqueue.presence import Presence
+
+    presence = Presence("leaving:1:abc", "e" * 32, queues=["jobs"], concurrency=1,
+                        held=lambda: [])
+    presence.register()
+    assert Worker.objects.filter(pk="leaving:1:abc").exists()
+    presence.deregister()
+    beating = threading.Thread(target=presence.beat_until, args=(threading.Event(), 0.01))
+    beating.start()
+    beating.join(timeout=30)
+    assert not beating.is_alive()
+    assert not Worker.objects.exists()
