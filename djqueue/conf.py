@@ -62,6 +62,11 @@ class Settings:
     #: Periodic django.tasks run by the reaper: name -> {"task", "cron", "args", "kwargs",
     #: "catch_up"}; see djqueue.periodic.
     PERIODIC: dict[str, dict] = field(default_factory=dict)
+    #: Seconds a thread may hold the GIL while another waits for it, in worker processes
+    #: (``sys.setswitchinterval``; Python's default is 0.005); None leaves it alone.
+    #: Why shorter: the loop thread returns from each database round trip needing the
+    #: GIL while a handler thread computes; with 5 ms it waited up to that long each time.
+    WORKER_SWITCH_INTERVAL: float | None = 0.0005
 
     @classmethod
     def from_django(cls) -> Settings:
@@ -72,6 +77,13 @@ class Settings:
             from djqueue.exceptions import ConfigurationError
 
             raise ConfigurationError(f"Unknown DJQUEUE setting(s): {', '.join(unknown)}")
+        interval = overrides.get("WORKER_SWITCH_INTERVAL")
+        if interval is not None and (isinstance(interval, bool) or not isinstance(
+                interval, int | float) or not 0 < interval <= 1):
+            from djqueue.exceptions import ConfigurationError
+
+            raise ConfigurationError("DJQUEUE['WORKER_SWITCH_INTERVAL'] must be None or a "
+                                     f"number of seconds in (0, 1], got {interval!r}")
         if "BACKOFF" in overrides:
             overrides["BACKOFF"] = tuple(overrides["BACKOFF"])
         return cls(**overrides)

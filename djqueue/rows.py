@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.base import ModelState
+from django.db.models.options import Options
 from django.db.models.signals import post_init, pre_init
 
 from djqueue import vendor
@@ -116,50 +117,66 @@ def _insert_shared_inline(conn: BaseDatabaseWrapper, messages: list[Message],
 
 def _insert_one_inline(conn: BaseDatabaseWrapper, message: Message) -> str:
     """A one-row INSERT (MySQL) with every value escaped by the driver into the text,
-    so no parameter pass follows; the small values sends repeat (ids, flags, empty
-    strings, None) are escaped once per connection and field."""
+    so no parameter pass follows."""
+    return _insert_sql(conn, 0, False) + _render(conn, message, _INSERT_ATTNAMES,
+                                                 _preparers(conn))
+
+
+def _render(conn: BaseDatabaseWrapper, obj: models.Model, attnames: Sequence[str],
+            prepare: Sequence[Callable]) -> str:
+    """``(v1, v2, ...)``: ``obj``'s values escaped by the driver (MySQL). The small values
+    rows repeat (ids, flags, names, None, empty or one-string JSON lists) are escaped
+    once per connection, model and field."""
     literal = vendor.literal_client_side(conn)
-    prepare = _preparers(conn)
-    values = message.__dict__
-    cached = _escaped.get(id(conn))
+    values = obj.__dict__
+    where = (id(conn), obj._meta.label)
+    cached = _escaped.get(where)
     if cached is None or cached[0] is not conn or len(cached[1]) > 10_000:
-        cached = _escaped[id(conn)] = (conn, {})
+        cached = _escaped[where] = (conn, {})
     known = cached[1]
     parts = []
-    for p, name in zip(prepare, _INSERT_ATTNAMES, strict=True):
+    for p, name in zip(prepare, attnames, strict=True):
         value = values[name]
-        if value is None or type(value) is int or (type(value) is str and len(value) < 64):
-            key = (name, type(value), value)
-            text = known.get(key)
-            if text is None:
-                text = known[key] = literal(p(value))
-            parts.append(text)
+        kind = type(value)
+        if value is None or kind is int or (kind is str and len(value) < 64):
+            key: tuple = (name, kind, value)
+        elif (kind is list or kind is dict) and not value:
+            key = (name, kind)
+        elif kind is list and len(value) == 1 and type(value[0]) is str and len(value[0]) < 64:
+            key = (name, kind, value[0])
         else:
             parts.append(literal(p(value)))
-    return _insert_sql(conn, 0, False) + "(" + ", ".join(parts) + ")"
+            continue
+        text = known.get(key)
+        if text is None:
+            text = known[key] = literal(p(value))
+        parts.append(text)
+    return "(" + ", ".join(parts) + ")"
 
 
-_escaped: dict[int, tuple[BaseDatabaseWrapper, dict[tuple[str, type, object], str]]] = {}
+_escaped: dict[tuple[int, str], tuple[BaseDatabaseWrapper, dict[tuple, str]]] = {}
 _INSERT_ATTNAMES = [field.attname for field in _FIELDS]
 _preparer_cache: dict[tuple[int, str], tuple[BaseDatabaseWrapper, list[Callable]]] = {}
 
 
-def upsert(db: str, objs: Sequence[models.Model], update_fields: Sequence[str]) -> None:
+def upsert(db: str, objs: Sequence[models.Model], update_fields: Sequence[str],
+           rendered: Sequence[str] | None = None) -> None:
     """INSERT ``objs`` of one model (primary keys set) in one statement; where a row with
-    the same key exists, update its ``update_fields`` instead (see vendor.upsert_clause)."""
+    the same key exists, update its ``update_fields`` instead (see vendor.upsert_clause).
+    ``rendered``: the rows as :func:`render_row` made them, in the order of ``objs``."""
     if not objs:
         return
     conn = connections[db]
     meta = type(objs[0])._meta
+    head, tail = _upsert_sql(conn, meta, tuple(update_fields))
+    if rendered is not None:
+        with conn.cursor() as cursor:
+            cursor.execute(head + ", ".join(rendered) + tail)
+        return
     fields = meta.concrete_fields
     prepare = _preparers(conn, meta.label, fields)
     rows = [[p(obj.__dict__[f.attname]) for f, p in zip(fields, prepare, strict=True)]
             for obj in objs]
-    quote = conn.ops.quote_name
-    head = (f"INSERT INTO {quote(meta.db_table)} "
-            f"({', '.join(quote(f.column) for f in fields)}) VALUES ")
-    tail = " " + vendor.upsert_clause(conn, meta.pk.column,
-                                      [meta.get_field(n).column for n in update_fields])
     escape = vendor.escapes_client_side(conn) if len(rows) > 1 else None
     if escape is None:
         row = "(" + ", ".join(["%s"] * len(fields)) + ")"
@@ -174,6 +191,41 @@ def upsert(db: str, objs: Sequence[models.Model], update_fields: Sequence[str]) 
         params = [v for r in rows for v, same in zip(r, shared, strict=True) if not same]
     with conn.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+def render_row(db: str, obj: models.Model) -> str | None:
+    """``obj``'s row for :func:`upsert`'s ``rendered``, every value escaped into the text by
+    the driver (MySQL/MariaDB); None where values travel as parameters.
+
+    Why: a thread that has the row early (a handler thread, as its task ends) can
+    do the escaping there, and the transaction that writes a batch of rows only
+    joins their texts.
+    """
+    conn = connections[db]
+    if vendor.literal_client_side(conn) is None:
+        return None
+    meta = obj._meta
+    fields = meta.concrete_fields
+    return _render(conn, obj, [f.attname for f in fields],
+                   _preparers(conn, meta.label, fields))
+
+
+def _upsert_sql(conn: BaseDatabaseWrapper, meta: Options, update_fields: tuple[str, ...],
+                ) -> tuple[str, str]:
+    """The text of an upsert before its rows, and after them."""
+    key = (conn.vendor, meta.label, update_fields)
+    if key in _upserts:
+        return _upserts[key]
+    quote = conn.ops.quote_name
+    head = (f"INSERT INTO {quote(meta.db_table)} "
+            f"({', '.join(quote(f.column) for f in meta.concrete_fields)}) VALUES ")
+    tail = " " + vendor.upsert_clause(conn, meta.pk.column,
+                                      [meta.get_field(n).column for n in update_fields])
+    _upserts[key] = head, tail
+    return head, tail
+
+
+_upserts: dict[tuple[str, str, tuple[str, ...]], tuple[str, str]] = {}
 
 
 def _preparers(conn: BaseDatabaseWrapper, label: str = "message",

@@ -36,8 +36,9 @@ from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
 from djqueue.tasks_compat import TaskContext, normalize_json, task_backends, task_finished, task_started
 
 _lock = threading.Lock()
-#: Records of finished runs, by message id, until the ack that carries them.
-_finished: dict[int, TaskRecord] = {}
+#: Records of finished runs (with their rows rendered, see rows.render_row), by
+#: message id, until the ack that carries them.
+_finished: dict[int, tuple[TaskRecord, str | None]] = {}
 
 
 class RetryTask(Exception):
@@ -53,7 +54,10 @@ def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Messa
         for message in acks:
             _finished.pop(message.pk, None)
     for start in range(0, len(done), 500):
-        rows.upsert(db, done[start:start + 500], FINISHED_FIELDS)
+        chunk = done[start:start + 500]
+        rendered = [row for _, row in chunk]
+        rows.upsert(db, [record for record, _ in chunk], FINISHED_FIELDS,
+                    rendered=None if None in rendered else rendered)
 
 
 def is_task(message: Message) -> bool:
@@ -112,8 +116,9 @@ def _finish(message: Message, record: TaskRecord, batched: bool, status: str,
     """Record the end of the run: with the worker's next ack when batched, else now."""
     finish(record, status, save=not batched, **outcome)
     if batched:
+        row = rows.render_row(vendor.alias(), record)
         with _lock:
-            _finished[message.pk] = record
+            _finished[message.pk] = (record, row)
 
 
 def call_with_timeout(call: Callable[[], Any], timeout: float | None) -> Any:

@@ -13,11 +13,12 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,20 @@ class WorkerOptions:
     #: Abandoned (still running) handler threads past which the worker recycles its
     #: process; default: twice the concurrency, at least 4.
     max_stuck: int | None = None
+
+
+@contextlib.contextmanager
+def switch_interval(seconds: float | None) -> Iterator[None]:
+    """``sys.setswitchinterval(seconds)`` for the block (see WORKER_SWITCH_INTERVAL)."""
+    if seconds is None:
+        yield
+        return
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 class Worker:
@@ -109,7 +124,7 @@ class Worker:
 
     def run(self) -> int:
         """Work until stopped or a limit is reached; returns the process exit code."""
-        with self.interrupts.installed():
+        with self.interrupts.installed(), switch_interval(self.settings.WORKER_SWITCH_INTERVAL):
             self.presence.register()
             logger.info("Worker %s started on %s", self.id, ", ".join(self.options.queues),
                         extra={"worker": self.id})
@@ -235,7 +250,11 @@ class Worker:
 
     def _in_claim_transaction(self, db: str, acks: Sequence[Message],
                               acked: Sequence[Message], claimed: Sequence[Message]) -> None:
+        everything = set(self.options.queues)
         for hook, names in self._hooks.items():
+            if names >= everything:  # the usual case: one hook for all the worker's queues
+                hook(db, acks, acked, claimed)
+                continue
             hook(db, *([m for m in group if m.queue.name in names]
                        for group in (acks, acked, claimed)))
 

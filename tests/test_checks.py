@@ -1,5 +1,6 @@
 """System checks report configuration mistakes with stable ids."""
 
+import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
 
@@ -15,6 +16,27 @@ def test_default_configuration_is_clean():
 def test_unknown_setting_is_e001():
     with override_settings(DJQUEUE={"HANDLER": {}}):
         assert ids() == {"djqueue.E001"}
+
+
+@pytest.mark.parametrize("interval", [0, -1, 2, "fast", True])
+def test_bad_worker_switch_interval_is_e001(interval):
+    with override_settings(DJQUEUE={"WORKER_SWITCH_INTERVAL": interval}):
+        messages = run_checks(tags=["djqueue"])
+    assert [m.id for m in messages] == ["djqueue.E001"]
+    assert "WORKER_SWITCH_INTERVAL" in messages[0].msg
+
+
+def test_worker_switch_interval_applies_while_the_worker_runs():
+    import sys
+
+    from djqueue.worker import switch_interval
+
+    before = sys.getswitchinterval()
+    with switch_interval(0.0005):
+        assert sys.getswitchinterval() == 0.0005
+    assert sys.getswitchinterval() == before
+    with switch_interval(None):
+        assert sys.getswitchinterval() == before
 
 
 def test_unknown_database_alias_is_e002():

@@ -167,6 +167,40 @@ def test_upsert_keeps_shared_and_varying_values_byte_for_byte():
             record.return_value, "FAILED", record.worker_ids, -3, now)
 
 
+def test_rendered_rows_upsert_what_parameters_would():
+    """Rows escaped ahead by render_row (on a handler thread, with its small-value cache)
+    write the same values as parameters; off MySQL there is nothing to render."""
+    from djqueue.models import TaskRecord
+
+    now = timezone.now()
+
+    def make(i: int, status: str) -> TaskRecord:
+        return rows.build(TaskRecord, id=f"t{i}", task_path=TRICKY[i % 2], backend="default",
+                          queue_name=TRICKY[3], enqueued_at=now, started_at=now,
+                          finished_at=now, args=[TRICKY[i % len(TRICKY)], i],
+                          kwargs={} if i % 3 else {"k": TRICKY[4]},
+                          return_value=[TRICKY[5]] if i % 2 else TRICKY[i % len(TRICKY)],
+                          status=status, worker_ids=[TRICKY[2]], errors=[], priority=-3)
+
+    first = [make(i, "RUNNING") for i in range(8)]
+    again = [make(i, "SUCCESSFUL") for i in range(12)]  # 8 updates, 4 inserts
+    for records in (first, again):
+        rendered = [rows.render_row("default", r) for r in records]
+        if connection.vendor != "mysql":
+            assert rendered == [None] * len(records)
+            rendered = None
+        rows.upsert("default", records, ["status", "return_value", "kwargs"],
+                    rendered=rendered)
+    stored = {r.pk: r for r in TaskRecord.objects.all()}
+    assert sorted(stored) == sorted(r.pk for r in again)
+    for record in again:
+        row = stored[record.pk]
+        assert (row.task_path, row.queue_name, row.args, row.kwargs, row.return_value,
+                row.status, row.worker_ids, row.errors, row.priority, row.started_at) == (
+            record.task_path, record.queue_name, record.args, record.kwargs,
+            record.return_value, "SUCCESSFUL", [TRICKY[2]], [], -3, now)
+
+
 def test_built_messages_equal_model_init_and_respect_init_receivers():
     from django.db.models.signals import post_init
 
