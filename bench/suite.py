@@ -187,7 +187,11 @@ def main() -> None:
     latency = measures.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)
     extra = [latency]
     if not args.quick:
-        extra.append(measures.backlog(1_000_000, args.messages))
+        # Once per repeat, like the rates above: a single pair of runs was off by 10 % either
+        # way from one run to the next.
+        for i, r in enumerate(repeats):
+            print(f"backlog runs {i + 1}/{len(repeats)} ...", flush=True)
+            r.update(measures.backlog(1_000_000, args.messages))
         extra.append(measures.memory(1_000_000))
     for found in extra:
         for r in repeats:
