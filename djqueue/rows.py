@@ -6,8 +6,8 @@ call and pass each value through several layers; on the hot path that cost
 more than the statements themselves (the claim-and-ack loop spent more time in
 Python than in MariaDB). Here each statement is built once per connection
 vendor (and row count) from the model's fields; values are prepared by the
-fields' own ``get_db_prep_save`` and rows are converted by the same converters
-the ORM would apply. Everything else (conditions, SQLite's claims, the admin)
+fields' own ``get_db_prep_save`` (djqueue.values) and rows are converted by the
+same converters the ORM would apply. Everything else (conditions, SQLite's claims, the admin)
 uses the ORM.
 
 Ids come back with ``RETURNING`` where the database has it (MariaDB >= 10.5,
@@ -17,19 +17,18 @@ PostgreSQL, SQLite), else (and for a single row on MySQL and SQLite) from
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from django.conf import settings
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.base import ModelState
 from django.db.models.options import Options
 from django.db.models.signals import post_init, pre_init
 
+from djqueue import values as row_values
 from djqueue import vendor
 from djqueue.models import Message, State
 
@@ -80,7 +79,7 @@ def insert_messages(db: str, messages: list[Message]) -> None:
 def _params(messages: list[Message], conn: BaseDatabaseWrapper) -> list:
     """Every field of every message, prepared as the ORM would. A value that is the very
     object the first message holds (a batch shares its options) is prepared once."""
-    prepare = _preparers(conn)
+    prepare = _message_preparers(conn)
     first = [getattr(messages[0], name) for name in _INSERT_ATTNAMES]
     first_prepared = [p(value) for p, value in zip(prepare, first, strict=True)]
     params = list(first_prepared)
@@ -97,7 +96,7 @@ def _insert_shared_inline(conn: BaseDatabaseWrapper, messages: list[Message],
                           returning: bool, escape: Callable[[object], str]) -> tuple[str, list]:
     """A multi-row INSERT whose values shared by every row (the batch's options) are
     escaped once, by the driver, into the statement; the rest stay parameters."""
-    prepare = _preparers(conn)
+    prepare = _message_preparers(conn)
     first = [getattr(messages[0], name) for name in _INSERT_ATTNAMES]
     varying = set()
     for message in messages[1:]:
@@ -118,45 +117,15 @@ def _insert_shared_inline(conn: BaseDatabaseWrapper, messages: list[Message],
 def _insert_one_inline(conn: BaseDatabaseWrapper, message: Message) -> str:
     """A one-row INSERT (MySQL) with every value escaped by the driver into the text,
     so no parameter pass follows."""
-    return _insert_sql(conn, 0, False) + _render(conn, message, _INSERT_ATTNAMES,
-                                                 _preparers(conn))
+    return _insert_sql(conn, 0, False) + row_values.render(
+        conn, message, _INSERT_ATTNAMES, _message_preparers(conn))
 
 
-def _render(conn: BaseDatabaseWrapper, obj: models.Model, attnames: Sequence[str],
-            prepare: Sequence[Callable]) -> str:
-    """``(v1, v2, ...)``: ``obj``'s values escaped by the driver (MySQL). The small values
-    rows repeat (ids, flags, names, None, empty or one-string JSON lists) are escaped
-    once per connection, model and field."""
-    literal = vendor.literal_client_side(conn)
-    values = obj.__dict__
-    where = (id(conn), obj._meta.label)
-    cached = _escaped.get(where)
-    if cached is None or cached[0] is not conn or len(cached[1]) > 10_000:
-        cached = _escaped[where] = (conn, {})
-    known = cached[1]
-    parts = []
-    for p, name in zip(prepare, attnames, strict=True):
-        value = values[name]
-        kind = type(value)
-        if value is None or kind is int or (kind is str and len(value) < 64):
-            key: tuple = (name, kind, value)
-        elif (kind is list or kind is dict) and not value:
-            key = (name, kind)
-        elif kind is list and len(value) == 1 and type(value[0]) is str and len(value[0]) < 64:
-            key = (name, kind, value[0])
-        else:
-            parts.append(literal(p(value)))
-            continue
-        text = known.get(key)
-        if text is None:
-            text = known[key] = literal(p(value))
-        parts.append(text)
-    return "(" + ", ".join(parts) + ")"
-
-
-_escaped: dict[tuple[int, str], tuple[BaseDatabaseWrapper, dict[tuple, str]]] = {}
 _INSERT_ATTNAMES = [field.attname for field in _FIELDS]
-_preparer_cache: dict[tuple[int, str], tuple[BaseDatabaseWrapper, list[Callable]]] = {}
+
+
+def _message_preparers(conn: BaseDatabaseWrapper) -> list[Callable]:
+    return row_values.preparers(conn, "message", _FIELDS)
 
 
 def upsert(db: str, objs: Sequence[models.Model], update_fields: Sequence[str],
@@ -174,7 +143,7 @@ def upsert(db: str, objs: Sequence[models.Model], update_fields: Sequence[str],
             cursor.execute(head + ", ".join(rendered) + tail)
         return
     fields = meta.concrete_fields
-    prepare = _preparers(conn, meta.label, fields)
+    prepare = row_values.preparers(conn, meta.label, fields)
     rows = [[p(obj.__dict__[f.attname]) for f, p in zip(fields, prepare, strict=True)]
             for obj in objs]
     escape = vendor.escapes_client_side(conn) if len(rows) > 1 else None
@@ -206,8 +175,8 @@ def render_row(db: str, obj: models.Model) -> str | None:
         return None
     meta = obj._meta
     fields = meta.concrete_fields
-    return _render(conn, obj, [f.attname for f in fields],
-                   _preparers(conn, meta.label, fields))
+    return row_values.render(conn, obj, [f.attname for f in fields],
+                   row_values.preparers(conn, meta.label, fields))
 
 
 def _upsert_sql(conn: BaseDatabaseWrapper, meta: Options, update_fields: tuple[str, ...],
@@ -226,49 +195,6 @@ def _upsert_sql(conn: BaseDatabaseWrapper, meta: Options, update_fields: tuple[s
 
 
 _upserts: dict[tuple[str, str, tuple[str, ...]], tuple[str, str]] = {}
-
-
-def _preparers(conn: BaseDatabaseWrapper, label: str = "message",
-               fields: Sequence[models.Field] = tuple(_FIELDS)) -> list[Callable]:
-    """One function a field: ``get_db_prep_save``, skipped for the values it returns
-    unchanged (None, and ints and strings for integer and text fields)."""
-    cached = _preparer_cache.get((id(conn), label))
-    if cached is not None and cached[0] is conn:
-        return cached[1]
-    functions = []
-    for field in fields:
-        target = field.target_field if field.is_relation else field
-        if isinstance(target, models.DateTimeField):
-            # get_prep_value only warns about naive datetimes, and these are aware.
-            functions.append(_datetime_preparer(conn))
-            continue
-        plain = (int if isinstance(target, models.IntegerField) else
-                 str if isinstance(target, (models.CharField, models.TextField)) else None)
-        functions.append(_passing(plain, field, conn))
-    _preparer_cache[(id(conn), label)] = (conn, functions)
-    return functions
-
-
-def _datetime_preparer(conn: BaseDatabaseWrapper) -> Callable:
-    adapt = conn.ops.adapt_datetimefield_value
-    if conn.vendor in ("mysql", "sqlite") and settings.USE_TZ and conn.timezone is dt.UTC:
-        # What their adapt_datetimefield_value makes of a UTC datetime (timezone.now()),
-        # without its per-call settings and timezone lookups.
-        def prepare(value: dt.datetime | None) -> object:
-            if value is None:
-                return None
-            if value.tzinfo is dt.UTC:
-                return str(value.replace(tzinfo=None))
-            return adapt(value)
-        return prepare
-    return lambda value: None if value is None else adapt(value)
-
-
-def _passing(plain: type | None, field: models.Field, conn: BaseDatabaseWrapper) -> Callable:
-    prepare = field.get_db_prep_save
-    if plain is None:
-        return lambda value: prepare(value, conn)
-    return lambda value: value if value is None or type(value) is plain else prepare(value, conn)
 
 
 def _insert_sql(conn: BaseDatabaseWrapper, rows: int, returning: bool) -> str:

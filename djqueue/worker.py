@@ -13,12 +13,11 @@ import contextlib
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +29,7 @@ from djqueue.conditions import compile_condition
 from djqueue.conf import get_settings
 from djqueue.doorbell import Doorbell
 from djqueue.exceptions import NotOwner
+from djqueue.gil import switch_interval
 from djqueue.handler_pool import HandlerPool
 from djqueue.handlers import ClaimHook, Handler
 from djqueue.interrupts import Interrupts
@@ -63,20 +63,6 @@ class WorkerOptions:
     #: Abandoned (still running) handler threads past which the worker recycles its
     #: process; default: twice the concurrency, at least 4.
     max_stuck: int | None = None
-
-
-@contextlib.contextmanager
-def switch_interval(seconds: float | None) -> Iterator[None]:
-    """``sys.setswitchinterval(seconds)`` for the block (see WORKER_SWITCH_INTERVAL)."""
-    if seconds is None:
-        yield
-        return
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 class Worker:

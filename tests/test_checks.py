@@ -29,7 +29,7 @@ def test_bad_worker_switch_interval_is_e001(interval):
 def test_worker_switch_interval_applies_while_the_worker_runs():
     import sys
 
-    from djqueue.worker import switch_interval
+    from djqueue.gil import switch_interval
 
     before = sys.getswitchinterval()
     with switch_interval(0.0005):
