@@ -38,6 +38,8 @@ class Presence:
         #: Set by deregister, before the row goes: a heartbeat that then finds no row
         #: must not register the stopping worker again.
         self._leaving = threading.Event()
+        #: Held while leaving and while registering again, so neither runs inside the other.
+        self._registration = threading.Lock()
 
     def register(self) -> None:
         if not self._lock.acquire():
@@ -50,11 +52,13 @@ class Presence:
                 "wake_address": self.wake_address})
 
     def deregister(self) -> None:
-        self._leaving.set()
-        try:
-            WorkerRow.objects.using(vendor.alias()).filter(pk=self.worker_id).delete()
-        except DatabaseError:
-            logger.exception("Could not delete the worker row", extra={"worker": self.worker_id})
+        with self._registration:
+            self._leaving.set()
+            try:
+                WorkerRow.objects.using(vendor.alias()).filter(pk=self.worker_id).delete()
+            except DatabaseError:
+                logger.exception("Could not delete the worker row",
+                                 extra={"worker": self.worker_id})
         self._lock.close()
 
     def beat_until(self, stop: threading.Event, interval: float) -> None:
@@ -65,10 +69,13 @@ class Presence:
                     self._lock.acquire()
                 beat = WorkerRow.objects.using(vendor.alias()).filter(pk=self.worker_id).update(
                     heartbeat_at=timezone.now(), **self._holding())
-                if not beat and not self._leaving.is_set():
-                    logger.warning("Worker row was reaped; registering again",
-                                   extra={"worker": self.worker_id})
-                    self.register()
+                if not beat:
+                    with self._registration:
+                        if self._leaving.is_set():
+                            break
+                        logger.warning("Worker row was reaped; registering again",
+                                       extra={"worker": self.worker_id})
+                        self.register()
             except (DatabaseError, MemoryError):
                 logger.exception("Heartbeat failed", extra={"worker": self.worker_id})
                 with contextlib.suppress(DatabaseError):
