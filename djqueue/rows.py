@@ -7,8 +7,8 @@ more than the statements themselves (the claim-and-ack loop spent more time in
 Python than in MariaDB). Here each statement is built once per connection
 vendor (and row count) from the model's fields; values are prepared by the
 fields' own ``get_db_prep_save`` (djqueue.values) and rows are converted by the
-same converters the ORM would apply. Everything else (conditions, SQLite's claims, the admin)
-uses the ORM.
+same converters the ORM would apply. Everything else (conditions, SQLite's
+claims, the admin) uses the ORM.
 
 Ids come back with ``RETURNING`` where the database has it (MariaDB >= 10.5,
 PostgreSQL, SQLite), else (and for a single row on MySQL and SQLite) from
@@ -118,7 +118,8 @@ def _insert_one_inline(conn: BaseDatabaseWrapper, message: Message) -> str:
     """A one-row INSERT (MySQL) with every value escaped by the driver into the text,
     so no parameter pass follows."""
     return _insert_sql(conn, 0, False) + row_values.render(
-        conn, message, _INSERT_ATTNAMES, _message_preparers(conn))
+        conn, message, _INSERT_ATTNAMES, _message_preparers(conn),
+        vendor.literal_client_side(conn))
 
 
 _INSERT_ATTNAMES = [field.attname for field in _FIELDS]
@@ -171,12 +172,12 @@ def render_row(db: str, obj: models.Model) -> str | None:
     joins their texts.
     """
     conn = connections[db]
-    if vendor.literal_client_side(conn) is None:
+    literal = vendor.literal_client_side(conn)
+    if literal is None:
         return None
-    meta = obj._meta
-    fields = meta.concrete_fields
+    fields = obj._meta.concrete_fields
     return row_values.render(conn, obj, [f.attname for f in fields],
-                   row_values.preparers(conn, meta.label, fields))
+                             row_values.preparers(conn, obj._meta.label, fields), literal)
 
 
 def _upsert_sql(conn: BaseDatabaseWrapper, meta: Options, update_fields: tuple[str, ...],

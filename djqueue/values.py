@@ -15,15 +15,12 @@ from django.conf import settings
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from djqueue import vendor
-
 
 def render(conn: BaseDatabaseWrapper, obj: models.Model, attnames: Sequence[str],
-            prepare: Sequence[Callable]) -> str:
-    """``(v1, v2, ...)``: ``obj``'s values escaped by the driver (MySQL). The small values
-    rows repeat (ids, flags, names, None, empty or one-string JSON lists) are escaped
-    once per connection, model and field."""
-    literal = vendor.literal_client_side(conn)
+           prepare: Sequence[Callable], literal: Callable[[object], str]) -> str:
+    """``(v1, v2, ...)``: ``obj``'s values escaped by ``literal`` (the driver's, see
+    vendor.literal_client_side). The small values rows repeat (ids, flags, names, None,
+    empty or one-string JSON lists) are escaped once per connection, model and field."""
     values = obj.__dict__
     where = (id(conn), obj._meta.label)
     cached = _escaped.get(where)
