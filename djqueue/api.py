@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from djqueue import dedup, doorbell, groups, rows, signals, trace, vendor
+from djqueue.claim_cursor import cursors
 from djqueue.claims import PromotionClock, claim_ready
 from djqueue.conditions import compile_condition
 from djqueue.exceptions import InvalidMessage, NotOwner, PayloadTooLarge, QueueFull
@@ -238,6 +239,7 @@ def reserve_depth(queue: Queue, adding: int) -> None:
 
 def announce(messages: list[Message]) -> None:
     def committed() -> None:
+        cursors.sent(messages)
         wakeup.notify()
         doorbell.ring({m.queue.name for m in messages})
         signals.messages_sent.send(sender=Message, messages=messages)

@@ -3,7 +3,8 @@
 One ``INSERT ... SELECT`` per batch: no row travels to Python and back, and no
 History objects are built (the ORM's bulk insert cost about 100 µs a message,
 more than the raw claim-and-ack loop spends on the whole message). Table and
-column names come from the models; every value is a parameter.
+column names come from the models; every value is a parameter but the ids,
+which are inlined as integers.
 
 :func:`archive_leased` is the ack's fast path: the copy itself checks the
 lease tokens and takes the row locks (``... FOR UPDATE``), so an ack is two
@@ -20,6 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue import vendor
 from djqueue.models import Body, History, Message, Outcome, State
+from djqueue.values import id_list
 
 #: History columns and, for each, the SQL (over message ``m`` and body ``b``) that fills it.
 _COLUMNS = {
@@ -37,8 +39,7 @@ def archive(db: str, ids: list[int], outcome: Outcome, now: datetime) -> int:
         return 0
     conn = connections[db]
     with conn.cursor() as cursor:
-        cursor.execute(_sql(conn, len(ids)),
-                       [int(outcome), conn.ops.adapt_datetimefield_value(now), *ids])
+        cursor.execute(_sql(conn, ids), [int(outcome), conn.ops.adapt_datetimefield_value(now)])
         return cursor.rowcount
 
 
@@ -54,27 +55,28 @@ def archive_leased(db: str, messages: Sequence[Message], outcome: Outcome,
     conn = connections[db]
     tokens = {m.lease_token for m in messages}
     one_token = len(tokens) == 1
-    params: list = [int(outcome), conn.ops.adapt_datetimefield_value(now)]
-    params += [m.pk for m in messages]
-    params.append(int(State.CLAIMED))
+    params: list = [int(outcome), conn.ops.adapt_datetimefield_value(now), int(State.CLAIMED)]
     if one_token:
         params.append(tokens.pop())
     else:
         params += [v for m in messages for v in (m.pk, m.lease_token)]
     with conn.cursor() as cursor:
-        cursor.execute(_sql(conn, len(messages), "one token" if one_token else "tokens"),
-                       params)
+        cursor.execute(_sql(conn, [m.pk for m in messages],
+                            "one token" if one_token else "tokens"), params)
         return cursor.rowcount
 
 
 _statements: dict[tuple[str, int, str], str] = {}
 
 
-def _sql(conn: BaseDatabaseWrapper, count: int, leased: str = "") -> str:
+def _sql(conn: BaseDatabaseWrapper, ids: list[int], leased: str = "") -> str:
+    """The statement for ``ids`` (inlined as integers, see values.id_list); with
+    ``leased`` = "tokens" its CASE has a pair of parameters per id."""
+    count = len(ids) if leased == "tokens" else 0
     key = (conn.vendor, count, leased)
     if key not in _statements:
         _statements[key] = _build_sql(conn, count, leased)
-    return _statements[key]
+    return _statements[key].replace("{ids}", id_list(ids), 1)
 
 
 def _build_sql(conn: BaseDatabaseWrapper, count: int, leased: str) -> str:
@@ -96,7 +98,7 @@ def _build_sql(conn: BaseDatabaseWrapper, count: int, leased: str) -> str:
         f"INSERT INTO {q(History._meta.db_table)} "
         f"({', '.join(history[c] for c in _COLUMNS)}) "
         f"SELECT {', '.join(e.format(**names) for e in _COLUMNS.values())} "
-        f"FROM {source} WHERE m.{names['id']} IN ({', '.join(['%s'] * count)})")
+        f"FROM {source} WHERE m.{names['id']} IN ({{ids}})")
     if not leased:
         return sql
     token = names["lease_token"]

@@ -22,18 +22,20 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db import DataError, IntegrityError
 from django.db.models import F, Q
 from django.utils import timezone
 
 from djqueue import signals, trace, vendor
+from djqueue.claim_cursor import Cursor, cursors
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidCondition
 from djqueue.handlers import ClaimHook
 from djqueue.lifecycle import ack_locked, promote_due
 from djqueue.models import Body, Event, Message, Queue, State
-from djqueue.rows import stamp_claimed
+from djqueue.rows import lock_ready_after, stamp_claimed
 
 cache_queue = Message.queue.field.set_cached_value
 
@@ -62,7 +64,10 @@ def ack_and_claim(
     token = new_lease_token()
     now = timezone.now()
 
+    ends: list[_ClaimEnd] = []
+
     def work() -> tuple[list[Message], list[Message]]:
+        ends.clear()
         with vendor.claim_isolation(conn), vendor.short_transaction(db):
             acked = ack_locked(db, acks, now) if acks else []
             claimed: list[Message] = []
@@ -72,13 +77,18 @@ def ack_and_claim(
                     break
                 claimed += _claim_queue(db, queue, want, skip_locked=skip_locked, owner=owner,
                                         token=token, now=now, where=where,
-                                        visibility_timeout=visibility_timeout)
+                                        visibility_timeout=visibility_timeout, ends=ends)
             if hook is not None:
                 attach_bodies(db, claimed)
                 hook(db, acks, acked, claimed)
         return acked, claimed
 
     acked, claimed = vendor.retry_deadlocks(work)
+    for end in ends:  # committed: the next claim may continue where this one ended
+        if end.full:
+            cursors.advance(db, end.queue_id, end.priority, end.last_id, end.since)
+        else:
+            cursors.drop(db, end.queue_id)
     if acked:
         signals.messages_acked.send(sender=Message, messages=acked)
     if hook is None:  # else the hook saw them attached
@@ -86,14 +96,22 @@ def ack_and_claim(
     return acked, claimed
 
 
+class _ClaimEnd(NamedTuple):
+    queue_id: int
+    full: bool
+    priority: int
+    last_id: int
+    since: Cursor | None
+
+
 def _claim_queue(db: str, queue: Queue, want: int, *, skip_locked: bool, owner: str,
                  token: str, now: datetime, where: Q | None,
-                 visibility_timeout: float | None) -> list[Message]:
+                 visibility_timeout: float | None, ends: list[_ClaimEnd]) -> list[Message]:
     lease_end = now + timedelta(seconds=visibility_timeout or queue.visibility_timeout)
     stamp = {"state": State.CLAIMED, "owner": owner, "lease_token": token,
              "visible_at": lease_end, "claimed_at": now}
     if skip_locked:
-        rows = vendor.lock_ready(queue.pk, want, where)
+        rows = _lock_ready(db, queue, want, where, ends)
         if not rows:
             return []
         stamp_claimed(db, [m.pk for m in rows], owner=owner, token=token,
@@ -114,6 +132,25 @@ def _claim_queue(db: str, queue: Queue, want: int, *, skip_locked: bool, owner: 
     for message in rows:
         cache_queue(message, queue)
     trace.record(db, rows, Event.CLAIMED, at=now, queue_id=queue.pk)
+    return rows
+
+
+def _lock_ready(db: str, queue: Queue, want: int, where: Q | None,
+                ends: list[_ClaimEnd]) -> list[Message]:
+    """Lock the next ``want`` ready messages, continuing after this process's last full
+    claim of the queue where that is allowed (see djqueue.claim_cursor)."""
+    if where is not None or queue.ordered or not vendor.continues_claims(
+            vendor.connection()):
+        return vendor.lock_ready(queue.pk, want, where)
+    since = cursors.get(db, queue.pk)
+    rows: list[Message] = []
+    if since is not None:
+        rows = lock_ready_after(db, queue.pk, since.priority, since.last_id, want)
+    if len(rows) < want:  # from the head: it finds the rows just locked again, or earlier ones
+        since, rows = None, vendor.lock_ready(queue.pk, want)
+    last = rows[-1] if rows else None
+    ends.append(_ClaimEnd(queue.pk, len(rows) == want, last.priority if last else 0,
+                          last.pk if last else 0, since))
     return rows
 
 

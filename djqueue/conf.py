@@ -62,6 +62,11 @@ class Settings:
     #: Periodic django.tasks run by the reaper: name -> {"task", "cron", "args", "kwargs",
     #: "catch_up"}; see djqueue.periodic.
     PERIODIC: dict[str, dict] = field(default_factory=dict)
+    #: Seconds a receiver draining a backlog on MySQL/MariaDB may continue its claims
+    #: after the last message it took instead of reading the queue from its head; a
+    #: message readied meanwhile at an earlier position (by another process) waits at
+    #: most this long. 0: always from the head. See djqueue.claim_cursor.
+    CLAIM_RESCAN: float = 0.1
     #: Seconds a thread may hold the GIL while another waits for it, in worker processes
     #: (``sys.setswitchinterval``; Python's default is 0.005); None leaves it alone.
     #: Why shorter: the loop thread returns from each database round trip needing the
@@ -84,6 +89,13 @@ class Settings:
 
             raise ConfigurationError("DJQUEUE['WORKER_SWITCH_INTERVAL'] must be None or a "
                                      f"number of seconds in (0, 1], got {interval!r}")
+        rescan = overrides.get("CLAIM_RESCAN", 0)
+        if isinstance(rescan, bool) or not isinstance(rescan, int | float) or not (
+                0 <= rescan <= 60):
+            from djqueue.exceptions import ConfigurationError
+
+            raise ConfigurationError("DJQUEUE['CLAIM_RESCAN'] must be a number of seconds in "
+                                     f"[0, 60], got {rescan!r}")
         if "BACKOFF" in overrides:
             overrides["BACKOFF"] = tuple(overrides["BACKOFF"])
         return cls(**overrides)

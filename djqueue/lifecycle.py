@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from djqueue import groups, rows, signals, stats, trace, vendor
 from djqueue.archive import archive, archive_leased
+from djqueue.claim_cursor import cursors
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Event, History, Message, Outcome, Queue, State
 from djqueue.queues import get_queue_by_id
@@ -97,7 +98,10 @@ def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
                          detail=f"released, visible again in {delay:g} s" if delay else "")
         return len(mine)
 
-    return vendor.retry_deadlocks(releasing)
+    released = vendor.retry_deadlocks(releasing)
+    if released:
+        cursors.forget()
+    return released
 
 
 def fail(message: Message, error: str, *, delay: float | None = None) -> Message:
@@ -125,6 +129,7 @@ def record_failure(row: Message, error: str, now: datetime, *,
     db = row._state.db or vendor.alias()
     trace.record(db, [row], Event.NACKED, at=now, detail=error)
     row.owner = row.lease_token = ""
+    cursors.forget()  # ready again (or dead-lettered) at its old place in the queue
     stats.count_failure(db, queue.pk, now, dead=row.attempts >= queue.max_attempts)
     if row.attempts >= queue.max_attempts:
         dead_letter(row, queue, now)
@@ -221,8 +226,11 @@ def promote_due(queue_ids: list[int] | None = None, limit: int = 1000) -> int:
         ids = list(due.select_for_update(skip_locked=True).values_list("pk", flat=True)[:limit])
         if not ids:
             return 0
-        return Message.objects.using(db).filter(pk__in=ids, state=State.SCHEDULED).update(
+        promoted = Message.objects.using(db).filter(pk__in=ids, state=State.SCHEDULED).update(
             state=State.READY)
+    if promoted:
+        cursors.forget()
+    return promoted
 
 
 def run_and_ack(message: Message, call) -> None:

@@ -9,6 +9,7 @@ from django.db.models import Case, Exists, F, OuterRef, Value, When
 from django.utils import timezone
 
 from djqueue import dedup, groups, signals, stats, trace, vendor
+from djqueue.claim_cursor import cursors
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.lifecycle import history_row
@@ -58,6 +59,7 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
         if len(ids) < take:
             break
     if moved:
+        cursors.forget()
         signals.messages_redriven.send(sender=Message, queue=source, count=moved)
     return moved
 
@@ -95,6 +97,7 @@ def retry_now(ids: list[int]) -> int:
         Message.objects.using(db).filter(pk__in=ready).update(
             state=State.READY, visible_at=timezone.now())
     if ready:
+        cursors.forget()
         transaction.on_commit(wakeup.notify, using=db)
     return len(ready)
 
@@ -116,6 +119,8 @@ def change_visibility(ids: list[int], seconds: float) -> int:
         changed = messages.filter(state=State.CLAIMED).update(visible_at=until)
         changed += messages.exclude(state=State.CLAIMED).update(
             state=State.READY if seconds == 0 else State.SCHEDULED, visible_at=until)
+    if changed:
+        cursors.forget()
     if changed and seconds == 0:
         transaction.on_commit(wakeup.notify, using=db)
     return changed

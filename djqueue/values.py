@@ -93,3 +93,12 @@ def _passing(plain: type | None, field: models.Field, conn: BaseDatabaseWrapper)
     if plain is None:
         return lambda value: prepare(value, conn)
     return lambda value: value if value is None or type(value) is plain else prepare(value, conn)
+
+
+def id_list(ids: Sequence[object]) -> str:
+    """``1, 2, 3``: primary keys as SQL integer literals, for ``IN (...)`` lists.
+
+    Why not parameters: the driver escaped each id with its ``literal()`` (a
+    claim+ack batch of 100 passed 300 of them) and the text came out the same.
+    ``int()`` admits nothing but an integer (it raises on anything else)."""
+    return ", ".join([str(int(pk)) for pk in ids])

@@ -26,6 +26,14 @@ def test_bad_worker_switch_interval_is_e001(interval):
     assert "WORKER_SWITCH_INTERVAL" in messages[0].msg
 
 
+@pytest.mark.parametrize("rescan", [-0.1, 61, "soon", True, None])
+def test_bad_claim_rescan_is_e001(rescan):
+    with override_settings(DJQUEUE={"CLAIM_RESCAN": rescan}):
+        messages = run_checks(tags=["djqueue"])
+    assert [m.id for m in messages] == ["djqueue.E001"]
+    assert "CLAIM_RESCAN" in messages[0].msg
+
+
 def test_worker_switch_interval_applies_while_the_worker_runs():
     import sys
 

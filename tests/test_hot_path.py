@@ -46,6 +46,35 @@ def test_loaded_messages_equal_what_the_orm_loads():
     assert all(not m._state.adding and m._state.db == "default" for m in loaded)
 
 
+@needs_row_locks
+def test_claimed_messages_carry_the_stored_datetimes_exactly():
+    """The claim may read datetimes as text (vendor.reads_datetimes_as_text): whole seconds,
+    microseconds and NULL come back as the ORM loads them."""
+    queue = djqueue.create_queue("hp.times")
+    sent = djqueue.send_batch(queue, [{"n": n} for n in range(3)])
+    whole = timezone.now().replace(microsecond=0) - timedelta(days=400)
+    Message.objects.filter(pk=sent[0].pk).update(sent_at=whole)
+    Message.objects.filter(pk=sent[1].pk).update(sent_at=whole.replace(microsecond=1))
+    expected = {m.pk: m for m in Message.objects.filter(queue=queue)}
+    assert all(m.claimed_at is None for m in expected.values())
+    claimed = rows.lock_ready("default", queue.pk, 10)
+    assert [m.pk for m in claimed] == [m.pk for m in sent]
+    for message in claimed:
+        assert field_values(message) == field_values(expected[message.pk])
+        assert message.sent_at.tzinfo is not None
+    assert claimed[0].sent_at == whole and claimed[1].sent_at.microsecond == 1
+
+
+def test_id_lists_are_integers_only():
+    from djqueue.values import id_list
+
+    assert id_list([3, 10**15, True]) == "3, 1000000000000000, 1"
+    with pytest.raises(ValueError):
+        id_list([1, "2); DROP TABLE djqueue_message; --"])
+    with pytest.raises(TypeError):
+        id_list([None])
+
+
 def test_batch_insert_keeps_shared_values_byte_for_byte():
     queue = djqueue.create_queue("hp.batch", ordered=True)
     headers = {text: text for text in TRICKY}
