@@ -8,7 +8,8 @@ processes, the same through django.tasks, and the peers (django-tasks-db's
 worker and Celery's solo worker on the local Redis, run from .venv-bench).
 Prints medians with their spread (min-max) and the target ratios; writes
 bench/results/suite.json. ``--quick`` runs small sizes and skips the peers and
-the million-message runs (under a minute).
+the million-message runs (under a minute). The run sizes MariaDB's InnoDB buffer
+pool to at least 1 GiB and restores it after (see common.buffer_pool).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import measures  # noqa: E402
-from common import fresh_database  # noqa: E402
+from common import buffer_pool, fresh_database  # noqa: E402
 
 PEER_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
 
@@ -169,6 +170,29 @@ def markdown(summary: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """Every measurement: the repeats, then the backlog runs (none with --quick)."""
+    repeats = []
+    for i in range(args.repeats):
+        print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
+        repeats.append(one_repeat(args, args.url))
+    latency = measures.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)
+    extra = [latency]
+    backlog_runs: list[dict[str, float]] = []
+    if not args.quick:
+        # At least five times: one drain lasts a second or two, and a single pair of runs
+        # was off by 20 % either way from one pair to the next (2026-11-25).
+        count = max(5, args.repeats)
+        for i in range(count):
+            print(f"backlog runs {i + 1}/{count} ...", flush=True)
+            backlog_runs.append(measures.backlog(1_000_000, args.messages))
+        extra.append(measures.memory(1_000_000))
+    for found in extra:
+        for r in repeats:
+            r.update(found)
+    return repeats, backlog_runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -180,23 +204,11 @@ def main() -> None:
     args.messages = args.messages or (2_000 if args.quick else 20_000)
     admin = fresh_database(args.url)
     started = time.monotonic()
-    repeats = []
-    for i in range(args.repeats):
-        print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
-        repeats.append(one_repeat(args, args.url))
-    latency = measures.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)
-    extra = [latency]
-    if not args.quick:
-        # Once per repeat, like the rates above: a single pair of runs was off by 10 % either
-        # way from one run to the next.
-        for i, r in enumerate(repeats):
-            print(f"backlog runs {i + 1}/{len(repeats)} ...", flush=True)
-            r.update(measures.backlog(1_000_000, args.messages))
-        extra.append(measures.memory(1_000_000))
-    for found in extra:
-        for r in repeats:
-            r.update(found)
+    with buffer_pool(admin) as pool:
+        print(f"InnoDB buffer pool: {pool / 2**20:.0f} MiB", flush=True)
+        repeats, backlog_runs = measure(args)
     summary = summarise(repeats)
+    summary.update(summarise(backlog_runs))
     rows = report(summary)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
@@ -204,8 +216,9 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform()},
         "messages": args.messages, "repeats": args.repeats, "quick": args.quick,
-        "seconds": time.monotonic() - started, "summary": summary, "targets": rows,
-        "runs": repeats}, indent=2))
+        "buffer_pool_bytes": pool, "seconds": time.monotonic() - started,
+        "summary": summary, "targets": rows,
+        "runs": repeats, "backlog_runs": backlog_runs}, indent=2))
     (out / "suite.md").write_text(markdown(summary))
     print(f"\nwritten: bench/results/suite.json and suite.md "
           f"({time.monotonic() - started:.0f} s)")
