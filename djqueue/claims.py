@@ -30,12 +30,12 @@ from django.utils import timezone
 
 from djqueue import signals, trace, vendor
 from djqueue.claim_cursor import Cursor, cursors
+from djqueue.claim_rows import lock_ready, lock_ready_after, stamp_claimed
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidCondition
 from djqueue.handlers import ClaimHook
 from djqueue.lifecycle import ack_locked, promote_due
 from djqueue.models import Body, Event, Message, Queue, State
-from djqueue.rows import lock_ready_after, stamp_claimed
 
 cache_queue = Message.queue.field.set_cached_value
 
@@ -141,13 +141,13 @@ def _lock_ready(db: str, queue: Queue, want: int, where: Q | None,
     claim of the queue where that is allowed (see djqueue.claim_cursor)."""
     if where is not None or queue.ordered or not vendor.continues_claims(
             vendor.connection()):
-        return vendor.lock_ready(queue.pk, want, where)
+        return lock_ready(db, queue.pk, want, where)
     since = cursors.get(db, queue.pk)
     rows: list[Message] = []
     if since is not None:
         rows = lock_ready_after(db, queue.pk, since.priority, since.last_id, want)
     if len(rows) < want:  # from the head: it finds the rows just locked again, or earlier ones
-        since, rows = None, vendor.lock_ready(queue.pk, want)
+        since, rows = None, lock_ready(db, queue.pk, want)
     last = rows[-1] if rows else None
     ends.append(_ClaimEnd(queue.pk, len(rows) == want, last.priority if last else 0,
                           last.pk if last else 0, since))

@@ -6,6 +6,7 @@ The parsed object is cached and rebuilt when tests change the setting.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
@@ -82,23 +83,27 @@ class Settings:
             from djqueue.exceptions import ConfigurationError
 
             raise ConfigurationError(f"Unknown DJQUEUE setting(s): {', '.join(unknown)}")
-        interval = overrides.get("WORKER_SWITCH_INTERVAL")
-        if interval is not None and (isinstance(interval, bool) or not isinstance(
-                interval, int | float) or not 0 < interval <= 1):
-            from djqueue.exceptions import ConfigurationError
-
-            raise ConfigurationError("DJQUEUE['WORKER_SWITCH_INTERVAL'] must be None or a "
-                                     f"number of seconds in (0, 1], got {interval!r}")
-        rescan = overrides.get("CLAIM_RESCAN", 0)
-        if isinstance(rescan, bool) or not isinstance(rescan, int | float) or not (
-                0 <= rescan <= 60):
-            from djqueue.exceptions import ConfigurationError
-
-            raise ConfigurationError("DJQUEUE['CLAIM_RESCAN'] must be a number of seconds in "
-                                     f"[0, 60], got {rescan!r}")
+        _check_seconds(overrides, "WORKER_SWITCH_INTERVAL", "None or a number of seconds in "
+                       "(0, 1]", lambda v: v is None or 0 < v <= 1)
+        _check_seconds(overrides, "CLAIM_RESCAN", "a number of seconds in [0, 60]",
+                       lambda v: v is not None and 0 <= v <= 60)
         if "BACKOFF" in overrides:
             overrides["BACKOFF"] = tuple(overrides["BACKOFF"])
         return cls(**overrides)
+
+
+def _check_seconds(overrides: dict[str, Any], name: str, wanted: str,
+                   allowed: Callable[[float | None], bool]) -> None:
+    """Raise ConfigurationError unless ``overrides[name]`` (when given) is a number (or
+    None) that ``allowed`` accepts."""
+    if name not in overrides:
+        return
+    value = overrides[name]
+    number = value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+    if not (number and allowed(value)):
+        from djqueue.exceptions import ConfigurationError
+
+        raise ConfigurationError(f"DJQUEUE[{name!r}] must be {wanted}, got {value!r}")
 
 
 @cache

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from djqueue import groups, rows, signals, stats, trace, vendor
+from djqueue import claim_rows, groups, signals, stats, trace, vendor
 from djqueue.archive import archive, archive_leased
 from djqueue.claim_cursor import cursors
 from djqueue.exceptions import InvalidMessage, NotOwner
@@ -55,12 +55,12 @@ def ack_locked(db: str, messages: list[Message], now: datetime) -> list[Message]
     if copied == len(messages):
         owned = messages
     else:  # some leases were lost (or the fast path does not apply): look at the rows
-        owned = [by_id[pk] for pk, state, token in rows.lock_leases(db, list(by_id))
+        owned = [by_id[pk] for pk, state, token in claim_rows.lock_leases(db, list(by_id))
                  if state == State.CLAIMED and token == by_id[pk].lease_token]
         if copied is None and owned:
             archive(db, [m.pk for m in owned], Outcome.ACKED, now)
     if owned:
-        rows.delete(db, [m.pk for m in owned])
+        claim_rows.delete(db, [m.pk for m in owned])
         groups.hand_on(db, owned, acked=owned)
         trace.record(db, owned, Event.ACKED, at=now)
     return owned

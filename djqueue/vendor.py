@@ -198,31 +198,6 @@ def session_lock_free(key: str, conn: BaseDatabaseWrapper | None = None) -> bool
 CLAIM_INDEX = "djqueue_msg_claim"
 
 
-def lock_ready(queue_id: int, limit: int, where=None) -> list:
-    """Lock up to ``limit`` ready messages of a queue in claim order, skipping locked rows.
-
-    ``where`` (a Q object) narrows the claim (conditional receive); without it the
-    statement is built once (``rows.lock_ready``) instead of compiled per call.
-    """
-    from djqueue import rows
-    from djqueue.models import Message, State
-
-    db = alias()
-    conn = connections[db]
-    if where is None:
-        return rows.lock_ready(db, queue_id, limit)
-    query = Message.objects.using(db).filter(queue_id=queue_id, state=State.READY)
-    query = query.filter(where).claim_order().select_for_update(skip_locked=True)[:limit]
-    if conn.vendor != "mysql":
-        return list(query)
-    sql, params = query.query.get_compiler(using=db).as_sql()
-    table = f"FROM {conn.ops.quote_name(Message._meta.db_table)}"
-    if table not in sql:
-        raise AssertionError(f"Unexpected claim SQL: {sql}")
-    sql = sql.replace(table, f"{table}{claim_index_hint(conn)}", 1)
-    return list(Message.objects.using(db).raw(sql, params))
-
-
 def continues_claims(conn: BaseDatabaseWrapper) -> bool:
     """Whether a draining receiver's claim continues after its last one (claim_cursor).
 

@@ -6,7 +6,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import djqueue
-from djqueue import vendor
+from djqueue import claim_rows
 from djqueue.models import History, Message, Outcome, State
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,7 +80,7 @@ def test_hot_queries_use_their_indexes(backlog):
     ready = Message.objects.filter(queue=backlog, state=State.READY).claim_order()
     if connection.vendor == "mysql":
         with transaction.atomic(), capture_queries() as queries:
-            vendor.lock_ready(backlog.pk, 100)
+            claim_rows.lock_ready("default", backlog.pk, 100)
         plan = explain_sql(queries[-1]["sql"])
     elif connection.features.has_select_for_update_skip_locked:
         with transaction.atomic():

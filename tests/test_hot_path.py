@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import djqueue
-from djqueue import rows
+from djqueue import claim_rows, rows
 from djqueue.claims import PromotionClock, ack_and_claim, claim_ready
 from djqueue.conditions import compile_condition
 from djqueue.exceptions import InvalidCondition
@@ -37,7 +37,7 @@ def test_loaded_messages_equal_what_the_orm_loads():
                         for f in Message._meta.concrete_fields)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {columns} FROM djqueue_message ORDER BY id")
-        loaded = rows.load_messages("default", cursor.fetchall())
+        loaded = claim_rows.load_messages("default", cursor.fetchall())
     expected = list(Message.objects.order_by("id"))
     assert [field_values(m) for m in loaded] == [field_values(m) for m in expected]
     assert loaded[0].errors and loaded[0].errors[-1]["error"] == "boom"
@@ -57,7 +57,7 @@ def test_claimed_messages_carry_the_stored_datetimes_exactly():
     Message.objects.filter(pk=sent[1].pk).update(sent_at=whole.replace(microsecond=1))
     expected = {m.pk: m for m in Message.objects.filter(queue=queue)}
     assert all(m.claimed_at is None for m in expected.values())
-    claimed = rows.lock_ready("default", queue.pk, 10)
+    claimed = claim_rows.lock_ready("default", queue.pk, 10)
     assert [m.pk for m in claimed] == [m.pk for m in sent]
     for message in claimed:
         assert field_values(message) == field_values(expected[message.pk])
