@@ -3,7 +3,8 @@
     .venv/bin/python bench/suite.py [--quick] [--repeats N] [--messages N]
 
 Each repeat measures, on the same server and back to back: the raw-SQL loops
-(mysqlclient on a table LIKE djqueue_message), djqueue's API and worker
+(mysqlclient on a table LIKE djqueue_message; the inserts take turns with
+djqueue's in five rounds), djqueue's API and worker
 processes, the same through django.tasks, and the peers (django-tasks-db's
 worker and Celery's solo worker on the local Redis, run from .venv-bench).
 Prints medians with their spread (min-max) and the target ratios; writes
@@ -58,8 +59,9 @@ def run_peer(peer: str, messages: int) -> dict:
 def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
     n = args.messages
     results: dict[str, float] = {}
-    results.update(measures.raw(url, n))
-    results.update(measures.api(n))
+    results.update(measures.inserts(url, n))
+    results.update(measures.raw(url))
+    results.update(measures.api())
     results.update(measures.worker(n, processes=1, key="worker_1"))
     results.update(measures.worker(n * 2, processes=2, key="worker_2"))
     results.update(measures.tasks(n // 4 if args.quick else n))

@@ -21,6 +21,7 @@ from djqueue import dedup, doorbell, groups, rows, signals, trace, vendor
 from djqueue.claim_cursor import cursors
 from djqueue.claims import PromotionClock, claim_ready
 from djqueue.conditions import compile_condition
+from djqueue.encoding import encode as _encode
 from djqueue.exceptions import InvalidMessage, NotOwner, PayloadTooLarge, QueueFull
 from djqueue.lifecycle import fail, release, validate_delay
 from djqueue.models import Event, History, Message, Queue, State
@@ -100,6 +101,8 @@ def _with_flow_control(insert, *, block: bool, timeout: float | None):
     """
     if timeout is not None:
         timeout = validate_delay(timeout)
+    if not block:
+        return insert()
     deadline = None if timeout is None else time.monotonic() + timeout
     backoff = Backoff()
     while True:
@@ -156,21 +159,21 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
     headers = check_headers(headers)
     now = timezone.now()
     visible_at = _visible_at(delay, now)
-    values = {"queue_id": queue.pk, "priority": priority, "headers": headers,
-              "visible_at": visible_at, "sent_at": now,
-              "state": State.SCHEDULED if visible_at > now else State.READY}
+    make = rows.builder(Message, queue_id=queue.pk, priority=priority, headers=headers,
+                        visible_at=visible_at, sent_at=now,
+                        state=State.SCHEDULED if visible_at > now else State.READY)
     limit = queue.max_payload_bytes
     cache_queue = Message.queue.field.set_cached_value
-    make = rows.builder(Message)
     messages = []
     for payload, group_key in zip(payloads, group_keys, strict=True):
         body = encode_payload(payload)
-        validate_group_key(group_key)
+        if group_key is not None:
+            validate_group_key(group_key)
         if limit is not None and len(body.encode()) > limit:
             raise PayloadTooLarge(
                 f"Payload of {len(body.encode())} bytes exceeds queue {queue.name!r}'s limit "
                 f"of {limit} bytes.")
-        message = make(body=body, group_key=group_key, **values)
+        message = make(body=body, group_key=group_key)
         cache_queue(message, queue)
         message._payload = payload
         messages.append(message)
@@ -191,14 +194,14 @@ def validate_priority(priority: Any) -> None:
                              f" got {priority!r}.")
 
 
-_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
 def encode_payload(payload: Any) -> str:
     try:
-        return _encoder.encode(payload)
+        return _encode(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidMessage(f"Payload is not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidMessage("Payload is not JSON-serialisable: it contains itself "
+                             "(or is nested too deeply).") from None
 
 
 def check_headers(headers: Any) -> dict[str, Any] | None:
@@ -241,7 +244,7 @@ def announce(messages: list[Message]) -> None:
     def committed() -> None:
         cursors.sent(messages)
         wakeup.notify()
-        doorbell.ring({m.queue.name for m in messages})
+        doorbell.ring(m.queue.name for m in {m.queue_id: m for m in messages}.values())
         signals.messages_sent.send(sender=Message, messages=messages)
 
     db = vendor.alias()

@@ -36,6 +36,7 @@ M = TypeVar("M", bound=models.Model)
 _COLUMNS = Message._meta.concrete_fields
 _ATTNAMES = tuple(f.attname for f in _COLUMNS)
 _FIELDS = [f for f in _COLUMNS if not f.primary_key]
+_PK = Message._meta.pk.attname
 #: Rows per INSERT statement (SQLite allows 32,766 parameters; this uses 15 a row).
 CHUNK = 1000
 _statements: dict[tuple[str, int, bool], str] = {}
@@ -45,33 +46,47 @@ def insert_messages(db: str, messages: list[Message]) -> None:
     """INSERT ``messages`` (a statement per CHUNK rows) and set their primary keys.
     Call inside a transaction when there may be more than CHUNK of them."""
     conn = connections[db]
-    # One row on MySQL/SQLite: the id comes with the OK packet (lastrowid); RETURNING
-    # would cost a result set. PostgreSQL has no lastrowid.
-    returning = bool(conn.features.can_return_rows_from_bulk_insert) and (
-        len(messages) > 1 or conn.vendor == "postgresql")
-    if len(messages) > 1 and not returning:
+    if len(messages) == 1 and conn.vendor != "postgresql":
+        _insert_one(db, conn, messages[0])
+        return
+    returning = bool(conn.features.can_return_rows_from_bulk_insert)
+    if not returning:
         # MySQL has no RETURNING: Django's bulk_create cannot tell the ids either.
         Message.objects.using(db).bulk_create(messages, batch_size=CHUNK)
         return
+    escape = vendor.escapes_client_side(conn)
     for start in range(0, len(messages), CHUNK):
         chunk = messages[start:start + CHUNK]
-        escape = vendor.escapes_client_side(conn)
-        if escape is not None and len(chunk) == 1:
-            sql, params = _insert_one_inline(conn, chunk[0]), None
-        elif escape is not None:
+        if escape is not None:
             sql, params = _insert_shared_inline(conn, chunk, returning, escape)
         else:
             sql, params = _insert_sql(conn, len(chunk), returning), _params(chunk, conn)
         with conn.cursor() as cursor:
             cursor.execute(sql, params)
-            if returning:
-                ids = [row[0] for row in cursor.fetchall()]
-            else:
-                ids = [conn.ops.last_insert_id(cursor, Message._meta.db_table, "id")]
+            ids = [row[0] for row in cursor.fetchall()]
         for message, pk in zip(chunk, ids, strict=True):
-            message.pk = pk
-            message._state.adding = False
-            message._state.db = db
+            _saved(message, pk, db)
+
+
+def _insert_one(db: str, conn: BaseDatabaseWrapper, message: Message) -> None:
+    """One row on MySQL/MariaDB or SQLite: the id comes with the OK packet
+    (lastrowid), where RETURNING would cost a result set. On MySQL/MariaDB every
+    value is escaped into the text by the driver, so no parameter pass follows."""
+    if conn.vendor == "mysql":
+        text = _one_row_templates.render(conn, message) or row_values.render(
+            conn, message, _INSERT_ATTNAMES, _message_preparers(conn),
+            vendor.literal_client_side(conn))
+        _saved(message, vendor.insert_written_out(conn, _insert_sql(conn, 0, False) + text), db)
+        return
+    with conn.cursor() as cursor:
+        cursor.execute(_insert_sql(conn, 1, False), _params([message], conn))
+        _saved(message, cursor.lastrowid, db)
+
+
+def _saved(message: Message, pk: int, db: str) -> None:
+    message.__dict__[_PK] = pk
+    state = message._state
+    state.adding, state.db = False, db
 
 
 def _params(messages: list[Message], conn: BaseDatabaseWrapper) -> list:
@@ -112,15 +127,10 @@ def _insert_shared_inline(conn: BaseDatabaseWrapper, messages: list[Message],
         _returning(conn) if returning else ""), params
 
 
-def _insert_one_inline(conn: BaseDatabaseWrapper, message: Message) -> str:
-    """A one-row INSERT (MySQL) with every value escaped by the driver into the text,
-    so no parameter pass follows."""
-    return _insert_sql(conn, 0, False) + row_values.render(
-        conn, message, _INSERT_ATTNAMES, _message_preparers(conn),
-        vendor.literal_client_side(conn))
-
-
 _INSERT_ATTNAMES = [field.attname for field in _FIELDS]
+#: What differs from one plain send to the next; a send's other values repeat.
+_SEND_VARYING = ("visible_at", "body", "group_key", "sent_at")
+_one_row_templates = row_values.RowTemplates("message", _FIELDS, _SEND_VARYING)
 
 
 def _message_preparers(conn: BaseDatabaseWrapper) -> list[Callable]:
@@ -220,17 +230,32 @@ def build(model: type[M], **values: object) -> M:
     return builder(model)(**values)
 
 
-def builder(model: type[M]) -> Callable[..., M]:
-    """``build`` for many instances: the receivers are looked up once, not per instance."""
-    if pre_init.has_listeners(model) or post_init.has_listeners(model):
-        return model
+def builder(model: type[M], **shared: object) -> Callable[..., M]:
+    """``build`` for many instances that all have the ``shared`` values: the receivers
+    are looked up, and the shared values merged with the defaults, once."""
+    if (pre_init.receivers or post_init.receivers) and (
+            pre_init.has_listeners(model) or post_init.has_listeners(model)):
+        return functools.partial(model, **shared) if shared else model
+    if not shared:
+        return _builder(model)
     static, called = _defaults(model)
+    return _make(model, {**static, **shared}, [(n, f) for n, f in called if n not in shared])
+
+
+@functools.cache
+def _builder(model: type[M]) -> Callable[..., M]:
+    static, called = _defaults(model)
+    return _make(model, static, called)
+
+
+def _make(model: type[M], base: dict[str, object],
+          called: list[tuple[str, models.Field]]) -> Callable[..., M]:
     new = model.__new__
 
     def make(**values: object) -> M:
         instance = new(model)
         fields = instance.__dict__
-        fields.update(static)
+        fields.update(base)
         for name, field in called:
             if name not in values:
                 fields[name] = field.get_default()
