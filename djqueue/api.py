@@ -59,6 +59,8 @@ def send(
                        headers=headers)
     if dedup_key is not None:
         dedup.validate_key(dedup_key)
+    if not block and timeout is None:
+        return _insert(q, [message], dedup_key=dedup_key)[0]
     return _with_flow_control(lambda: _insert(q, [message], dedup_key=dedup_key)[0],
                               block=block, timeout=timeout)
 
@@ -241,17 +243,23 @@ def reserve_depth(queue: Queue, adding: int) -> None:
 
 
 def announce(messages: list[Message]) -> None:
-    def committed() -> None:
-        cursors.sent(messages)
-        wakeup.notify()
-        doorbell.ring(m.queue.name for m in {m.queue_id: m for m in messages}.values())
-        signals.messages_sent.send(sender=Message, messages=messages)
-
     db = vendor.alias()
     if connections[db].in_atomic_block:
-        transaction.on_commit(committed, using=db)
+        transaction.on_commit(lambda: _committed(messages), using=db)
     else:
-        committed()  # what on_commit would do, without its bookkeeping
+        _committed(messages)  # what on_commit would do, without its bookkeeping
+
+
+def _committed(messages: list[Message]) -> None:
+    cursors.sent(messages)
+    wakeup.notify()
+    doorbell.ring(_queue_names(messages))
+    signals.messages_sent.send(sender=Message, messages=messages)
+
+
+def _queue_names(messages: list[Message]) -> Iterator[str]:
+    for message in {m.queue_id: m for m in messages}.values():
+        yield message.queue.name
 
 
 def default_owner() -> str:

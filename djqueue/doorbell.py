@@ -67,7 +67,10 @@ class _Directory:
     def ring(self, queue_names: Iterable[str]) -> None:
         if get_settings().WAKE_HOST is None:
             return
-        addresses = {a for name in queue_names for a in self._addresses().get(name, ())}
+        by_queue = self._addresses()
+        if not by_queue:  # no worker listens: the names need not even be looked up
+            return
+        addresses = {a for name in queue_names for a in by_queue.get(name, ())}
         if not addresses:
             return
         with self._lock:

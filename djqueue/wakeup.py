@@ -18,6 +18,7 @@ class Wakeup:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._generation = 0
+        self._waiting = 0
 
     @property
     def generation(self) -> int:
@@ -26,12 +27,17 @@ class Wakeup:
     def notify(self) -> None:
         with self._cond:
             self._generation += 1
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
 
     def wait(self, seen: int, timeout: float) -> bool:
         """Sleep up to ``timeout`` unless a notify came after generation ``seen``."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._generation != seen, timeout)
+            self._waiting += 1
+            try:
+                return self._cond.wait_for(lambda: self._generation != seen, timeout)
+            finally:
+                self._waiting -= 1
 
 
 wakeup = Wakeup()
