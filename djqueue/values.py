@@ -8,6 +8,7 @@ MySQL/MariaDB a whole row can be escaped into SQL text by the driver's own
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import operator
 from collections.abc import Callable, Sequence
@@ -16,6 +17,9 @@ from typing import NamedTuple
 from django.conf import settings
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.base.operations import BaseDatabaseOperations
+
+from djqueue.encoding import dumps
 
 
 def render(conn: BaseDatabaseWrapper, obj: models.Model, attnames: Sequence[str],
@@ -30,15 +34,21 @@ def render(conn: BaseDatabaseWrapper, obj: models.Model, attnames: Sequence[str]
         cached = _escaped[where] = (conn, {})
     known = cached[1]
     parts = []
+    last_time: tuple[object, str] = (None, "")  # a row's times are often one object
     for p, name in zip(prepare, attnames, strict=True):
         value = values[name]
         kind = type(value)
-        if value is None or kind is int or (kind is str and len(value) < 64):
+        if value is None or kind is int or kind is bool or (kind is str and len(value) < 64):
             key: tuple = (name, kind, value)
         elif (kind is list or kind is dict) and not value:
             key = (name, kind)
         elif kind is list and len(value) == 1 and type(value[0]) is str and len(value[0]) < 64:
             key = (name, kind, value[0])
+        elif kind is dt.datetime and type(p) is _UtcText and value.tzinfo is dt.UTC:
+            if value is not last_time[0]:
+                last_time = (value, f"'{value.replace(tzinfo=None)}'")  # digits, separators
+            parts.append(last_time[1])
+            continue
         else:
             parts.append(literal(p(value)))
             continue
@@ -161,6 +171,10 @@ def preparers(conn: BaseDatabaseWrapper, label: str,
             # get_prep_value only warns about naive datetimes, and these are aware.
             functions.append(_datetime_preparer(conn))
             continue
+        if (isinstance(target, models.JSONField) and target.encoder is None
+                and type(conn.ops).adapt_json_value is BaseDatabaseOperations.adapt_json_value):
+            functions.append(_json_preparer(field, conn))
+            continue
         plain = (int if isinstance(target, models.IntegerField) else
                  str if isinstance(target, (models.CharField, models.TextField)) else None)
         functions.append(_passing(plain, field, conn))
@@ -171,16 +185,43 @@ def preparers(conn: BaseDatabaseWrapper, label: str,
 def _datetime_preparer(conn: BaseDatabaseWrapper) -> Callable:
     adapt = conn.ops.adapt_datetimefield_value
     if _utc_as_text(conn):
-        # What their adapt_datetimefield_value makes of a UTC datetime (timezone.now()),
-        # without its per-call settings and timezone lookups.
-        def prepare(value: dt.datetime | None) -> object:
-            if value is None:
-                return None
-            if value.tzinfo is dt.UTC:
-                return str(value.replace(tzinfo=None))
-            return adapt(value)
-        return prepare
+        return _UtcText(adapt)
     return lambda value: None if value is None else adapt(value)
+
+
+class _UtcText:
+    """What MySQL's and SQLite's adapt_datetimefield_value make of a UTC datetime
+    (timezone.now()): its naive text, without their per-call settings and timezone
+    lookups. :func:`render` quotes that text itself (it is digits and separators)."""
+
+    def __init__(self, adapt: Callable) -> None:
+        self.adapt = adapt
+
+    def __call__(self, value: dt.datetime | None) -> object:
+        if value is None:
+            return None
+        if value.tzinfo is dt.UTC:
+            return str(value.replace(tzinfo=None))
+        return self.adapt(value)
+
+
+_JSON_NATIVE = frozenset({dict, list, str, int, float, bool})
+
+
+def _json_preparer(field: models.Field, conn: BaseDatabaseWrapper) -> Callable:
+    """JSONField.get_db_prep_save where the backend writes ``json.dumps(value)`` (MySQL,
+    SQLite): the same text from a C encoder built once (djqueue.encoding)."""
+    prepare = field.get_db_prep_save
+
+    def prepare_json(value: object) -> object:
+        if value is None:
+            return None
+        if type(value) in _JSON_NATIVE:
+            with contextlib.suppress(RecursionError):  # a cycle: let Django say so
+                return dumps(value)
+        return prepare(value, conn)
+
+    return prepare_json
 
 
 def _utc_as_text(conn: BaseDatabaseWrapper) -> bool:

@@ -272,8 +272,15 @@ def literal_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | 
     if conn.vendor != "mysql":
         return None
     conn.ensure_connection()
-    literal, encoding = conn.connection.literal, conn.connection.encoding
-    return lambda value: literal(value).decode(encoding)
+    driver = conn.connection
+    literal, string_literal, encoding = driver.literal, driver.string_literal, driver.encoding
+
+    def escape(value: object) -> str:
+        if type(value) is str:  # what literal() does with a str, without its type tests
+            return string_literal(value.encode(encoding)).decode(encoding)
+        return literal(value).decode(encoding)
+
+    return escape
 
 
 def claim_index_hint(conn: BaseDatabaseWrapper) -> str:

@@ -135,3 +135,23 @@ def test_threads_encoding_one_payload_see_no_false_cycle():
     for thread in threads:
         thread.join()
     assert results == [True] * 4
+
+
+def test_json_columns_get_the_text_django_writes():
+    """The hot path's JSONField preparer gives what get_db_prep_save gives (MySQL, SQLite:
+    json.dumps) from its own encoder, and leaves what it does not know to Django."""
+    from djqueue.models import TaskRecord
+
+    if connection.vendor == "postgresql":
+        pytest.skip("PostgreSQL adapts JSON with its driver's Jsonb: Django's own path")
+    fields = TaskRecord._meta.concrete_fields
+    field = TaskRecord._meta.get_field("return_value")
+    prepare = values.preparers(connection, TaskRecord._meta.label, fields)[fields.index(field)]
+    for value in [*PAYLOADS, math.nan, -math.inf, (1, 2), {"k": (3,)}]:
+        assert prepare(value) == field.get_db_prep_save(value, connection)
+    circular: dict = {}
+    circular["self"] = circular
+    with pytest.raises(ValueError, match="Circular"):
+        prepare(circular)
+    with pytest.raises(TypeError, match="set"):
+        prepare({"s": {1, 2}})
