@@ -21,11 +21,12 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from django.db import connections, models
+from django.db import IntegrityError, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.base import ModelState
 from django.db.models.options import Options
 from django.db.models.signals import post_init, pre_init
+from django.utils.asyncio import async_unsafe
 
 from djqueue import values as row_values
 from djqueue import vendor
@@ -76,11 +77,46 @@ def _insert_one(db: str, conn: BaseDatabaseWrapper, message: Message) -> None:
         text = _one_row_templates.render(conn, message) or row_values.render(
             conn, message, _INSERT_ATTNAMES, _message_preparers(conn),
             vendor.literal_client_side(conn))
-        _saved(message, vendor.insert_written_out(conn, _insert_sql(conn, 0, False) + text), db)
+        _saved(message, _insert_written_out(conn, _insert_sql(conn, 0, False) + text), db)
         return
     with conn.cursor() as cursor:
         cursor.execute(_insert_sql(conn, 1, False), _params([message], conn))
         _saved(message, cursor.lastrowid, db)
+
+
+@async_unsafe
+def _insert_written_out(conn: BaseDatabaseWrapper, sql: str) -> int:
+    """Run a one-row INSERT whose values are escaped into ``sql`` (MySQL/MariaDB) and
+    return the new row's id.
+
+    Why not ``connection.cursor()``: a plain send is one such statement, and the
+    cursor layers around it (Django's wrapper and execute hooks, the backend's
+    wrapper, the driver's cursor and its result bookkeeping) cost about 12 of a
+    send's 53 µs of CPU, which on this kind of machine also delays the server's
+    answer. When nothing observes queries (no ``execute_wrapper``, no query
+    logging) the statement goes straight to the driver's connection, after the
+    checks ``cursor()`` makes and with the same error translation.
+    """
+    if conn.execute_wrappers or conn.queries_logged:
+        with conn.cursor() as cursor:
+            cursor.execute(sql)
+            return cursor.lastrowid
+    conn.close_if_health_check_failed()
+    conn.ensure_connection()
+    conn.validate_thread_sharing()
+    conn.validate_no_broken_transaction()
+    driver = conn.connection
+    with conn.wrap_database_errors:
+        try:
+            driver.query(sql.encode(driver.encoding))
+        except conn.Database.OperationalError as exc:
+            # As the MySQL backend's cursor does: these codes are integrity errors.
+            from django.db.backends.mysql.base import CursorWrapper
+
+            if exc.args[0] in CursorWrapper.codes_for_integrityerror:
+                raise IntegrityError(*exc.args) from exc
+            raise
+        return driver.insert_id()
 
 
 def _saved(message: Message, pk: int, db: str) -> None:

@@ -8,9 +8,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from django.db import DatabaseError, IntegrityError, OperationalError, connections, transaction
+from django.db import DatabaseError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.utils.asyncio import async_unsafe
 
 from djqueue.conf import get_settings
 
@@ -214,41 +213,6 @@ def reads_datetimes_as_text(conn: BaseDatabaseWrapper) -> bool:
     Why: mysqlclient parses DATETIME values in Python (1.1 µs each, then Django's
     converter makes them aware); a claim of 100 rows carries 200 of them."""
     return conn.vendor == "mysql"
-
-
-@async_unsafe
-def insert_written_out(conn: BaseDatabaseWrapper, sql: str) -> int:
-    """Run a one-row INSERT whose values are escaped into ``sql`` (MySQL/MariaDB) and
-    return the new row's id.
-
-    Why not ``connection.cursor()``: a plain send is one such statement, and the
-    cursor layers around it (Django's wrapper and execute hooks, the backend's
-    wrapper, the driver's cursor and its result bookkeeping) cost about 12 of a
-    send's 53 µs of CPU, which on this kind of machine also delays the server's
-    answer. When nothing observes queries (no ``execute_wrapper``, no query
-    logging) the statement goes straight to the driver's connection, after the
-    checks ``cursor()`` makes and with the same error translation.
-    """
-    if conn.execute_wrappers or conn.queries_logged:
-        with conn.cursor() as cursor:
-            cursor.execute(sql)
-            return cursor.lastrowid
-    conn.close_if_health_check_failed()
-    conn.ensure_connection()
-    conn.validate_thread_sharing()
-    conn.validate_no_broken_transaction()
-    driver = conn.connection
-    with conn.wrap_database_errors:
-        try:
-            driver.query(sql.encode(driver.encoding))
-        except conn.Database.OperationalError as exc:
-            # As the MySQL backend's cursor does: these codes are integrity errors.
-            from django.db.backends.mysql.base import CursorWrapper
-
-            if exc.args[0] in CursorWrapper.codes_for_integrityerror:
-                raise IntegrityError(*exc.args) from exc
-            raise
-        return driver.insert_id()
 
 
 def escapes_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:

@@ -90,11 +90,11 @@ def test_a_written_out_insert_raises_djangos_exceptions():
     missing_queue = row.replace(f"({queue.pk}, ", "(999999999, ", 1)
     null_state = row.replace(f"({queue.pk}, 1, ", f"({queue.pk}, NULL, ", 1)
     with pytest.raises(IntegrityError):
-        vendor.insert_written_out(connection, head + missing_queue)
+        rows._insert_written_out(connection, head + missing_queue)
     with pytest.raises(IntegrityError):  # code 1048, an OperationalError in the driver
-        vendor.insert_written_out(connection, head + null_state)
+        rows._insert_written_out(connection, head + null_state)
     with pytest.raises(ProgrammingError):
-        vendor.insert_written_out(connection, head + "(1, 2")
+        rows._insert_written_out(connection, head + "(1, 2")
     assert Message.objects.filter(queue=queue).count() == 1
 
 
