@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 from django.utils import timezone
 
@@ -120,8 +121,9 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
     db = vendor.alias()
     if (len(messages) == 1 and queue.max_depth is None and not queue.trace
             and dedup_key is None and not (queue.ordered and messages[0].group_key)):
-        vendor.retry_deadlocks(lambda: insert_messages(db, messages))
-        announce(messages)
+        conn = connections[db]
+        vendor.retry_deadlocks(lambda: insert_messages(db, messages, conn))
+        announce(messages, conn)
         return messages
     states = [m.state for m in messages]
     retried = False
@@ -161,9 +163,13 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
     headers = check_headers(headers)
     now = timezone.now()
     visible_at = _visible_at(delay, now)
-    make = rows.builder(Message, queue_id=queue.pk, priority=priority, headers=headers,
-                        visible_at=visible_at, sent_at=now,
-                        state=State.SCHEDULED if visible_at > now else State.READY)
+    shared = {"queue_id": queue.pk, "priority": priority, "headers": headers,
+              "visible_at": visible_at, "sent_at": now,
+              "state": State.SCHEDULED if visible_at > now else State.READY}
+    # A batch merges its shared values into the defaults once; one message need not.
+    many = len(payloads) > 1
+    make = rows.builder(Message, **shared) if many else rows.builder(Message)
+    own = {} if many else shared
     limit = queue.max_payload_bytes
     cache_queue = Message.queue.field.set_cached_value
     messages = []
@@ -175,7 +181,7 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
             raise PayloadTooLarge(
                 f"Payload of {len(body.encode())} bytes exceeds queue {queue.name!r}'s limit "
                 f"of {limit} bytes.")
-        message = make(body=body, group_key=group_key)
+        message = make(body=body, group_key=group_key, **own)
         cache_queue(message, queue)
         message._payload = payload
         messages.append(message)
@@ -242,9 +248,11 @@ def reserve_depth(queue: Queue, adding: int) -> None:
                         f"messages; {adding} more do not fit.")
 
 
-def announce(messages: list[Message]) -> None:
+def announce(messages: list[Message], conn: BaseDatabaseWrapper | None = None) -> None:
+    """After commit (now, outside a transaction): wake receivers, tell listeners.
+    ``conn``: the djqueue database's connection, where the caller has it."""
     db = vendor.alias()
-    if connections[db].in_atomic_block:
+    if (conn or connections[db]).in_atomic_block:
         transaction.on_commit(lambda: _committed(messages), using=db)
     else:
         _committed(messages)  # what on_commit would do, without its bookkeeping

@@ -43,10 +43,12 @@ CHUNK = 1000
 _statements: dict[tuple[str, int, bool], str] = {}
 
 
-def insert_messages(db: str, messages: list[Message]) -> None:
+def insert_messages(db: str, messages: list[Message],
+                    conn: BaseDatabaseWrapper | None = None) -> None:
     """INSERT ``messages`` (a statement per CHUNK rows) and set their primary keys.
-    Call inside a transaction when there may be more than CHUNK of them."""
-    conn = connections[db]
+    Call inside a transaction when there may be more than CHUNK of them. ``conn``:
+    ``db``'s connection, where the caller has it."""
+    conn = conn or connections[db]
     if len(messages) == 1 and conn.vendor != "postgresql":
         _insert_one(db, conn, messages[0])
         return

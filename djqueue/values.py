@@ -98,7 +98,8 @@ class RowTemplates:
             if len(self._templates) >= self.LIMIT:
                 self._templates.clear()
             self._templates[key] = found
-        return found.text.format(*map(_apply, found.escapes, self._varying(values)))
+        return found.text.format(*[escape(value) for escape, value
+                                   in zip(found.escapes, self._varying(values), strict=True)])
 
     def _template(self, conn: BaseDatabaseWrapper, values: dict) -> _Template | None:
         if not all(value is None or isinstance(value, int) or (
@@ -149,9 +150,6 @@ class _Template(NamedTuple):
     text: str
     escapes: list[Callable[[object], str]]
 
-
-def _apply(function: Callable[[object], str], value: object) -> str:
-    return function(value)
 
 
 _preparer_cache: dict[tuple[int, str], tuple[BaseDatabaseWrapper, list[Callable]]] = {}

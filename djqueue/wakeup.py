@@ -25,9 +25,11 @@ class Wakeup:
         return self._generation
 
     def notify(self) -> None:
-        with self._cond:
-            self._generation += 1
-            if self._waiting:
+        # No lock unless someone waits: a waiter counts itself in before it tests the
+        # generation, so it either sees this bump or is counted and woken.
+        self._generation += 1
+        if self._waiting:
+            with self._cond:
                 self._cond.notify_all()
 
     def wait(self, seen: int, timeout: float) -> bool:
