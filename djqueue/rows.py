@@ -292,13 +292,13 @@ def _make(model: type[M], base: dict[str, object],
 
     def make(**values: object) -> M:
         instance = new(model)
-        fields = base.copy()
+        fields = instance.__dict__
+        fields.update(base)
         for name, field in called:
             if name not in values:
                 fields[name] = field.get_default()
         fields.update(values)
-        fields["_state"] = ModelState()
-        instance.__dict__ = fields  # one dict, not an empty one filled key by key
+        instance._state = ModelState()
         return instance
 
     return make
