@@ -249,8 +249,9 @@ def reserve_depth(queue: Queue, adding: int) -> None:
 
 
 def announce(messages: list[Message], conn: BaseDatabaseWrapper | None = None) -> None:
-    """After commit (now, outside a transaction): wake receivers, tell listeners.
-    ``conn``: the djqueue database's connection, where the caller has it."""
+    """Wake receivers and tell listeners once ``messages`` are committed: at once
+    outside a transaction, else on commit. ``conn``: the djqueue database's
+    connection, where the caller has it."""
     db = vendor.alias()
     if (conn or connections[db]).in_atomic_block:
         transaction.on_commit(lambda: _committed(messages), using=db)

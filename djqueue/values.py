@@ -151,7 +151,6 @@ class _Template(NamedTuple):
     escapes: list[Callable[[object], str]]
 
 
-
 _preparer_cache: dict[tuple[int, str], tuple[BaseDatabaseWrapper, list[Callable]]] = {}
 
 
