@@ -155,3 +155,20 @@ def test_json_columns_get_the_text_django_writes():
         prepare(circular)
     with pytest.raises(TypeError, match="set"):
         prepare({"s": {1, 2}})
+
+
+def test_a_send_from_an_event_loop_is_refused_like_the_orm(monkeypatch):
+    """The written-out insert keeps cursor()'s guard: no blocking query from async code."""
+    import asyncio
+
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)
+    queue = djqueue.create_queue("sp.async")
+
+    async def send_in_loop() -> None:
+        djqueue.send(queue, {"n": 1})
+
+    with pytest.raises(SynchronousOnlyOperation):
+        asyncio.run(send_in_loop())
+    assert not Message.objects.filter(queue=queue).exists()
