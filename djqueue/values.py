@@ -20,6 +20,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.operations import BaseDatabaseOperations
 
 from djqueue.encoding import dumps
+from djqueue.vendor import literal_client_side
 
 
 def render(conn: BaseDatabaseWrapper, obj: models.Model, attnames: Sequence[str],
@@ -46,7 +47,7 @@ def render(conn: BaseDatabaseWrapper, obj: models.Model, attnames: Sequence[str]
             key = (name, kind, value[0])
         elif kind is dt.datetime and type(p) is _UtcText and value.tzinfo is dt.UTC:
             if value is not last_time[0]:
-                last_time = (value, f"'{value.replace(tzinfo=None)}'")  # digits, separators
+                last_time = (value, _UtcText.quoted(value))
             parts.append(last_time[1])
             continue
         else:
@@ -107,28 +108,24 @@ class RowTemplates:
                 for value in self._shared(values)):
             return None
         prepare = preparers(conn, self.label, self.fields)
-        conn.ensure_connection()
-        literal, encoding = conn.connection.literal, conn.connection.encoding
+        literal = literal_client_side(conn)
 
-        def escaping(field: models.Field, p: Callable) -> Callable[[object], str]:
+        def escaping(p: Callable) -> Callable[[object], str]:
             def escape(value: object) -> str:
-                return "NULL" if value is None else literal(p(value)).decode(encoding)
+                return "NULL" if value is None else literal(p(value))
 
-            if not (isinstance(field, models.DateTimeField) and _utc_as_text(conn)):
+            if type(p) is not _UtcText:
                 return escape
-
             last: list[tuple[object, str]] = [(None, "NULL")]
 
             def escape_datetime(value: dt.datetime | None) -> str:
-                # What _datetime_preparer and literal() make of a UTC datetime: its
-                # naive text, quoted (digits and separators only). A send's two
-                # times are often one object: the last text is reused for it.
+                # A send's two times are often one object: its text is reused.
                 seen, text = last[0]
                 if value is seen:
                     return text
                 if value is None or value.tzinfo is not dt.UTC:
                     return escape(value)
-                text = f"'{value.replace(tzinfo=None)}'"
+                text = _UtcText.quoted(value)
                 last[0] = (value, text)
                 return text
 
@@ -136,12 +133,10 @@ class RowTemplates:
 
         varying = {index for index, _ in self.varying}
         parts = ["{}" if index in varying else
-                 literal(p(values[f.attname])).decode(encoding).replace("{", "{{").replace(
-                     "}", "}}")
+                 literal(p(values[f.attname])).replace("{", "{{").replace("}", "}}")
                  for index, (f, p) in enumerate(zip(self.fields, prepare, strict=True))]
         return _Template(conn, conn.connection, "(" + ", ".join(parts) + ")",
-                         [escaping(self.fields[index], prepare[index])
-                          for index, _ in self.varying])
+                         [escaping(prepare[index]) for index, _ in self.varying])
 
 
 class _Template(NamedTuple):
@@ -193,6 +188,11 @@ class _UtcText:
 
     def __init__(self, adapt: Callable) -> None:
         self.adapt = adapt
+
+    @staticmethod
+    def quoted(value: dt.datetime) -> str:
+        """The SQL literal of a UTC datetime's text: quoted, nothing to escape in it."""
+        return f"'{value.replace(tzinfo=None)}'"
 
     def __call__(self, value: dt.datetime | None) -> object:
         if value is None:
