@@ -138,6 +138,7 @@ MEASURES = [
     ("pickup_p95_ms", "pickup latency p95, ms", "≤ 20"),
     ("idle_queries_per_s", "idle worker, queries/s", "≤ 20"),
     ("memory_growth", "worker RSS growth over 1M messages", "≤ 10 %"),
+    ("worker_backlog_1m_fresh", "worker with 1M ready, straight after their bulk insert", "—"),
     ("worker_1_cpu_us", "worker CPU per message, µs", "—"),
     ("tasks_worker_1_cpu_us", "django.tasks worker CPU per task, µs", "—"),
     ("tasks_db_drain_2", "django-tasks-db, two processes, msgs/s", "—"),
