@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SHELL := /bin/bash
 
-.PHONY: run test venv lint check pytest bench bench-quick bench-flow bench-export bench-dashboard soak clean
+.PHONY: run test venv lint check pytest bench bench-quick bench-flow bench-export bench-dashboard bench-affinity soak clean
 
 run: $(VENV)/.installed
 	scripts/run_demo.sh
@@ -43,6 +43,10 @@ bench-flow: $(VENV)/.installed
 bench-export: $(VENV)/.installed
 	scripts/ensure_system.sh mariadb spark
 	$(PY) bench/export.py
+
+bench-affinity: $(VENV)/.installed
+	scripts/ensure_system.sh mariadb
+	$(PY) bench/affinity.py
 
 bench-dashboard: $(VENV)/.installed
 	scripts/ensure_system.sh mariadb

@@ -26,8 +26,8 @@ def env() -> dict[str, str]:
     """The workers' environment: the bench settings and DATABASE_URL set by setup_django."""
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
 
-__all__ = ["BENCH_DB", "api", "backlog", "inserts", "memory", "pickup", "raw", "tasks",
-           "worker"]
+__all__ = ["BENCH_DB", "api", "backlog", "django_task_cost", "inserts", "memory", "pickup",
+           "raw", "tasks", "worker"]
 
 
 def rate(count: int, seconds: float) -> float:
@@ -205,6 +205,37 @@ def tasks(n: int) -> dict[str, float]:
     found, drained = drain_rate()
     return {"tasks_enqueue_1": enqueue, "tasks_worker_1": found,
             "tasks_worker_1_cpu_us": cpu / drained * 1e6}
+
+
+def django_task_cost(calls: int = 20_000) -> dict[str, float]:
+    """What django.tasks itself asks of a worker per task, in µs, run hot in this process:
+    the two TaskResults and the task_started and task_finished signals (whose default
+    receivers make an INFO log record each), and normalize_json of the return value.
+
+    With the plain worker's time per message, it bounds the django.tasks worker's
+    ratio to it from above: a task costs at least the message's time plus this.
+    """
+    from bench.tasks import noop
+    from djqueue import task_runner
+    from djqueue.backend import load_task, to_task_result
+    from djqueue.models import Message
+    from djqueue.tasks_compat import normalize_json, task_backends, task_finished, task_started
+
+    clear()
+    noop.enqueue(PAYLOAD)
+    record = task_runner._record("default", Message.objects.get())
+    task = load_task(record)
+    sender = type(task_backends[record.backend])
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(calls):
+            task_started.send(sender=sender, task_result=to_task_result(record, task))
+            normalize_json(task.call(*record.args, **record.kwargs))
+            task_finished.send(sender=sender, task_result=to_task_result(record, task))
+        best = min(best, (time.perf_counter() - started) / calls * 1e6)
+    clear()
+    return {"tasks_django_us": best}
 
 
 def global_questions() -> int:

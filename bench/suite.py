@@ -65,6 +65,7 @@ def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
     results.update(measures.worker(n, processes=1, key="worker_1"))
     results.update(measures.worker(n * 2, processes=2, key="worker_2"))
     results.update(measures.tasks(n // 4 if args.quick else n))
+    results.update(measures.django_task_cost())
     if not args.quick:
         for peer, prefix in (("tasks-db", "tasks_db"), ("celery", "celery")):
             found = run_peer(peer, max(2000, n // 10) if peer == "tasks-db" else n // 2)
@@ -99,6 +100,12 @@ def report(summary: dict[str, dict[str, float]]) -> list[dict]:
         ratio = summary[mine]["median"] / summary[base]["median"]
         rows.append({"target": name, "ratio": ratio, "needed": factor, "holds": ratio >= factor})
         print(f"{name:34} {ratio:8.2f} {factor:8.2f}  {'yes' if ratio >= factor else 'NO'}")
+    if "worker_1" in summary and "tasks_django_us" in summary:
+        per_message = 1e6 / summary["worker_1"]["median"]
+        bound = per_message / (per_message + summary["tasks_django_us"]["median"])
+        rows.append({"target": "django.tasks worker vs worker, bound", "value": bound})
+        print(f"{'  bound from django.tasks own cost':34} {bound:8.2f}  (the worker's "
+              f"{per_message:.0f} µs a message + Django's {summary['tasks_django_us']['median']:.0f})")
     for key, limit in (("pickup_p50_ms", 5), ("pickup_p95_ms", 20), ("idle_queries_per_s", 20)):
         if key in summary:
             value = summary[key]["median"]
@@ -141,6 +148,8 @@ MEASURES = [
     ("worker_backlog_1m_fresh", "worker with 1M ready, straight after their bulk insert", "—"),
     ("worker_1_cpu_us", "worker CPU per message, µs", "—"),
     ("tasks_worker_1_cpu_us", "django.tasks worker CPU per task, µs", "—"),
+    ("tasks_django_us", "django.tasks' own cost per task (results, signals, log records), µs",
+     "—"),
     ("tasks_db_drain_2", "django-tasks-db, two processes, msgs/s", "—"),
     ("celery_drain_2", "Celery, two solo workers, msgs/s", "—"),
     ("tasks_db_pickup_p50_ms", "django-tasks-db pickup p50, ms", "—"),
