@@ -212,8 +212,9 @@ def django_task_cost(calls: int = 20_000) -> dict[str, float]:
     the two TaskResults and the task_started and task_finished signals (whose default
     receivers make an INFO log record each), and normalize_json of the return value.
 
-    With the plain worker's time per message, it bounds the django.tasks worker's
-    ratio to it from above: a task costs at least the message's time plus this.
+    Added in series to the plain worker's time per message, it estimates the best
+    ratio a django.tasks worker could reach with nothing else to do per task (not a
+    strict bound: Python can overlap the loop thread's waits for the database).
     """
     from bench.tasks import noop
     from djqueue import task_runner
