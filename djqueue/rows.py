@@ -209,9 +209,11 @@ def upsert(db: str, objs: Sequence[models.Model], update_fields: Sequence[str],
         cursor.execute(sql, params)
 
 
-def render_row(db: str, obj: models.Model) -> str | None:
+def render_row(db: str, obj: models.Model,
+               templates: row_values.RowTemplates | None = None) -> str | None:
     """``obj``'s row for :func:`upsert`'s ``rendered``, every value escaped into the text by
-    the driver (MySQL/MariaDB); None where values travel as parameters.
+    the driver (MySQL/MariaDB); None where values travel as parameters. ``templates``:
+    rows of ``obj``'s model that share most of their values (see RowTemplates).
 
     Why: a thread that has the row early (a handler thread, as its task ends) can
     do the escaping there, and the transaction that writes a batch of rows only
@@ -221,6 +223,8 @@ def render_row(db: str, obj: models.Model) -> str | None:
     literal = vendor.literal_client_side(conn)
     if literal is None:
         return None
+    if templates is not None and (text := templates.render(conn, obj)) is not None:
+        return text
     fields = obj._meta.concrete_fields
     return row_values.render(conn, obj, [f.attname for f in fields],
                              row_values.preparers(conn, obj._meta.label, fields), literal)

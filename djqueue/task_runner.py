@@ -34,11 +34,17 @@ from djqueue.backend import (
 from djqueue.exceptions import TaskCancelled, TaskTimeout
 from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
 from djqueue.tasks_compat import TaskContext, normalize_json, task_backends, task_finished, task_started
+from djqueue.values import RowTemplates
 
 _lock = threading.Lock()
 #: Records of finished runs (with their rows rendered, see rows.render_row), by
 #: message id, until the ack that carries them.
 _finished: dict[int, tuple[TaskRecord, str | None]] = {}
+#: A finished record's row from a template per task, backend, queue, priority and
+#: outcome: the values below are all that differ between two runs of one task.
+_record_rows = RowTemplates(TaskRecord._meta.label, TaskRecord._meta.concrete_fields, (
+    "id", "run_after", "args", "kwargs", "enqueued_at", "started_at", "finished_at",
+    "last_attempted_at", "return_value", "errors", "worker_ids", "message_id"))
 
 
 class RetryTask(Exception):
@@ -78,9 +84,10 @@ def run_task(message: Message) -> None:
     if record.cancel_requested:
         _finish(message, record, batched, TaskStatus.FAILED,
                 error=TaskCancelled("Cancelled before it started."))
-        task_finished.send(sender=type(backend), task_result=to_task_result(record, task))
+        task_finished.send(sender=type(backend),
+                           task_result=to_task_result(record, task, from_json=True))
         return
-    result = to_task_result(record, task)
+    result = to_task_result(record, task, from_json=True)
     task_started.send(sender=type(backend), task_result=result)
     args: list[Any] = list(record.args)
     if task.takes_context:
@@ -99,7 +106,8 @@ def run_task(message: Message) -> None:
         _finish(message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
     else:
         _finish(message, record, batched, TaskStatus.SUCCESSFUL, value=value)
-    task_finished.send(sender=type(backend), task_result=to_task_result(record, task))
+    task_finished.send(sender=type(backend),
+                       task_result=to_task_result(record, task, from_json=True))
 
 
 def _record(db: str, message: Message) -> TaskRecord:
@@ -116,7 +124,7 @@ def _finish(message: Message, record: TaskRecord, batched: bool, status: str,
     """Record the end of the run: with the worker's next ack when batched, else now."""
     finish(record, status, save=not batched, **outcome)
     if batched:
-        row = rows.render_row(vendor.alias(), record)
+        row = rows.render_row(vendor.alias(), record, _record_rows)
         with _lock:
             _finished[message.pk] = (record, row)
 

@@ -85,7 +85,8 @@ class RowTemplates:
 
     def render(self, conn: BaseDatabaseWrapper, obj: models.Model) -> str | None:
         """``(v1, v2, ...)`` for ``obj``; None when a shared value is not a small
-        constant (an int or enum, a short string, None), which :func:`render` handles."""
+        constant (an int, a short string, either as an enum, or None), which
+        :func:`render` handles."""
         values = obj.__dict__
         key = (id(conn), self._shared(values))
         try:
@@ -104,7 +105,7 @@ class RowTemplates:
 
     def _template(self, conn: BaseDatabaseWrapper, values: dict) -> _Template | None:
         if not all(value is None or isinstance(value, int) or (
-                type(value) is str and len(value) < 64)
+                isinstance(value, str) and len(value) < 64)
                 for value in self._shared(values)):
             return None
         prepare = preparers(conn, self.label, self.fields)

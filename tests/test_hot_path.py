@@ -253,3 +253,75 @@ def test_built_messages_equal_model_init_and_respect_init_receivers():
         assert b.visible_at - b.sent_at == a.visible_at - a.sent_at == timedelta(seconds=30)
     stored = {m.pk: field_values(m) for m in Message.objects.filter(queue=queue)}
     assert all(field_values(m) == stored[m.pk] for m in [*fast, *slow])
+
+
+def test_finished_record_rows_from_templates_equal_the_generic_rendering():
+    """A finished task's record row from the task runner's templates (shared values
+    escaped once per task, backend, queue, priority and outcome) is byte for byte the
+    row render_row escapes value by value, and is written as such."""
+    from datetime import UTC, datetime
+    from datetime import timezone as dt_timezone
+
+    from djqueue.models import TaskRecord, TaskStatus
+    from djqueue.task_runner import _record_rows
+
+    now = timezone.now()
+    later = datetime(2030, 1, 2, 3, 4, 5, 6, tzinfo=dt_timezone(timedelta(hours=2)))
+
+    def make(i: int) -> TaskRecord:
+        return rows.build(
+            TaskRecord, id=str(1000 + i), task_path=TRICKY[i % 2], backend="default",
+            queue_name=TRICKY[3], priority=-3 + i % 2,
+            run_after=(None, later, now)[i % 3], args=[TRICKY[i % len(TRICKY)], i],
+            kwargs={} if i % 3 else {"k": TRICKY[4]},
+            status=(TaskStatus.SUCCESSFUL, TaskStatus.FAILED, "SUCCESSFUL")[i % 3],
+            enqueued_at=now, started_at=now.replace(microsecond=i), finished_at=now,
+            last_attempted_at=now.replace(tzinfo=None).replace(tzinfo=UTC),
+            return_value=(None, [TRICKY[5]], {"n": i})[i % 3],
+            errors=[] if i % 2 else [{"exception_class_path": TRICKY[0], "traceback": TRICKY[3]}],
+            worker_ids=[TRICKY[2], f"w{i}"], message_id=1000 + i, unique_key=None)
+
+    records = [make(i) for i in range(12)]
+    generic = [rows.render_row("default", r) for r in records]
+    templated = [rows.render_row("default", r, _record_rows) for r in records]
+    assert templated == generic
+    if connection.vendor != "mysql":
+        assert templated == [None] * len(records)
+        return
+    assert [_record_rows.render(connection, r) for r in records] == generic  # none fell back
+    rows.upsert("default", records, ["status"], rendered=templated)
+    stored = {r.pk: r for r in TaskRecord.objects.all()}
+    for record in records:
+        row = stored[record.pk]
+        assert (row.task_path, row.queue_name, row.run_after, row.args, row.kwargs,
+                row.status, row.return_value, row.errors, row.worker_ids,
+                row.started_at) == (
+            record.task_path, record.queue_name, record.run_after, record.args,
+            record.kwargs, record.status, record.return_value, record.errors,
+            record.worker_ids, record.started_at)
+
+
+def test_task_results_built_for_json_values_equal_the_constructors():
+    """to_task_result(from_json=True), which skips TaskResult's normalisation of values
+    decoded from JSON, gives what TaskResult's constructor gives, in every status."""
+    from djqueue.backend import to_task_result
+    from djqueue.models import TaskRecord, TaskStatus
+    from djqueue.tasks_compat import TaskResult
+    from tests.tasks import add
+
+    now = timezone.now()
+    for status in TaskStatus:
+        record = rows.build(
+            TaskRecord, id="r1", task_path=add.module_path, backend="default",
+            queue_name="default", args=[1, [2, {"a": None}]], kwargs={"k": "v"},
+            status=status, enqueued_at=now, started_at=now, finished_at=now,
+            last_attempted_at=now, return_value={"sum": 3},
+            errors=[{"exception_class_path": "builtins.ValueError", "traceback": "tb"}],
+            worker_ids=["w1", "w2"])
+        fast = to_task_result(record, from_json=True)
+        slow = to_task_result(record)
+        assert type(fast) is TaskResult
+        assert fast == slow
+        assert fast._return_value == slow._return_value == (
+            {"sum": 3} if status == TaskStatus.SUCCESSFUL else None)
+        assert fast.attempts == 2 and fast.is_finished == slow.is_finished
