@@ -38,8 +38,10 @@ from djqueue.values import RowTemplates
 
 _lock = threading.Lock()
 #: Records of finished runs (with their rows rendered, see rows.render_row), by
-#: message id, until the ack that carries them.
+#: message id, until the ack that carries them has committed.
 _finished: dict[int, tuple[TaskRecord, str | None]] = {}
+#: What the last ack transaction wrote (or dropped, for lost leases), by message id.
+_carried: dict[int, tuple[TaskRecord, str | None]] = {}
 #: A finished record's row from a template per task, backend, queue, priority and
 #: outcome: the values below are all that differ between two runs of one task.
 _record_rows = RowTemplates(TaskRecord._meta.label, TaskRecord._meta.concrete_fields, (
@@ -54,11 +56,20 @@ class RetryTask(Exception):
 def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Message],
                          claimed: Sequence[Message]) -> None:
     """The worker's hook, inside its ack-and-claim transaction: write the records of the
-    acked tasks (a run whose lease was lost is dropped: the task runs again)."""
+    acked tasks (a run whose lease was lost is dropped: the task runs again).
+
+    A record is forgotten only once a later transaction no longer carries its ack: the
+    worker retries the same acks after a rollback (a deadlock, a connection lost at
+    COMMIT), and their records must be written again then.
+    """
+    ids = {m.pk for m in acks}
     with _lock:
-        done = [_finished.pop(m.pk) for m in acked if m.pk in _finished]
-        for message in acks:
-            _finished.pop(message.pk, None)
+        for pk, entry in _carried.items():
+            if pk not in ids and _finished.get(pk) is entry:  # committed, or dropped
+                del _finished[pk]
+        _carried.clear()
+        _carried.update((pk, _finished[pk]) for pk in ids if pk in _finished)
+        done = [_carried[m.pk] for m in acked if m.pk in _carried]
     for start in range(0, len(done), 500):
         chunk = done[start:start + 500]
         rendered = [row for _, row in chunk]

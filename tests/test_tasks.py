@@ -237,3 +237,52 @@ def test_a_result_is_read_from_its_message_until_the_ack_writes_its_record():
     # The run whose lease was lost is dropped with its ack: the task will run again.
     assert not TaskRecord.objects.filter(pk=second.id).exists()
     assert tasks.add.get_result(second.id).status == TaskResultStatus.RUNNING
+
+
+def test_a_record_survives_an_ack_transaction_that_rolled_back():
+    """The worker retries an ack whose transaction failed after the record hook ran (a
+    deadlock, a lost connection at COMMIT): the retried ack still writes the record, so
+    the result is neither lost nor left RUNNING; a later redelivery's record is kept."""
+    from django.db import DatabaseError
+
+    from djqueue import handlers
+    from djqueue.api import receive
+    from djqueue.claims import ack_and_claim
+    from djqueue.task_runner import in_claim_transaction, run_task
+
+    result = tasks.add.enqueue(20, 22)
+    [message] = receive("default", owner="w1")
+    with handlers.hook_runs_after():
+        run_task(message)
+
+    def then_fail(db, acks, acked, claimed):
+        in_claim_transaction(db, acks, acked, claimed)
+        raise DatabaseError("injected after the record hook, before COMMIT")
+
+    with pytest.raises(DatabaseError, match="injected"):
+        ack_and_claim([message], [], 0, owner="w1", hook=then_fail)
+    assert Message.objects.filter(pk=message.pk).exists()  # rolled back: still claimed
+    assert not TaskRecord.objects.exists()
+    acked, _ = ack_and_claim([message], [], 0, owner="w1", hook=in_claim_transaction)
+    assert [m.pk for m in acked] == [message.pk]
+    done = tasks.add.get_result(result.id)
+    assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+
+    # A record written by a committed ack is forgotten by the next ack transaction,
+    # but not the record of a newer delivery of the same message.
+    again = tasks.add.enqueue(1, 1)
+    [first] = receive("default", owner="w1")
+    with handlers.hook_runs_after():
+        run_task(first)
+    Message.objects.filter(pk=first.pk).update(lease_token="lost")  # its lease expired
+    assert ack_and_claim([first], [], 0, owner="w1", hook=in_claim_transaction)[0] == []
+    Message.objects.filter(pk=first.pk).update(state=1, owner="", lease_token="")
+    [second] = receive("default", owner="w2")  # redelivered, to the same process
+    with handlers.hook_runs_after():
+        run_task(second)
+    ack_and_claim([], [], 0, owner="w2", hook=in_claim_transaction)  # an ack of nothing
+    acked, _ = ack_and_claim([second], [], 0, owner="w2", hook=in_claim_transaction)
+    assert [m.pk for m in acked] == [second.pk]
+    done = tasks.add.get_result(again.id)
+    assert (done.status, done.return_value, done.worker_ids[-1]) == (
+        TaskResultStatus.SUCCESSFUL, 2, "w2")
