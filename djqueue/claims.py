@@ -33,7 +33,7 @@ from djqueue.claim_cursor import Cursor, cursors
 from djqueue.claim_rows import lock_ready, lock_ready_after, stamp_claimed
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidCondition
-from djqueue.handlers import ClaimHook
+from djqueue.handlers import AckHook
 from djqueue.lifecycle import ack_locked, promote_due
 from djqueue.models import Body, Event, Message, Queue, State
 
@@ -52,11 +52,11 @@ def ack_and_claim(
     owner: str,
     visibility_timeout: float | None = None,
     where: Q | None = None,
-    hook: ClaimHook | None = None,
+    hook: AckHook | None = None,
 ) -> tuple[list[Message], list[Message]]:
     """Ack ``acks`` (see ``ack_many``) and claim up to ``limit`` in one transaction, so a
     worker settles its finished batch and takes the next with a single commit.
-    ``hook(db, acks, acked, claimed)`` runs last in that transaction.
+    ``hook(db, acks, acked)`` runs in the ack (see lifecycle.ack_locked).
     Returns (acked, claimed)."""
     db = vendor.alias()
     conn = vendor.connection()
@@ -69,7 +69,7 @@ def ack_and_claim(
     def work() -> tuple[list[Message], list[Message]]:
         ends.clear()
         with vendor.claim_isolation(conn), vendor.short_transaction(db):
-            acked = ack_locked(db, acks, now) if acks else []
+            acked = ack_locked(db, acks, now, hook) if acks else []
             claimed: list[Message] = []
             for queue in queues:
                 want = limit - len(claimed)
@@ -78,9 +78,6 @@ def ack_and_claim(
                 claimed += _claim_queue(db, queue, want, skip_locked=skip_locked, owner=owner,
                                         token=token, now=now, where=where,
                                         visibility_timeout=visibility_timeout, ends=ends)
-            if hook is not None:
-                attach_bodies(db, claimed)
-                hook(db, acks, acked, claimed)
         return acked, claimed
 
     acked, claimed = vendor.retry_deadlocks(work)
@@ -91,8 +88,7 @@ def ack_and_claim(
             cursors.drop(db, end.queue_id)
     if acked:
         signals.messages_acked.send(sender=Message, messages=acked)
-    if hook is None:  # else the hook saw them attached
-        attach_bodies(db, claimed)
+    attach_bodies(db, claimed)
     return acked, claimed
 
 
@@ -195,12 +191,12 @@ def claim_ready(
     where: Q | None = None,
     peek: bool = False,
     acks: list[Message] | None = None,
-    hook: ClaimHook | None = None,
+    hook: AckHook | None = None,
 ) -> tuple[list[Message], list[Message]]:
     """Claim from the unpaused ``queues``; if that comes up short, promote due scheduled
     messages (throttled by ``clock``) and claim the rest. ``peek`` (for a receiver
     that found nothing last time) checks for ready messages before opening a claim.
-    ``acks`` are acked in the first transaction and ``hook`` runs in each (see
+    ``acks`` are acked in the first transaction, ``hook`` running in the ack (see
     :func:`ack_and_claim`). Returns (acked, claimed)."""
     acks = acks or []
     active = [q for q in queues if not q.paused]
@@ -221,7 +217,7 @@ def claim_ready(
 def _claim_ready(acks: list[Message], active: Sequence[Queue], limit: int, *, owner: str,
                  visibility_timeout: float | None, clock: PromotionClock,
                  where: Q | None, peek: bool,
-                 hook: ClaimHook | None) -> tuple[list[Message], list[Message]]:
+                 hook: AckHook | None) -> tuple[list[Message], list[Message]]:
     acked: list[Message] = []
     messages: list[Message] = []
     if acks or not peek or _any_ready(active, where):
@@ -230,8 +226,7 @@ def _claim_ready(acks: list[Message], active: Sequence[Queue], limit: int, *, ow
                                         hook=hook)
     if len(messages) < limit and clock.due() and promote_due([q.pk for q in active]):
         messages += ack_and_claim([], active, limit - len(messages), owner=owner,
-                                  visibility_timeout=visibility_timeout, where=where,
-                                  hook=hook)[1]
+                                  visibility_timeout=visibility_timeout, where=where)[1]
     return acked, messages
 
 

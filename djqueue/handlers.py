@@ -16,7 +16,7 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import HandlerNotFound
 
 HandlerFunc = Callable[[Any], Any]
-ClaimHook = Callable[[str, Sequence[Any], Sequence[Any], Sequence[Any]], None]
+AckHook = Callable[[str, Sequence[Any], Sequence[Any]], None]
 
 
 @dataclass(frozen=True)
@@ -24,10 +24,12 @@ class Handler:
     func: HandlerFunc
     #: None: follow the queue's ``exactly_once`` option.
     exactly_once: bool | None = None
-    #: Called by a worker inside each transaction that acks and claims messages of the
-    #: queue, with (database alias, acks asked for, acked, claimed): state the handler
-    #: keeps beside the messages changes with them (see djqueue.task_runner).
-    in_claim_transaction: ClaimHook | None = None
+    #: Called by a worker inside each transaction that acks messages of the queue (its
+    #: claim transaction), with (database alias, acks asked for, acked), once the leases
+    #: are checked and before the acked rows are deleted: state the handler keeps beside
+    #: the messages changes with them, and may be copied from their rows (see
+    #: djqueue.task_runner).
+    in_claim_transaction: AckHook | None = None
 
     @cached_property
     def is_async(self) -> bool:

@@ -18,6 +18,7 @@ from djqueue import claim_rows, groups, signals, stats, trace, vendor
 from djqueue.archive import archive, archive_leased
 from djqueue.claim_cursor import cursors
 from djqueue.exceptions import InvalidMessage, NotOwner
+from djqueue.handlers import AckHook
 from djqueue.models import Event, History, Message, Outcome, Queue, State
 from djqueue.queues import get_queue_by_id
 
@@ -46,9 +47,11 @@ def ack_many(messages: Iterable[Message]) -> list[Message]:
     return owned
 
 
-def ack_locked(db: str, messages: list[Message], now: datetime) -> list[Message]:
+def ack_locked(db: str, messages: list[Message], now: datetime,
+               hook: AckHook | None = None) -> list[Message]:
     """The body of :func:`ack_many`, inside the caller's transaction (which sends
-    ``messages_acked`` after its commit)."""
+    ``messages_acked`` after its commit). ``hook(db, messages, acked)`` runs once the
+    leases are checked, while the acked rows still exist."""
     by_id = {m.pk: m for m in messages}
     messages = list(by_id.values())
     copied = archive_leased(db, messages, Outcome.ACKED, now)
@@ -59,6 +62,8 @@ def ack_locked(db: str, messages: list[Message], now: datetime) -> list[Message]
                  if state == State.CLAIMED and token == by_id[pk].lease_token]
         if copied is None and owned:
             archive(db, [m.pk for m in owned], Outcome.ACKED, now)
+    if hook is not None:
+        hook(db, messages, owned)
     if owned:
         claim_rows.delete(db, [m.pk for m in owned])
         groups.hand_on(db, owned, acked=owned)

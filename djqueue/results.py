@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from djqueue.claims import ack_and_claim
 from djqueue.exceptions import NotOwner
-from djqueue.handlers import ClaimHook
+from djqueue.handlers import AckHook
 from djqueue.lifecycle import fail
 from djqueue.models import Message
 
@@ -60,7 +60,7 @@ class Results:
     """Handler threads ``add``; the worker's loop thread does everything else."""
 
     def __init__(self, worker_id: str, stats: WorkerStats,
-                 forget: Callable[[Message], None], hook: ClaimHook | None = None) -> None:
+                 forget: Callable[[Message], None], hook: AckHook | None = None) -> None:
         self.worker_id, self.stats, self._forget, self._hook = worker_id, stats, forget, hook
         self._done: collections.deque[Done] = collections.deque()
         #: Collected from the handler threads and not yet settled.

@@ -53,8 +53,7 @@ class RetryTask(Exception):
     """Raised to djqueue so that the message is retried with the queue's backoff."""
 
 
-def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Message],
-                         claimed: Sequence[Message]) -> None:
+def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Message]) -> None:
     """The worker's hook, inside its ack-and-claim transaction: write the records of the
     acked tasks (a run whose lease was lost is dropped: the task runs again).
 

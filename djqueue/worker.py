@@ -31,7 +31,7 @@ from djqueue.doorbell import Doorbell
 from djqueue.exceptions import NotOwner
 from djqueue.gil import switch_interval
 from djqueue.handler_pool import HandlerPool
-from djqueue.handlers import ClaimHook, Handler
+from djqueue.handlers import AckHook, Handler
 from djqueue.interrupts import Interrupts
 from djqueue.lifecycle import release, run_and_ack
 from djqueue.models import Message, Queue
@@ -88,7 +88,7 @@ class Worker:
         #: Claimed and not yet settled; only the loop thread touches it.
         self._held: dict[int, Message] = {}
         #: Each handler's in_claim_transaction hook, with the queues it serves.
-        self._hooks: dict[ClaimHook, set[str]] = {}
+        self._hooks: dict[AckHook, set[str]] = {}
         for name, entry in self.handlers.items():
             if entry.in_claim_transaction is not None:
                 self._hooks.setdefault(entry.in_claim_transaction, set()).add(name)
@@ -235,14 +235,13 @@ class Worker:
         return len(messages)
 
     def _in_claim_transaction(self, db: str, acks: Sequence[Message],
-                              acked: Sequence[Message], claimed: Sequence[Message]) -> None:
+                              acked: Sequence[Message]) -> None:
         everything = set(self.options.queues)
         for hook, names in self._hooks.items():
             if names >= everything:  # the usual case: one hook for all the worker's queues
-                hook(db, acks, acked, claimed)
+                hook(db, acks, acked)
                 continue
-            hook(db, *([m for m in group if m.queue.name in names]
-                       for group in (acks, acked, claimed)))
+            hook(db, *([m for m in group if m.queue.name in names] for group in (acks, acked)))
 
     def _left(self) -> int:
         """How many more messages ``--max-messages`` lets this worker claim."""

@@ -112,11 +112,12 @@ def test_a_claim_rolled_back_leaves_no_cursor():
     queue = djqueue.create_queue("cc.rollback")
     sent = ids(djqueue.send_batch(queue, [{"n": n} for n in range(4)]))
 
-    def refuse(db, acks, acked, claimed):
-        raise RuntimeError("hook failed")
+    def refuse_the_stamp(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith("UPDATE"):  # after the claim's SELECT
+            raise RuntimeError("claim failed")
+        return execute(sql, params, many, context)
 
-    with pytest.raises(RuntimeError):
-        claim_ready([queue], 2, owner="t", visibility_timeout=None, clock=PromotionClock(),
-                    hook=refuse)
+    with connection.execute_wrapper(refuse_the_stamp), pytest.raises(RuntimeError):
+        claim_ready([queue], 2, owner="t", visibility_timeout=None, clock=PromotionClock())
     assert cursors.get("default", queue.pk) is None
     assert ids(djqueue.receive(queue, max_messages=2)) == sent[:2]

@@ -255,8 +255,8 @@ def test_a_record_survives_an_ack_transaction_that_rolled_back():
     with handlers.hook_runs_after():
         run_task(message)
 
-    def then_fail(db, acks, acked, claimed):
-        in_claim_transaction(db, acks, acked, claimed)
+    def then_fail(db, acks, acked):
+        in_claim_transaction(db, acks, acked)
         raise DatabaseError("injected after the record hook, before COMMIT")
 
     with pytest.raises(DatabaseError, match="injected"):
