@@ -3,7 +3,8 @@
 A task's record is written once, when its run ends. Under a worker that is a
 batch at a time, inside the transaction that acks the finished messages (the
 worker's ``in_claim_transaction`` hook): a task's result and its message's ack
-commit together, and a task costs no statement of its own. Elsewhere (a task
+commit together, and a task costs no statement of its own. On MariaDB the ack
+copies a first run's success from the message row (djqueue.task_copy). Elsewhere (a task
 message received by hand, or an exactly-once queue whose ack happens in the
 handler's own transaction) the run writes its record itself. A retry writes the
 record at once (its errors must outlive the delivery).
@@ -14,11 +15,11 @@ from __future__ import annotations
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections
 
-from djqueue import handlers, rows, vendor
+from djqueue import handlers, rows, task_copy, vendor
 from djqueue.backend import (
     FINISHED_FIELDS,
     QueueBackend,
@@ -36,12 +37,22 @@ from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
 from djqueue.tasks_compat import TaskContext, normalize_json, task_backends, task_finished, task_started
 from djqueue.values import RowTemplates
 
+
+class Finished(NamedTuple):
+    """A finished run's record, waiting for the worker's ack."""
+
+    record: TaskRecord
+    #: Its row as rows.render_row made it (None: the values travel as parameters).
+    row: str | None = None
+    #: The ack copies it from the message's row instead (see djqueue.task_copy).
+    copied: bool = False
+
+
 _lock = threading.Lock()
-#: Records of finished runs (with their rows rendered, see rows.render_row), by
-#: message id, until the ack that carries them has committed.
-_finished: dict[int, tuple[TaskRecord, str | None]] = {}
+#: Records of finished runs, by message id, until the ack that carries them has committed.
+_finished: dict[int, Finished] = {}
 #: What the last ack transaction wrote (or dropped, for lost leases), by message id.
-_carried: dict[int, tuple[TaskRecord, str | None]] = {}
+_carried: dict[int, Finished] = {}
 #: A finished record's row from a template per task, backend, queue, priority and
 #: outcome: the values below are all that differ between two runs of one task.
 _record_rows = RowTemplates(TaskRecord._meta.label, TaskRecord._meta.concrete_fields, (
@@ -69,10 +80,12 @@ def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Messa
         _carried.clear()
         _carried.update((pk, _finished[pk]) for pk in ids if pk in _finished)
         done = [_carried[m.pk] for m in acked if m.pk in _carried]
-    for start in range(0, len(done), 500):
-        chunk = done[start:start + 500]
-        rendered = [row for _, row in chunk]
-        rows.upsert(db, [record for record, _ in chunk], FINISHED_FIELDS,
+    task_copy.copy_records(db, [f.record for f in done if f.copied], FINISHED_FIELDS)
+    written = [f for f in done if not f.copied]
+    for start in range(0, len(written), 500):
+        chunk = written[start:start + 500]
+        rendered = [f.row for f in chunk]
+        rows.upsert(db, [f.record for f in chunk], FINISHED_FIELDS,
                     rendered=None if None in rendered else rendered)
 
 
@@ -134,9 +147,13 @@ def _finish(message: Message, record: TaskRecord, batched: bool, status: str,
     """Record the end of the run: with the worker's next ack when batched, else now."""
     finish(record, status, save=not batched, **outcome)
     if batched:
-        row = rows.render_row(vendor.alias(), record, _record_rows)
+        db = vendor.alias()
+        if task_copy.copies(db, message, record):
+            entry = Finished(record, copied=True)
+        else:
+            entry = Finished(record, rows.render_row(db, record, _record_rows))
         with _lock:
-            _finished[message.pk] = (record, row)
+            _finished[message.pk] = entry
 
 
 def call_with_timeout(call: Callable[[], Any], timeout: float | None) -> Any:

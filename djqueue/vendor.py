@@ -215,6 +215,17 @@ def reads_datetimes_as_text(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor == "mysql"
 
 
+def extracts_json_verbatim(conn: BaseDatabaseWrapper) -> bool:
+    """Whether ``JSON_EXTRACT`` gives a value's text as the document has it (keys in
+    their order, numbers as written; only the spacing differs), so that a JSON column
+    filled from it reads back equal to what Python decodes from the document.
+
+    Why MariaDB only: it works on the JSON text itself. MySQL 8 parses into its binary
+    JSON type, which sorts object keys and re-formats numbers; PostgreSQL and SQLite
+    are not asked (djqueue writes their JSON as parameters)."""
+    return conn.vendor == "mysql" and conn.mysql_is_mariadb
+
+
 def escapes_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:
     """On MySQL/MariaDB, the driver's escaping of one value into SQL text (with ``%``
     doubled, for use in a statement that has parameters too); elsewhere None.

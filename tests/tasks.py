@@ -31,6 +31,11 @@ def which_attempt(context: TaskContext, marker: str) -> dict:
 
 
 @task
+def echo(*args, **kwargs) -> dict:
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task
 def explode() -> None:
     raise KeyError("missing thing")
 

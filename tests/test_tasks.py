@@ -286,3 +286,53 @@ def test_a_record_survives_an_ack_transaction_that_rolled_back():
     done = tasks.add.get_result(again.id)
     assert (done.status, done.return_value, done.worker_ids[-1]) == (
         TaskResultStatus.SUCCESSFUL, 2, "w2")
+
+
+def test_records_copied_by_the_ack_equal_those_written_from_python():
+    """On MariaDB the worker's ack copies a first run's success from its message row
+    (djqueue.task_copy); each such record equals, field by field, the record the run
+    built, beside records written from Python in the same ack (a failure, a deferred
+    task), and a flag that cancel() set while the task ran is kept."""
+    from django.db import connection
+
+    from djqueue import handlers, task_runner
+    from djqueue.api import receive
+    from djqueue.claims import ack_and_claim
+
+    tricky = ["it's", 'say "hi"', "back\\slash", "100% %s %(x)s", "Ωμέγα ✓ 𝄞",
+              "x'); DROP TABLE t; --"]
+    # PostgreSQL's jsonb keeps numbers as numeric: 1.5e300 reads back as an int there.
+    huge = 1.5 if connection.vendor == "postgresql" else 1.5e300
+    copyable = [tasks.echo.enqueue(text, i, 2**70, 0.1, huge, {"z": 1, "a": [None, True]},
+                                   key=text) for i, text in enumerate(tricky)]
+    copyable.append(tasks.add.enqueue(1, 2))
+    failed = tasks.explode.enqueue()
+    deferred = tasks.add.using(run_after=timezone.now() - timedelta(seconds=5)).enqueue(3, 4)
+    held = receive("default", max_messages=20, owner="w1")
+    assert len(held) == len(copyable) + 2
+    assert cancel(copyable[0].id)  # running: a record with the flag is written now
+    with handlers.hook_runs_after():
+        for message in held:
+            task_runner.run_task(message)
+    built = {e.record.pk: e for e in task_runner._finished.values()
+             if e.record.message_id in {m.pk for m in held}}
+    assert set(built) == {r.id for r in [*copyable, failed, deferred]}
+    copies_here = connection.vendor == "mysql" and connection.mysql_is_mariadb
+    assert {pk for pk, e in built.items() if e.copied} == (
+        {r.id for r in copyable} if copies_here else set())
+
+    def fields(record: TaskRecord) -> dict:
+        return {f.attname: getattr(record, f.attname) for f in TaskRecord._meta.concrete_fields}
+
+    expected = {pk: fields(e.record) for pk, e in built.items()}
+    expected[copyable[0].id]["cancel_requested"] = True
+    acked, _ = ack_and_claim(held, [], 0, owner="w1", hook=task_runner.in_claim_transaction)
+    assert len(acked) == len(held)
+    stored = {r.pk: fields(r) for r in TaskRecord.objects.all()}
+    assert stored.keys() == expected.keys()
+    assert {(pk, name): (value, expected[pk][name]) for pk, row in stored.items()
+            for name, value in row.items() if value != expected[pk][name]} == {}
+    echoed = tasks.echo.get_result(copyable[1].id)
+    assert (echoed.status, echoed.args[0], echoed.return_value["args"][2]) == (
+        TaskResultStatus.SUCCESSFUL, 'say "hi"', 2**70)
+    assert tasks.explode.get_result(failed.id).status == TaskResultStatus.FAILED
