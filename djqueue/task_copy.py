@@ -62,19 +62,16 @@ def _sql(conn: BaseDatabaseWrapper, records: Sequence[TaskRecord],
         f"WHEN {int(r.message_id)} THEN {literal(prepare['return_value'](r.return_value))}"
         for r in records if r.return_value is not None)
     head, tail = _statement(conn, update_fields)
+    message_id = f"m.{conn.ops.quote_name(Message._meta.pk.column)}"
     return head.format(
-        finished=f"CASE m.{_q(conn, 'id')} {finished} END",
-        returned=f"CASE m.{_q(conn, 'id')} {returned} END" if returned else "NULL",
+        finished=f"CASE {message_id} {finished} END",
+        returned=f"CASE {message_id} {returned} END" if returned else "NULL",
         status=literal(TaskStatus.SUCCESSFUL.value),
         ids=values.id_list([r.message_id for r in records])) + tail
 
 
 _FIELDS = TaskRecord._meta.concrete_fields
 _statements: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {}
-
-
-def _q(conn: BaseDatabaseWrapper, name: str) -> str:
-    return conn.ops.quote_name(name)
 
 
 def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tuple[str, str]:

@@ -3,11 +3,11 @@
 A task's record is written once, when its run ends. Under a worker that is a
 batch at a time, inside the transaction that acks the finished messages (the
 worker's ``in_claim_transaction`` hook): a task's result and its message's ack
-commit together, and a task costs no statement of its own. On MariaDB the ack
-copies a first run's success from the message row (djqueue.task_copy). Elsewhere (a task
-message received by hand, or an exactly-once queue whose ack happens in the
-handler's own transaction) the run writes its record itself. A retry writes the
-record at once (its errors must outlive the delivery).
+commit together, and a task costs no statement of its own; on MariaDB the ack
+copies a first run's success from the message row (djqueue.task_copy).
+Elsewhere (a task message received by hand, or an exactly-once queue whose ack
+happens in the handler's own transaction) the run writes its record itself. A
+retry writes the record at once (its errors must outlive the delivery).
 """
 
 from __future__ import annotations
