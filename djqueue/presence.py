@@ -19,6 +19,7 @@ from django.utils import timezone
 from djqueue import vendor
 from djqueue.exceptions import DjqueueError
 from djqueue.models import Worker as WorkerRow
+from djqueue.session_locks import SessionLock
 
 logger = logging.getLogger("djqueue.worker")
 #: How many held message ids a heartbeat reports (the dashboard shows them).
@@ -34,7 +35,7 @@ class Presence:
         self.queues = queues
         self.concurrency = concurrency
         self._held = held
-        self._lock = vendor.SessionLock(lock_key)
+        self._lock = SessionLock(lock_key)
         #: Set by deregister, before the row goes: a heartbeat that then finds no row
         #: must not register the stopping worker again.
         self._leaving = threading.Event()

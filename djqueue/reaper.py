@@ -23,6 +23,7 @@ from djqueue.models import Message, Queue
 from djqueue.models import Worker as WorkerRow
 from djqueue.operations import prune_history
 from djqueue.periodic import Scheduler
+from djqueue.session_locks import session_lock_free
 
 logger = logging.getLogger("djqueue.reaper")
 
@@ -120,7 +121,7 @@ class Reaper:
                 if w.heartbeat_at < silent_since or self._is_gone(w)]
 
     def _is_gone(self, worker: WorkerRow) -> bool:
-        if vendor.session_lock_free(worker.lock_key):
+        if session_lock_free(worker.lock_key):
             return True
         if worker.hostname == self._hostname:
             return not _pid_alive(worker.pid)

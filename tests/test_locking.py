@@ -82,19 +82,19 @@ def test_concurrent_receivers_claim_disjoint_messages():
 
 def test_session_lock_answers_probes_from_another_thread():
     """The worker takes its lock on the main thread and probes it from the heartbeat thread."""
-    from djqueue import vendor
+    from djqueue import session_locks
 
-    if not vendor.has_session_locks():
+    if not session_locks.has_session_locks():
         pytest.skip("SQLite has no session locks")
     key = "c0ffee" * 5 + "aa"
-    lock = vendor.SessionLock(key)
+    lock = session_locks.SessionLock(key)
     assert lock.acquire() is True
     try:
         assert in_threads(lambda _: lock.is_alive(), 1) == [True]
-        assert vendor.session_lock_free(key) is False
+        assert session_locks.session_lock_free(key) is False
     finally:
         lock.close()
-    assert vendor.session_lock_free(key) is True
+    assert session_locks.session_lock_free(key) is True
 
 
 @needs_row_locks

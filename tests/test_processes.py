@@ -159,13 +159,13 @@ def lock_holder(key: str):
     """The connection (MySQL) or backend pid (PostgreSQL) holding session lock ``key``."""
     from django.db import connection
 
-    from djqueue import vendor
+    from djqueue import session_locks
 
     with connection.cursor() as cursor:
         if connection.vendor == "mysql":
             cursor.execute("SELECT IS_USED_LOCK(%s)", [f"djqueue:{key}"])
         else:
-            unsigned = vendor._pg_key(key) & (2**64 - 1)
+            unsigned = session_locks._pg_key(key) & (2**64 - 1)
             cursor.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
                            "classid = %s AND objid = %s AND objsubid = 1",
                            [unsigned >> 32, unsigned & (2**32 - 1)])
@@ -174,9 +174,9 @@ def lock_holder(key: str):
 
 
 def test_live_workers_session_lock_is_held_by_one_connection_across_heartbeats(spawn):
-    from djqueue import vendor
+    from djqueue import session_locks
 
-    if not vendor.has_session_locks():
+    if not session_locks.has_session_locks():
         pytest.skip("SQLite has no session locks")
     djqueue.create_queue("t.record")
     spawn("djqueue_worker", "t.record")
@@ -185,7 +185,7 @@ def test_live_workers_session_lock_is_held_by_one_connection_across_heartbeats(s
     deadline = time.monotonic() + 3  # six heartbeats at HEARTBEAT_INTERVAL = 0.5 s
     while time.monotonic() < deadline:
         assert lock_holder(worker.lock_key) == holder, "the lock was re-acquired"
-        assert vendor.session_lock_free(worker.lock_key) is False
+        assert session_locks.session_lock_free(worker.lock_key) is False
     assert Worker.objects.get().pk == worker.pk
 
 
