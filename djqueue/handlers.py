@@ -136,3 +136,15 @@ def task_queues() -> set[str]:
 
 def known_queues() -> list[str]:
     return sorted(set(configured_paths()) | set(_registry) | task_queues())
+
+
+def serving(queue_names: Sequence[str]) -> tuple[dict[str, Handler], list[Any]]:
+    """The handler and the Queue of each name, as a worker starts: HandlerNotFound or
+    QueueNotFound for a name it could not work; a task queue is created on first use."""
+    from djqueue.queues import create_queue, get_queue
+
+    discover()
+    found = {name: resolve(name) for name in queue_names}
+    tasks = task_queues()
+    return found, [create_queue(name, exist_ok=True) if name in tasks
+                   else get_queue(name, fresh=True) for name in queue_names]

@@ -37,7 +37,7 @@ from djqueue.lifecycle import release, run_and_ack
 from djqueue.models import Message, Queue
 from djqueue.pace import Pace
 from djqueue.presence import Presence
-from djqueue.queues import create_queue, get_queue
+from djqueue.queues import get_queue
 from djqueue.results import Done, Results, WorkerStats
 from djqueue.wakeup import Backoff, wakeup
 
@@ -71,12 +71,9 @@ class Worker:
             raise ValueError("concurrency and batch_size must be at least 1.")
         self.options = options
         self.settings = get_settings()
-        handlers.discover()
-        self.handlers: dict[str, Handler] = {q: handlers.resolve(q) for q in options.queues}
-        task_queues = handlers.task_queues()
-        self.queues: list[Queue] = [
-            create_queue(name, exist_ok=True) if name in task_queues else get_queue(name, fresh=True)
-            for name in options.queues]
+        self.handlers: dict[str, Handler]
+        self.queues: list[Queue]
+        self.handlers, self.queues = handlers.serving(options.queues)
         self.where = compile_condition(options.where)
         self.lock_key = uuid.uuid4().hex
         self.id = f"{socket.gethostname()[:60]}:{os.getpid()}:{self.lock_key[:8]}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -86,10 +87,33 @@ class Process:
         return self.log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
+        """Kill it and its children (a supervisor's workers would otherwise stop gracefully,
+        after the test, on the test database)."""
         if self.popen.poll() is None:
+            descendants = _descendants(self.pid)
             self.popen.kill()
             self.popen.wait(10)
+            for pid in descendants:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         self._log_file.close()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The pids of ``pid``'s children, grandchildren..., from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+        found += frontier
+    return found
 
 
 @pytest.fixture

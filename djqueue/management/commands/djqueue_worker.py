@@ -8,8 +8,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from djqueue import handlers
+from djqueue.conditions import compile_condition
 from djqueue.exceptions import DjqueueError
 from djqueue.limits import limit_memory
+from djqueue.supervisor import Supervisor, is_supervised
 from djqueue.worker import Worker, WorkerOptions
 
 
@@ -36,6 +38,11 @@ class Command(BaseCommand):
                                  "with a handler).")
         parser.add_argument("-c", "--concurrency", type=positive_int, default=1,
                             help="Handler threads (default 1).")
+        parser.add_argument("-p", "--processes", type=positive_int, default=1,
+                            help="Worker processes, each with --concurrency threads "
+                                 "(default 1). Above 1 this process supervises them: it "
+                                 "replaces any that exits (one that reached --max-messages "
+                                 "or --max-seconds too) and passes SIGTERM/SIGINT on.")
         parser.add_argument("-b", "--batch-size", type=positive_int, default=10,
                             help="Messages claimed per transaction; also the prefetch "
                                  "(default 10).")
@@ -83,6 +90,9 @@ class Command(BaseCommand):
                 limit_memory(options["max_memory"])
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
+        if options["processes"] > 1 and not is_supervised():
+            self.supervise(queues, options)
+            return
         try:
             worker = Worker(WorkerOptions(
                 queues=queues, concurrency=options["concurrency"],
@@ -96,6 +106,20 @@ class Command(BaseCommand):
         worker.run()
         if worker.recycle:
             self.restart()
+
+    @staticmethod
+    def supervise(queues: list[str], options: dict[str, Any]) -> None:
+        """Check what every child would check at its start, then run the children."""
+        try:
+            handlers.serving(queues)
+            compile_condition(options["where"])
+        except DjqueueError as exc:
+            raise CommandError(str(exc)) from None
+        connections.close_all()
+        supervisor = Supervisor([sys.executable, *sys.argv], options["processes"],
+                                replace=not options["burst"])
+        if supervisor.run() != 0:
+            raise CommandError("A worker process ended with an error (see its output above).")
 
     @staticmethod
     def restart() -> None:
