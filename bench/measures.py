@@ -189,7 +189,8 @@ def worker(n: int, processes: int, key: str) -> dict[str, float]:
 
 
 def tasks(n: int) -> dict[str, float]:
-    """The same through django.tasks: ``task.enqueue`` one per commit, then a worker."""
+    """The same through django.tasks: ``task.enqueue`` one per commit, then a worker; then
+    twice as many tasks for ``djqueue_worker --processes 2`` (the two-worker rate)."""
     from bench.tasks import noop
 
     clear()
@@ -203,8 +204,12 @@ def tasks(n: int) -> dict[str, float]:
         noop.enqueue(PAYLOAD)
     cpu = run_workers("default", 1)
     found, drained = drain_rate()
+    clear()
+    for _ in range(2 * count):
+        noop.enqueue(PAYLOAD)
+    run_workers("default", 1, "--processes", "2")
     return {"tasks_enqueue_1": enqueue, "tasks_worker_1": found,
-            "tasks_worker_1_cpu_us": cpu / drained * 1e6}
+            "tasks_worker_1_cpu_us": cpu / drained * 1e6, "tasks_worker_2": drain_rate()[0]}
 
 
 def django_task_cost(calls: int = 20_000) -> dict[str, float]:

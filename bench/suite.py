@@ -43,6 +43,7 @@ TARGETS = [
     ("worker vs Celery solo", "worker_1", "celery_drain_1", 10),
     ("django.tasks enqueue vs send", "tasks_enqueue_1", "send_1", 0.7),
     ("django.tasks worker vs worker", "tasks_worker_1", "worker_1", 0.7),
+    ("django.tasks, two processes", "tasks_worker_2", "worker_2", 0.7),
     ("1M ready vs 10k ready", "worker_backlog_1m", "worker_10k", 0.9),
     ("beside 1M history vs none", "worker_history_1m", "worker_10k", 0.9),
 ]
@@ -138,6 +139,8 @@ LABELS = {
     "celery_drain_1": "Celery solo worker + Redis",
     "tasks_enqueue_1": "django.tasks enqueue (djqueue backend)",
     "tasks_worker_1": "django.tasks worker (djqueue backend)",
+    "tasks_worker_2": "django.tasks, `djqueue_worker -p 2`",
+    "worker_2": "two worker processes (no-op handler)",
     "worker_backlog_1m": "worker with 1M ready", "worker_10k": "worker with 10k ready",
     "worker_history_1m": "worker beside 1M history rows",
 }
