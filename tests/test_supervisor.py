@@ -7,6 +7,7 @@ import pytest
 
 import djqueue
 from djqueue.models import History, Message, State, Worker
+from djqueue.supervisor import QUICK_FAILURE, Supervisor
 from tests.conftest import wait_until
 from tests.models import Effect
 from tests.test_processes import effects_per_key
@@ -121,3 +122,13 @@ def test_nothing_starts_for_a_queue_no_worker_could_work(spawn):
     bad = spawn("djqueue_worker", "t.record", "--processes", "0")
     assert bad.wait(60) == 2
     assert "--processes" in bad.output()
+
+
+def test_the_pause_before_a_replacement_grows_while_children_fail_at_start():
+    supervisor = Supervisor(["true"], 1)
+    pauses = [supervisor._pause_after(1, lived=0.5) for _ in range(8)]
+    assert pauses == [0.5, 1, 2, 4, 8, 16, 30, 30]
+    assert supervisor._pause_after(1, lived=QUICK_FAILURE) == 0  # it ran a while: at once
+    assert supervisor._pause_after(1, lived=0.5) == 0.5  # and the count started again
+    assert supervisor._pause_after(0, lived=0.5) == 0  # recycled, not failed
+    assert supervisor._pause_after(-signal.SIGKILL, lived=0.5) == 0.5
