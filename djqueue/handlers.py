@@ -8,12 +8,15 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from djqueue.conf import get_settings
 from djqueue.exceptions import HandlerNotFound
+
+if TYPE_CHECKING:
+    from djqueue.models import Queue
 
 HandlerFunc = Callable[[Any], Any]
 AckHook = Callable[[str, Sequence[Any], Sequence[Any]], None]
@@ -138,7 +141,7 @@ def known_queues() -> list[str]:
     return sorted(set(configured_paths()) | set(_registry) | task_queues())
 
 
-def serving(queue_names: Sequence[str]) -> tuple[dict[str, Handler], list[Any]]:
+def serving(queue_names: Sequence[str]) -> tuple[dict[str, Handler], list[Queue]]:
     """The handler and the Queue of each name, as a worker starts: HandlerNotFound or
     QueueNotFound for a name it could not work; a task queue is created on first use."""
     from djqueue.queues import create_queue, get_queue

@@ -65,8 +65,8 @@ class Supervisor:
     failures: int = 0
     #: Monotonic times at which a replacement is due.
     due: list[float] = field(default_factory=list)
-    #: Exit codes of children that ended once the supervisor was stopping, or for good.
-    final_codes: list[int] = field(default_factory=list)
+    #: Every child that ended once the supervisor was stopping (or for good) ended well.
+    clean: bool = True
 
     def run(self) -> int:
         """Supervise until stopped (or, without ``replace``, until every child ended);
@@ -92,7 +92,7 @@ class Supervisor:
             signal.set_wakeup_fd(previous_fd)
             os.close(wake_read)
             os.close(wake_write)
-        return 0 if all(code == 0 for code in self.final_codes) else 1
+        return 0 if self.clean else 1
 
     def _on_stop(self, signum: int, frame: object) -> None:
         # Only notes it: the loop, woken by the wakeup fd, passes it on.
@@ -133,8 +133,8 @@ class Supervisor:
             if self.stops or not self.replace:
                 # Killed by a stop signal passed on: it came before the child installed
                 # its handlers, so before it registered or claimed anything.
-                ok = code == 0 or (self.stops and -code in self.stops)
-                self.final_codes.append(0 if ok else code)
+                ok = code == 0 or -code in self.stops
+                self.clean = self.clean and ok
                 logger.log(logging.INFO if ok else logging.WARNING,
                            "Worker process %d exited with %s", pid, _describe(code))
                 continue

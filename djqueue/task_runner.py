@@ -82,8 +82,8 @@ def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Messa
         done = [_carried[m.pk] for m in acked if m.pk in _carried]
     task_copy.copy_records(db, [f.record for f in done if f.copied], FINISHED_FIELDS)
     written = [f for f in done if not f.copied]
-    for start in range(0, len(written), 500):
-        chunk = written[start:start + 500]
+    for start in range(0, len(written), task_copy.CHUNK):
+        chunk = written[start:start + task_copy.CHUNK]
         rendered = [f.row for f in chunk]
         rows.upsert(db, [f.record for f in chunk], FINISHED_FIELDS,
                     rendered=None if None in rendered else rendered)

@@ -31,10 +31,10 @@ from djqueue.doorbell import Doorbell
 from djqueue.exceptions import NotOwner
 from djqueue.gil import switch_interval
 from djqueue.handler_pool import HandlerPool
-from djqueue.handlers import AckHook, Handler
+from djqueue.handlers import AckHook
 from djqueue.interrupts import Interrupts
 from djqueue.lifecycle import release, run_and_ack
-from djqueue.models import Message, Queue
+from djqueue.models import Message
 from djqueue.pace import Pace
 from djqueue.presence import Presence
 from djqueue.queues import get_queue
@@ -71,8 +71,6 @@ class Worker:
             raise ValueError("concurrency and batch_size must be at least 1.")
         self.options = options
         self.settings = get_settings()
-        self.handlers: dict[str, Handler]
-        self.queues: list[Queue]
         self.handlers, self.queues = handlers.serving(options.queues)
         self.where = compile_condition(options.where)
         self.lock_key = uuid.uuid4().hex
