@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SHELL := /bin/bash
 
-.PHONY: run test venv lint check pytest bench bench-quick bench-flow bench-export bench-dashboard bench-affinity soak clean
+.PHONY: run test docs venv lint check pytest bench bench-quick bench-flow bench-export bench-dashboard bench-affinity soak clean
 
 run: $(VENV)/.installed
 	scripts/run_demo.sh
@@ -24,8 +24,13 @@ $(VENV)/.installed: requirements.txt scripts/find_python.sh
 	@$(PY) -c 'import django; print("djqueue: Django", django.get_version())'
 	touch $@
 
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+	@echo "djqueue: the documentation site is in var/site (index.html)"
+
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 bench: $(VENV)/.installed
 	scripts/ensure_system.sh mariadb redis

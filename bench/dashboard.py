@@ -83,8 +83,8 @@ def main() -> int:
     from django.urls import reverse
 
     import djqueue
-    from djqueue import stats
     from djqueue.models import AlarmPolicy, Message, Metric, Worker
+    from djqueue.monitoring import rollups
 
     queues = [djqueue.create_queue(f"bench.{i}") for i in range(QUEUES)]
     for i in range(20):
@@ -108,7 +108,7 @@ def main() -> int:
             render()
         return len(captured)
 
-    stats.sample_depth()
+    rollups.sample_depth()
     render()
     empty_queries = queries()
     print(f"filling {args.messages:,} messages and {args.finished:,} finished ones ...", flush=True)
@@ -120,11 +120,11 @@ def main() -> int:
 
     reaper = {
         "roll_up, first pass (notes the newest id)": timed(
-            lambda: stats.roll_up(), 1),
+            lambda: rollups.roll_up(), 1),
         "roll_up, counting a backlog of sends and an hour of history": timed(
-            lambda: stats.roll_up(), 1),
-        "roll_up, steady state (nothing new)": timed(lambda: stats.roll_up(), 3),
-        "sample_depth (one grouped pass over the claim index)": timed(stats.sample_depth, 3),
+            lambda: rollups.roll_up(), 1),
+        "roll_up, steady state (nothing new)": timed(lambda: rollups.roll_up(), 3),
+        "sample_depth (one grouped pass over the claim index)": timed(rollups.sample_depth, 3),
     }
     for _ in range(3):
         render()  # warm caches (theme, queue cache, connection)

@@ -222,14 +222,14 @@ def django_task_cost(calls: int = 20_000) -> dict[str, float]:
     strict bound: Python can overlap the loop thread's waits for the database).
     """
     from bench.tasks import noop
-    from djqueue import task_runner
-    from djqueue.backend import load_task, to_task_result
     from djqueue.models import Message
-    from djqueue.tasks_compat import normalize_json, task_backends, task_finished, task_started
+    from djqueue.tasks import task_handler
+    from djqueue.tasks.compat import normalize_json, task_backends, task_finished, task_started
+    from djqueue.tasks.records import load_task, to_task_result
 
     clear()
     noop.enqueue(PAYLOAD)
-    record = task_runner._record("default", Message.objects.get())
+    record = task_handler._record("default", Message.objects.get())
     task = load_task(record)
     sender = type(task_backends[record.backend])
     best = float("inf")

@@ -1,3 +1,5 @@
+from importlib.util import find_spec
+
 from django.apps import AppConfig
 
 
@@ -7,4 +9,18 @@ class DjqueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from djqueue import checks, queues  # noqa: F401  (register checks and cache signals)
+        # Imports in AppConfig.ready: these modules need the app registry, and each
+        # registers something as it loads (the layering is in docs/architecture.md).
+        from djqueue import checks  # noqa: F401  (AppConfig.ready: registers the system checks)
+        from djqueue.storage import (
+            queue_lookup,  # noqa: F401  (AppConfig.ready: cache signals)
+            transitions,  # noqa: F401  (AppConfig.ready: Message.ack())
+        )
+        from djqueue.worker import registry  # AppConfig.ready: the tasks' handler source below
+
+        if find_spec("django.tasks") or find_spec("django_tasks"):
+            # The tasks feature registers its queues' handler with the worker: the
+            # worker never imports it (without a tasks framework there is nothing to run).
+            from djqueue.tasks.task_handler import task_handlers  # AppConfig.ready, see above
+
+            registry.add_source(task_handlers)

@@ -8,9 +8,10 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from djqueue import handlers
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, HandlerNotFound
+from djqueue.maintenance.periodic import schedules
+from djqueue.worker import registry
 
 
 @register("djqueue")
@@ -23,9 +24,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if settings.DATABASE not in connections.settings:
         return [Error(f"DJQUEUE['DATABASE'] names the unknown alias {settings.DATABASE!r}.",
                       id="djqueue.E002")]
-    for queue in handlers.configured_paths():
+    for queue in registry.configured_paths():
         try:
-            handlers.resolve(queue)
+            registry.resolve(queue)
         except HandlerNotFound as exc:
             found.append(Error(str(exc), id="djqueue.E003"))
     found.extend(_check_database(settings.DATABASE))
@@ -34,8 +35,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 
 def _check_periodic() -> list[CheckMessage]:
-    from djqueue.periodic import schedules
-
     try:
         entries = schedules()
     except ConfigurationError as exc:

@@ -15,6 +15,8 @@ from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from djqueue.exceptions import ConfigurationError
+
 #: A MySQL stream queue's stepped retry schedule, in seconds: the delay before
 #: retry n is ``DEFAULT_BACKOFF[n - 1]`` (the last step repeats).
 DEFAULT_BACKOFF: tuple[int, ...] = (
@@ -48,7 +50,7 @@ class Settings:
     PROMOTE_INTERVAL: float = 1.0
     #: Seconds a worker waits for in-flight handlers after SIGTERM.
     SHUTDOWN_GRACE: float = 30.0
-    #: Address idle workers listen on for wake-ups from senders (see djqueue.doorbell);
+    #: Address idle workers listen on for wake-ups from senders (see djqueue.api.worker_wakeups);
     #: None turns them off (workers then find new messages by polling alone).
     WAKE_HOST: str | None = "127.0.0.1"
     #: Seconds a sending process trusts its list of workers' wake addresses.
@@ -61,17 +63,17 @@ class Settings:
     #: Rows deleted per statement when pruning history.
     PRUNE_BATCH: int = 5000
     #: Periodic django.tasks run by the reaper: name -> {"task", "cron", "args", "kwargs",
-    #: "catch_up"}; see djqueue.periodic.
+    #: "catch_up"}; see djqueue.maintenance.periodic.
     PERIODIC: dict[str, dict] = field(default_factory=dict)
     #: Seconds a receiver draining a backlog on MySQL/MariaDB may continue its claims
     #: after the last message it took instead of reading the queue from its head; a
     #: message readied meanwhile at an earlier position (by another process) waits at
-    #: most this long. 0: always from the head. See djqueue.claim_cursor.
+    #: most this long. 0: always from the head. See djqueue.storage.claim_resume.
     CLAIM_RESCAN: float = 0.1
     #: Seconds a thread may hold the GIL while another waits for it, in worker processes
     #: (``sys.setswitchinterval``; Python's default is 0.005); None leaves it alone.
     #: Why shorter: the loop thread returns from each database round trip needing the
-    #: GIL while a handler thread computes; with 5 ms it waited up to that long each time.
+    #: GIL while a handler thread computes; with Python's 5 ms it could wait that long.
     WORKER_SWITCH_INTERVAL: float | None = 0.0005
 
     @classmethod
@@ -80,7 +82,6 @@ class Settings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            from djqueue.exceptions import ConfigurationError
 
             raise ConfigurationError(f"Unknown DJQUEUE setting(s): {', '.join(unknown)}")
         _check_seconds(overrides, "WORKER_SWITCH_INTERVAL", "None or a number of seconds in "
@@ -101,7 +102,6 @@ def _check_seconds(overrides: dict[str, Any], name: str, wanted: str,
     value = overrides[name]
     number = value is None or (isinstance(value, int | float) and not isinstance(value, bool))
     if not (number and allowed(value)):
-        from djqueue.exceptions import ConfigurationError
 
         raise ConfigurationError(f"DJQUEUE[{name!r}] must be {wanted}, got {value!r}")
 

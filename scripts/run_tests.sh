@@ -19,9 +19,12 @@ step() {
 }
 # tests/faults/test_faults.py runs once, in its own step: it starts a private MariaDB.
 suite() { DATABASE_URL=$1 "$PY" -m pytest -p no:cacheprovider -q --durations=5 \
-  --ignore=tests/faults/test_faults.py "${@:2}"; }
+  --ignore=tests/faults/test_faults.py --ignore=tests/packaging "${@:2}"; }
 
 step "ruff" .venv/bin/ruff check .
+step "lint-imports (the layering, pyproject.toml)" .venv/bin/lint-imports --no-cache
+step "no import cycle among djqueue's modules" "$PY" scripts/check_import_cycles.py
+step "mkdocs build --strict" env NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 step "manage.py check" "$PY" manage.py check --fail-level WARNING
 step "makemigrations --check" "$PY" manage.py makemigrations --check --dry-run
 step "manage.py check --database (MariaDB)" env DATABASE_URL="$MARIADB_URL" "$PY" manage.py check --database default --fail-level WARNING
@@ -39,6 +42,13 @@ faults() {  # exit code 5 (nothing selected, e.g. by -k) is not a failure
 }
 step "fault scenarios (short forms; a private MariaDB on port 3307)" faults "$@"
 
+# The wheel, built and installed in a fresh venv, in a bare project (once: no database).
+wheel() {  # exit code 5 (deselected by -k) is not a failure
+  "$PY" -m pytest -p no:cacheprovider -q tests/packaging "$@"
+  local rc=$?; [ $rc -eq 5 ] && return 0; return $rc
+}
+step "wheel in a fresh venv" wheel "$@"
+
 # Django 5.2 LTS with the django-tasks backport, when a Python 3.11 is at hand
 # and the main venv is not already that fallback.
 py311=$(command -v python3.11 || ls "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/3.11.*/bin/python3.11 2>/dev/null | head -1 || true)
@@ -46,7 +56,7 @@ if [ -n "$py311" ] && "$PY" -c 'import django, sys; sys.exit(django.VERSION < (6
   step "venv with Django 5.2 LTS" make -s venv VENV=.venv-django52 DJQUEUE_PYTHON="$py311"
   step "pytest on MariaDB, Django 5.2 LTS" env DATABASE_URL="$MARIADB_URL" \
     .venv-django52/bin/python -m pytest -p no:cacheprovider -q -m "not slow and not spark" \
-    --ignore=tests/faults/test_faults.py "$@"
+    --ignore=tests/faults/test_faults.py --ignore=tests/packaging "$@"
 else
   echo "No second Python for Django 5.2 LTS (or already on it): that run is skipped."
 fi

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.db import connection, connections
 
-from djqueue.queues import forget_cached
+from djqueue.storage.queue_lookup import forget_cached
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,6 @@
 """Records django.tasks signals in the database, so tests see those sent by worker processes."""
 
-from djqueue.tasks_compat import task_enqueued, task_finished, task_started
+from djqueue.tasks.compat import task_enqueued, task_finished, task_started
 
 
 def log(signal_name: str):

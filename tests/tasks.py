@@ -72,8 +72,8 @@ def oversleeps(seconds: float) -> str:
 @task(takes_context=True)
 def cooperative(context: TaskContext, n: int) -> str:
     """Works in small steps until cancellation is requested (djqueue's cancel API)."""
-    from djqueue.backend import cancel_requested
     from djqueue.exceptions import TaskCancelled
+    from djqueue.tasks.backend import cancel_requested
 
     Effect.objects.create(key=n)
     deadline = time.monotonic() + 60

@@ -37,7 +37,7 @@ def test_bad_claim_rescan_is_e001(rescan):
 def test_worker_switch_interval_applies_while_the_worker_runs():
     import sys
 
-    from djqueue.gil import switch_interval
+    from djqueue.processes.thread_switch import switch_interval
 
     before = sys.getswitchinterval()
     with switch_interval(0.0005):

@@ -17,14 +17,15 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
-from djqueue import operations, trace
 from djqueue.admin.confirm import VisibilityForm, ask, confirmed
 from djqueue.admin.permissions import OperationPermissions
 from djqueue.admin.records import ReadOnlyAdmin
-from djqueue.conditions import compile_condition
+from djqueue.api import queue_operations
+from djqueue.api.condition_parser import compile_condition
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import Message, State
-from djqueue.queues import get_queue_by_id
+from djqueue.storage import trace
+from djqueue.storage.queue_lookup import get_queue_by_id
 
 
 class CappedPaginator(Paginator):
@@ -171,15 +172,15 @@ class MessageAdmin(OperationPermissions, ReadOnlyAdmin):
     # Deleting goes through the API, so history records it and ordered groups move on.
 
     def delete_model(self, request: HttpRequest, obj: Message) -> None:
-        operations.delete(obj)
+        queue_operations.delete(obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
         for pk in queryset.values_list("pk", flat=True):
-            operations.delete(pk)
+            queue_operations.delete(pk)
 
     @admin.action(description="Retry selected delayed messages now", permissions=["retry"])
     def retry_now(self, request: HttpRequest, selected: QuerySet[Message]) -> None:
-        count = operations.retry_now(list(selected.values_list("pk", flat=True)))
+        count = queue_operations.retry_now(list(selected.values_list("pk", flat=True)))
         self.message_user(request, f"{count} message(s) made ready now (only delayed ones can be).",
                           messages.SUCCESS)
 
@@ -191,7 +192,7 @@ class MessageAdmin(OperationPermissions, ReadOnlyAdmin):
         for queue_id, pk in dead:
             by_queue.setdefault(queue_id, []).append(pk)
         for queue_id, ids in by_queue.items():
-            moved += operations.redrive(get_queue_by_id(queue_id), ids=ids)
+            moved += queue_operations.redrive(get_queue_by_id(queue_id), ids=ids)
         self.message_user(request, f"Redrove {moved} message(s).", messages.SUCCESS)
 
     @admin.action(description="Change visibility of selected messages",
@@ -205,7 +206,7 @@ class MessageAdmin(OperationPermissions, ReadOnlyAdmin):
                        objects=selected[:100], form=form, confirm_label="Change",
                        cancel_url=reverse("admin:djqueue_message_changelist"),
                        action="change_visibility", selected=selected.values_list("pk", flat=True))
-        count = operations.change_visibility(list(selected.values_list("pk", flat=True)),
+        count = queue_operations.change_visibility(list(selected.values_list("pk", flat=True)),
                                              form.cleaned_data["seconds"])
         self.message_user(request, f"Changed the visibility of {count} message(s).",
                           messages.SUCCESS)

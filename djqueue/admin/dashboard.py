@@ -8,11 +8,11 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from djqueue import dashboard
 from djqueue.admin import permissions
 from djqueue.admin.confirm import ask, confirmed
 from djqueue.admin.operations import QUEUE_OPERATIONS
 from djqueue.models import Dashboard, Queue
+from djqueue.monitoring import snapshot
 
 REFRESH_CHOICES = (0, 5, 30)
 
@@ -51,7 +51,7 @@ class DashboardAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/djqueue/dashboard.html", {
             **self.admin_site.each_context(request),
             "title": "Queue dashboard",
-            "data": dashboard.load(),
+            "data": snapshot.load(),
             "refresh": refresh if refresh in REFRESH_CHOICES else 0,
             "refresh_choices": REFRESH_CHOICES,
             "can": {name: user.has_perm(op.permission) for name, op in QUEUE_OPERATIONS.items()},

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from djqueue import operations, queues, stats
 from djqueue.admin import permissions
+from djqueue.api import queue_operations, queues
 from djqueue.models import Queue
+from djqueue.monitoring import rollups
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class QueueOperation:
         done = self.run(queue)
         # Redriven messages land in the queues this one is the dead-letter queue of.
         feeding = Queue.objects.filter(dead_letter_queue=queue).values_list("pk", flat=True)
-        stats.sample_depth([queue.pk, *feeding])
+        rollups.sample_depth([queue.pk, *feeding])
         return done
 
 
@@ -44,11 +45,11 @@ def _resume(queue: Queue) -> str:
 
 
 def _purge(queue: Queue) -> str:
-    return f"Purged {operations.purge(queue)} message(s) from {queue.name}."
+    return f"Purged {queue_operations.purge(queue)} message(s) from {queue.name}."
 
 
 def _redrive(queue: Queue) -> str:
-    return f"Redrove {operations.redrive(queue)} dead-lettered message(s) of {queue.name}."
+    return f"Redrove {queue_operations.redrive(queue)} dead-lettered message(s) of {queue.name}."
 
 
 QUEUE_OPERATIONS = {op.name: op for op in [

@@ -8,11 +8,11 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from djqueue import topics
 from djqueue.admin.confirm import ReplayForm, ask, confirmed
 from djqueue.admin.operations import QUEUE_OPERATIONS, QueueOperation
 from djqueue.admin.permissions import OperationPermissions
 from djqueue.admin.records import ReadOnlyAdmin
+from djqueue.api import consumer_groups
 from djqueue.models import Alarm, AlarmPolicy, ConsumerGroup, Queue, QueueStat, Topic
 
 
@@ -64,7 +64,7 @@ class ConsumerGroupAdmin(OperationPermissions, ReadOnlyAdmin):
                        action="replay", selected=selected.values_list("pk", flat=True))
         since = form.cleaned_data["since"]
         for group in selected.select_related("topic"):
-            count = topics.reset_group(group.topic, group.name, to=since)
+            count = consumer_groups.reset_group(group.topic, group.name, to=since)
             self.message_user(request, f"{group}: {count} deliveries replayed.", messages.SUCCESS)
         return None
 

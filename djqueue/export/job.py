@@ -18,10 +18,11 @@ from django.db import connections
 from django.db.models import Max, Min
 from django.utils import timezone
 
-from djqueue import vendor
 from djqueue.exceptions import ConfigurationError
 from djqueue.export import jdbc
+from djqueue.export.hadoop_files import HadoopFiles
 from djqueue.models import Body, ExportRun, History, Message, Queue, State, Topic
+from djqueue.storage import dialects
 
 logger = logging.getLogger("djqueue.export")
 
@@ -62,7 +63,7 @@ class Exporter:
         if options.partitions < 1:
             raise ConfigurationError("--partitions must be at least 1.")
         self.options = options
-        self.db = vendor.alias()
+        self.db = dialects.alias()
         conn = connections[self.db]
         self.vendor = conn.vendor
         self.source = jdbc.source_for(conn.settings_dict, conn.vendor)
@@ -285,49 +286,3 @@ def _bounds(query: Any) -> tuple[int, int] | None:
     if found["low"] is None:
         return None
     return found["low"], found["high"]
-
-
-class HadoopFiles:
-    """File moves through Hadoop's FileSystem API, so a cluster's HDFS or object store
-    works as well as a local directory."""
-
-    def __init__(self, spark: Any, root: str) -> None:
-        jvm = spark.sparkContext._jvm
-        self.Path = jvm.org.apache.hadoop.fs.Path
-        self.root = self.Path(root)
-        self.fs = self.root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
-    def has_data(self) -> bool:
-        return any(not p.getName().startswith(("_", ".")) for p in self._files(""))
-
-    def _files(self, relative: str) -> list[Any]:
-        base = self.Path(self.root, relative) if relative else self.root
-        if not self.fs.exists(base):
-            return []
-        found = []
-        files = self.fs.listFiles(base, True)
-        while files.hasNext():
-            found.append(files.next().getPath())
-        return found
-
-    def delete_matching(self, relative: str, prefix: str) -> None:
-        for path in self._files(relative):
-            if path.getName().startswith(prefix):
-                self.fs.delete(path, False)
-
-    def promote(self, staging: str, relative: str, prefix: str) -> None:
-        """Move the data files under ``staging`` into ``relative``, keeping partition paths."""
-        base = self.Path(self.root, staging)
-        base_uri = base.toUri().getPath().rstrip("/")
-        for path in self._files(staging):
-            name = path.getName()
-            if name.startswith(("_", ".")):
-                continue
-            partition = path.getParent().toUri().getPath()[len(base_uri):].lstrip("/")
-            target_dir = self.Path(self.Path(self.root, relative), partition or ".")
-            self.fs.mkdirs(target_dir)
-            self.fs.rename(path, self.Path(target_dir, prefix + name))
-        self.fs.delete(base, True)
-        staging_root = self.Path(self.root, "_staging")
-        if self.fs.exists(staging_root) and not self.fs.listStatus(staging_root):
-            self.fs.delete(staging_root, True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from django.db import models
 from django.utils import timezone
@@ -139,16 +139,15 @@ class Message(models.Model):
     def last_error(self) -> str | None:
         return self.errors[-1]["error"] if self.errors else None
 
-    # State changes; each is one short transaction in djqueue.lifecycle.
+    # State changes, each one short transaction. Models sit below the storage layer and
+    # cannot import it: djqueue.storage.transitions sets ``transitions`` as it loads
+    # (djqueue's AppConfig.ready imports it), and these methods call it.
+
+    transitions: ClassVar[MessageTransitions]
 
     def ack(self) -> None:
         """Finish the message (Q4M ``queue_end``). Raises NotOwner if the lease was lost."""
-        from djqueue.lifecycle import ack_many
-
-        if not ack_many([self]):
-            from djqueue.exceptions import NotOwner
-
-            raise NotOwner(f"Message {self.id} is no longer leased to this receiver.")
+        self.transitions.ack(self)
 
     def nack(self, delay: float | None = None, error: str | None = None) -> None:
         """Give the message back (Q4M ``queue_abort``), or retry it later with an error.
@@ -158,15 +157,18 @@ class Message(models.Model):
         queue's backoff schedule. Without ``error`` it is released at once (or
         after ``delay``) and the delivery does not count as an attempt.
         """
-        from djqueue.lifecycle import fail, release
-
-        if error is None:
-            release([self], delay=delay)
-        else:
-            fail(self, error, delay=delay)
+        self.transitions.nack(self, delay, error)
 
     def extend(self, seconds: float) -> None:
         """Keep the lease for ``seconds`` more from now (SQS ChangeMessageVisibility)."""
-        from djqueue.lifecycle import extend
+        self.transitions.extend(self, seconds)
 
-        extend(self, seconds)
+
+class MessageTransitions(Protocol):
+    """The state changes a received message offers (see djqueue.storage.transitions)."""
+
+    def ack(self, message: Message) -> None: ...
+
+    def nack(self, message: Message, delay: float | None, error: str | None) -> None: ...
+
+    def extend(self, message: Message, seconds: float) -> None: ...

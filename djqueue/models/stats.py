@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
-from djqueue import histogram
+from djqueue import histograms
 
 
 class Period(models.TextChoices):
@@ -51,7 +51,7 @@ class QueueStat(models.Model):
 
     @property
     def timed(self) -> int:
-        return histogram.total(self.wait_hist)
+        return histograms.total(self.wait_hist)
 
     @property
     def wait_mean(self) -> float | None:
@@ -63,11 +63,11 @@ class QueueStat(models.Model):
 
     @property
     def wait_p95(self) -> float | None:
-        return histogram.quantile(self.wait_hist, 0.95)
+        return histograms.quantile(self.wait_hist, 0.95)
 
     @property
     def run_p95(self) -> float | None:
-        return histogram.quantile(self.run_hist, 0.95)
+        return histograms.quantile(self.run_hist, 0.95)
 
 
 class TopicStat(models.Model):

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import djqueue
-from djqueue import operations
+from djqueue.api import queue_operations
 from djqueue.exceptions import DjqueueError
 from djqueue.models import AlarmPolicy, History, Message, Queue, Topic
 
@@ -123,8 +123,8 @@ def test_create_queue(world, name, options):
 @FUZZ
 @given(ids=anything, seconds=anything, to=maybe, limit=maybe)
 def test_message_operations(world, ids, seconds, to, limit):
-    attempt(lambda: operations.change_visibility(ids, seconds))
-    attempt(lambda: operations.retry_now(ids))
+    attempt(lambda: queue_operations.change_visibility(ids, seconds))
+    attempt(lambda: queue_operations.retry_now(ids))
     attempt(lambda: djqueue.redrive("jobs.dead", **kwargs_of({"to": to, "limit": limit})))
     attempt(lambda: djqueue.delete(ids))
 

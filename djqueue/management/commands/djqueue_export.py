@@ -30,11 +30,11 @@ class Command(BaseCommand):
                             help="Only what finished since the last successful export to --out.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from djqueue.export.jdbc import require_java
+        from djqueue.export.jdbc import require_java  # imported when run: PySpark is optional
 
         try:
             require_java()
-            from djqueue.export.job import Exporter, ExportOptions
+            from djqueue.export.job import Exporter, ExportOptions  # imports PySpark (optional)
 
             exporter = Exporter(ExportOptions(
                 out=options["out"], since=options["since"], until=options["until"],

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from djqueue.reaper import Reaper
+from djqueue.maintenance.reaper import Reaper
 
 
 class Command(BaseCommand):

@@ -7,12 +7,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from djqueue import handlers
-from djqueue.conditions import compile_condition
+from djqueue.api.condition_parser import compile_condition
+from djqueue.api.consumer_groups import register_consumer
 from djqueue.exceptions import DjqueueError
-from djqueue.limits import limit_memory
-from djqueue.supervisor import Supervisor, is_supervised
-from djqueue.worker import Worker, WorkerOptions
+from djqueue.processes.memory_limit import limit_memory
+from djqueue.worker import registry
+from djqueue.worker.message_worker import Worker
+from djqueue.worker.options import WorkerOptions
+from djqueue.worker.supervisor import Supervisor, is_supervised
 
 
 def positive_int(text: str) -> int:
@@ -78,11 +80,11 @@ class Command(BaseCommand):
                                  "\"priority >= 5 and headers.region = 'eu'\".")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        handlers.discover()
+        registry.discover()
         queues = list(options["queues"])
         for spec in options["subscribe"]:
             queues.append(self.subscription_queue(spec, options["consumer_name"]))
-        queues = queues or handlers.known_queues()
+        queues = queues or registry.known_queues()
         if not queues:
             raise CommandError("No queues given and no handlers configured.")
         if options["max_memory"] is not None:
@@ -111,7 +113,7 @@ class Command(BaseCommand):
     def supervise(queues: list[str], options: dict[str, Any]) -> None:
         """Check what every child would check at its start, then run the children."""
         try:
-            handlers.serving(queues)
+            registry.serving(queues)
             compile_condition(options["where"])
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
@@ -131,7 +133,6 @@ class Command(BaseCommand):
 
     @staticmethod
     def subscription_queue(spec: str, consumer: str | None) -> str:
-        from djqueue.topics import register_consumer
 
         topic, sep, group = spec.partition(":")
         if not sep or not topic or not group:

@@ -1,0 +1,12 @@
+"""What applications call: send, receive, owner mode, queue and topic operations.
+
+Owns: sending (validation, flow control, dedup), receiving (``receive``,
+``consume``, ``OwnerSession``), managing queues, operating on them without
+claiming (redrive, purge, peek, delete), topics with consumer groups, the
+condition language of conditional receive, and waking idle workers in other
+processes when a send commits.
+
+May import: djqueue.storage, djqueue.models and the modules below them
+(conf, exceptions, signals, payloads, polling, types). Never the worker,
+maintenance, monitoring, tasks, admin or export (checked by import-linter).
+"""

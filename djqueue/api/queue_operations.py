@@ -1,0 +1,187 @@
+"""Operating on queues: redrive, purge, inspect and delete without claiming."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Case, F, Value, When
+from django.utils import timezone
+
+from djqueue import signals
+from djqueue.conf import get_settings
+from djqueue.exceptions import InvalidMessage
+from djqueue.models import Event, History, Message, Outcome, State
+from djqueue.polling import local_wakeup
+from djqueue.storage import dialects, ordered_groups, trace
+from djqueue.storage.claim_engines import engine_for
+from djqueue.storage.claim_resume import ready_again
+from djqueue.storage.queue_lookup import QueueRef, get_queue
+from djqueue.storage.transitions import history_row
+
+#: The longest visibility change allowed (SQS allows 12 hours).
+MAX_VISIBILITY = 12 * 3600.0
+
+
+def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
+            limit: int | None = None, ids: list[int] | None = None) -> int:
+    """Move dead messages of ``dead_letter_queue`` (only ``ids``, if given) back to
+    ``to`` (default: where each failed).
+
+    They become ready with a fresh attempt count; their errors are kept.
+    """
+    source = get_queue(dead_letter_queue, fresh=True)
+    target = get_queue(to, fresh=True) if to is not None else None
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidMessage(f"limit must be a positive integer, got {limit!r}.")
+    only = _check_ids(ids) if ids is not None else None
+    db = dialects.alias()
+    moved = 0
+    batch = get_settings().PRUNE_BATCH
+    while limit is None or moved < limit:
+        take = batch if limit is None else min(batch, limit - moved)
+        with transaction.atomic(using=db):
+            dead = Message.objects.using(db).filter(queue=source, state=State.DEAD)
+            if only is not None:
+                dead = dead.filter(pk__in=only)
+            ids = _lock_ids(dead.order_by("id"), take)
+            if not ids:
+                break
+            destination = (Value(target.pk) if target is not None else Case(
+                When(origin_queue__isnull=False, then=F("origin_queue")), default=Value(source.pk)))
+            ready_again(
+                Message.objects.using(db).filter(pk__in=ids),
+                queue=destination, state=State.READY, attempts=0, owner="", lease_token="",
+                visible_at=timezone.now())
+            ordered_groups.rejoin(db, ids)
+            moved_rows = list(Message.objects.using(db).filter(pk__in=ids)
+                              .only("pk", "queue_id", "attempts", "owner"))
+            trace.record(db, moved_rows, Event.REDRIVEN, also_queue_id=source.pk,
+                         detail=f"from queue {source.name}")
+        moved += len(ids)
+        if len(ids) < take:
+            break
+    if moved:
+        signals.messages_redriven.send(sender=Message, queue=source, count=moved)
+    return moved
+
+
+def purge(queue: QueueRef) -> int:
+    """Delete the queue's ready, scheduled, waiting and dead messages; in-flight ones
+    finish normally."""
+    q = get_queue(queue, fresh=True)
+    db = dialects.alias()
+    removed = 0
+    batch = get_settings().PRUNE_BATCH
+    while True:
+        with transaction.atomic(using=db):
+            ids = _lock_ids(Message.objects.using(db).filter(
+                queue=q, state__in=[State.READY, State.SCHEDULED, State.WAITING, State.DEAD]),
+                batch)
+            if ids:
+                Message.objects.using(db).filter(pk__in=ids).delete()
+                trace.record(db, [Message(pk=pk, queue_id=q.pk) for pk in ids], Event.PURGED)
+        removed += len(ids)
+        if len(ids) < batch:
+            break
+    if q.ordered:
+        with transaction.atomic(using=db):
+            ordered_groups.repair(db, [q.pk])
+    return removed
+
+
+def retry_now(ids: list[int]) -> int:
+    """Make scheduled messages (waiting on a delay or a retry backoff) ready at once."""
+    db = dialects.alias()
+    with transaction.atomic(using=db):
+        ready = _lock_ids(Message.objects.using(db).filter(
+            pk__in=_check_ids(ids), state=State.SCHEDULED), len(ids))
+        ready_again(Message.objects.using(db).filter(pk__in=ready),
+                    state=State.READY, visible_at=timezone.now())
+    if ready:
+        transaction.on_commit(local_wakeup.notify, using=db)
+    return len(ready)
+
+
+def change_visibility(ids: list[int], seconds: float) -> int:
+    """SQS ChangeMessageVisibility: a claimed message's lease now ends ``seconds`` from now;
+    a ready or scheduled one becomes visible then (0: ready at once)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not (
+            0 <= seconds <= MAX_VISIBILITY):
+        raise InvalidMessage(
+            f"Visibility must be 0 to {MAX_VISIBILITY:g} seconds, got {seconds!r}.")
+    db = dialects.alias()
+    until = timezone.now() + timedelta(seconds=seconds)
+    with transaction.atomic(using=db):
+        ids = _lock_ids(Message.objects.using(db).filter(
+            pk__in=_check_ids(ids), state__in=[State.READY, State.SCHEDULED, State.CLAIMED]),
+            len(ids))
+        messages = Message.objects.using(db).filter(pk__in=ids)
+        changed = messages.filter(state=State.CLAIMED).update(visible_at=until)
+        changed += ready_again(messages.exclude(state=State.CLAIMED),
+                               state=State.READY if seconds == 0 else State.SCHEDULED,
+                               visible_at=until)
+    if changed and seconds == 0:
+        transaction.on_commit(local_wakeup.notify, using=db)
+    return changed
+
+
+def _check_ids(ids: object) -> list[int]:
+    if not isinstance(ids, list | tuple) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise InvalidMessage(f"Message ids must be a list of integers, got {ids!r}.")
+    return list(ids)
+
+
+def _lock_ids(query, limit: int) -> list[int]:
+    """Ids of up to ``limit`` rows of ``query``, locked, skipping rows others hold.
+
+    Why by id: deleting and updating by primary key keeps MySQL's locks to the
+    rows themselves (by a secondary key it also locks gaps and deadlocks).
+    """
+    query = engine_for().skipping_locked(query)
+    return list(query.values_list("pk", flat=True)[:limit])
+
+
+def get_message(message_id: int) -> Message | None:
+    """A pending or dead message by id, without claiming it."""
+    return Message.objects.using(dialects.alias()).filter(pk=message_id).first()
+
+
+def peek(queue: QueueRef | None = None, *, state: State | None = None,
+         older_than: float | timedelta | None = None, limit: int = 100) -> list[Message]:
+    """Messages matching the filters, oldest first, without claiming them."""
+    query = Message.objects.using(dialects.alias()).order_by("id")
+    if queue is not None:
+        query = query.filter(queue=get_queue(queue))
+    if state is not None:
+        query = query.filter(state=State(state))
+    if older_than is not None:
+        seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
+        query = query.filter(sent_at__lte=timezone.now() - timedelta(seconds=seconds))
+    return list(query[:limit])
+
+
+def delete(message: Message | int, *, only_unclaimed: bool = False) -> bool:
+    """Remove a message directly; history records it as deleted.
+
+    With ``only_unclaimed`` a message some receiver holds is left alone (False).
+    """
+    pk = message.pk if isinstance(message, Message) else message
+    if isinstance(pk, bool) or not isinstance(pk, int):
+        raise InvalidMessage(f"delete() takes a Message or a message id, not {message!r}.")
+    db = dialects.alias()
+    with transaction.atomic(using=db):
+        row = Message.objects.using(db).select_for_update().filter(pk=pk).first()
+        if row is None or (only_unclaimed and row.state == State.CLAIMED):
+            return False
+        History.objects.using(db).bulk_create([history_row(row, Outcome.DELETED, timezone.now())])
+        row.delete(using=db)
+        row.pk = pk  # delete() clears it; the hand-on and the trace still name the message
+        ordered_groups.hand_on(db, [row])
+        trace.record(db, [row], Event.DELETED)
+    return True
+
+
+def finished(message_id: int) -> History | None:
+    return History.objects.using(dialects.alias()).filter(pk=message_id).first()

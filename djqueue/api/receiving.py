@@ -1,0 +1,129 @@
+"""Receiving messages: ``receive``, Q4M's owner mode (``consume``, ``OwnerSession``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from django.db.models import Q
+
+from djqueue.api.condition_parser import compile_condition
+from djqueue.exceptions import InvalidMessage, NotOwner
+from djqueue.models import Message, Queue
+from djqueue.polling import Backoff
+from djqueue.storage.claims import PromotionClock, claim_ready
+from djqueue.storage.queue_lookup import QueueRef, get_queue
+from djqueue.storage.transitions import fail, release, validate_delay
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()[:60]}:{os.getpid()}:{threading.get_ident() % 10**9}"
+
+
+_promotion = PromotionClock()
+
+
+def receive(
+    queues: QueueRef | Sequence[QueueRef],
+    *,
+    max_messages: int = 1,
+    visibility_timeout: float | None = None,
+    wait: float = 0,
+    owner: str | None = None,
+    where: Q | str | None = None,
+) -> list[Message]:
+    """Claim up to ``max_messages`` ready messages, earlier queues first.
+
+    With ``wait`` it blocks up to that many seconds for a first message
+    (long poll), polling with an adaptive delay. Paused queues are skipped.
+    ``where`` takes only messages matching a condition: a ``Q`` over Message
+    fields, or an expression such as ``"priority >= 5 and headers.region = 'eu'"``
+    (see djqueue.api.condition_parser).
+    """
+    condition = compile_condition(where)
+    refs = [queues] if isinstance(queues, str | Queue) else list(queues)
+    if not refs:
+        raise InvalidMessage("receive() needs at least one queue.")
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+        raise InvalidMessage(f"max_messages must be a positive integer, got {max_messages!r}.")
+    if visibility_timeout is not None and not (
+            isinstance(visibility_timeout, int | float) and visibility_timeout > 0):
+        raise InvalidMessage(f"visibility_timeout must be positive, got {visibility_timeout!r}.")
+    wait = validate_delay(wait) or 0.0
+    owner = owner or default_owner()
+    deadline = time.monotonic() + wait
+    backoff = Backoff()
+    while True:
+        _, messages = claim_ready([get_queue(r) for r in refs], max_messages, owner=owner,
+                                  visibility_timeout=visibility_timeout, clock=_promotion,
+                                  where=condition)
+        if messages or time.monotonic() >= deadline:
+            return messages
+        backoff.sleep(deadline)
+
+
+@contextlib.contextmanager
+def consume(
+    queue: QueueRef | Sequence[QueueRef],
+    *,
+    wait: float = 0,
+    visibility_timeout: float | None = None,
+) -> Iterator[Message | None]:
+    """Q4M owner mode for one message: ack on clean exit, record the failure on exception.
+
+    Yields None when nothing arrived within ``wait`` seconds.
+    """
+    with OwnerSession(queue, visibility_timeout=visibility_timeout) as session:
+        yield session.next(wait=wait)
+
+
+class OwnerSession:
+    """Consecutive ``queue_wait()`` calls: receiving the next message acks the previous one.
+
+    Leaving the ``with`` block acks the current message, or on an exception
+    records it as a failed delivery (retried with backoff, or dead-lettered).
+    """
+
+    def __init__(self, queues: QueueRef | Sequence[QueueRef], *,
+                 visibility_timeout: float | None = None) -> None:
+        self.queues = queues
+        self.visibility_timeout = visibility_timeout
+        self.owner = default_owner()
+        self.current: Message | None = None
+
+    def next(self, wait: float = 0) -> Message | None:
+        self.end()
+        got = receive(self.queues, wait=wait, visibility_timeout=self.visibility_timeout,
+                      owner=self.owner)
+        self.current = got[0] if got else None
+        return self.current
+
+    def end(self) -> None:
+        """Ack the current message (Q4M ``queue_end``)."""
+        message, self.current = self.current, None
+        if message is not None:
+            message.ack()
+
+    def abort(self) -> None:
+        """Give the current message back uncounted (Q4M ``queue_abort``)."""
+        message, self.current = self.current, None
+        if message is not None:
+            release([message])
+
+    def __enter__(self) -> OwnerSession:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            self.end()
+            return
+        message, self.current = self.current, None
+        if message is not None:
+            with contextlib.suppress(NotOwner):
+                fail(message, "".join(traceback.format_exception(exc)))

@@ -1,0 +1,268 @@
+"""Sending messages: validation, flow control, dedup and the insert, one short transaction."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
+
+from djqueue import signals
+from djqueue.api import worker_wakeups
+from djqueue.exceptions import InvalidMessage, PayloadTooLarge, QueueFull
+from djqueue.models import Event, History, Message, Queue, State
+from djqueue.polling import Backoff, local_wakeup
+from djqueue.storage import dedup, dialects, fastpath, ordered_groups, trace
+from djqueue.storage.claim_resume import resume_points
+from djqueue.storage.payloads import encode as _encode
+from djqueue.storage.queue_lookup import QueueRef, get_queue
+from djqueue.storage.statements.message_inserts import insert_messages
+from djqueue.storage.transitions import validate_delay
+
+SMALLINT = (-32768, 32767)
+MAX_GROUP_KEY_CHARS = 200
+
+
+def send(
+    queue: QueueRef,
+    payload: Any,
+    *,
+    delay: float | timedelta | datetime | None = None,
+    priority: int = 0,
+    headers: dict[str, Any] | None = None,
+    group_key: str | None = None,
+    dedup_key: str | None = None,
+    block: bool = False,
+    timeout: float | None = None,
+) -> Message | History:
+    """Put one message on ``queue``. Inside ``transaction.atomic()`` it appears at commit.
+
+    ``group_key``: in an ordered queue, messages of one key are delivered one at a
+    time in send order. ``dedup_key``: while a message sent with that key is
+    pending (or within the queue's ``dedup_window``) a second send returns the
+    first message, marked ``duplicate = True`` (its History row if it already
+    finished). ``block``: if the queue is at ``max_depth``, wait up to
+    ``timeout`` seconds (default: forever) for room instead of raising QueueFull.
+    """
+    q = get_queue(queue)
+    [message] = _build(q, [payload], [group_key], delay=delay, priority=priority,
+                       headers=headers)
+    if dedup_key is not None:
+        dedup.validate_key(dedup_key)
+    if not block and timeout is None:
+        return _insert(q, [message], dedup_key=dedup_key)[0]
+    return _with_flow_control(lambda: _insert(q, [message], dedup_key=dedup_key)[0],
+                              block=block, timeout=timeout)
+
+
+def send_batch(
+    queue: QueueRef,
+    payloads: Iterable[Any],
+    *,
+    delay: float | timedelta | datetime | None = None,
+    priority: int = 0,
+    headers: dict[str, Any] | None = None,
+    group_key: str | None = None,
+    group_keys: Sequence[str | None] | None = None,
+    block: bool = False,
+    timeout: float | None = None,
+) -> list[Message]:
+    """Put many messages on ``queue`` with multi-row inserts: all of them, or none.
+
+    ``group_key`` applies to every message; ``group_keys`` gives one per payload.
+    """
+    q = get_queue(queue)
+    payloads = list(payloads)
+    if group_keys is not None:
+        group_keys = list(group_keys)
+        if group_key is not None or len(group_keys) != len(payloads):
+            raise InvalidMessage("group_keys needs one key (or None) per payload, "
+                                 "and excludes group_key.")
+    keys = group_keys if group_keys is not None else [group_key] * len(payloads)
+    messages = _build(q, payloads, keys, delay=delay, priority=priority, headers=headers)
+    if not messages:
+        return []
+    return _with_flow_control(lambda: _insert(q, messages), block=block, timeout=timeout)
+
+
+def _with_flow_control(insert, *, block: bool, timeout: float | None):
+    """Run ``insert``; on QueueFull with ``block``, retry as consumers make room.
+
+    Inside an outer transaction the queue row stays locked by the first try,
+    so other senders to this queue wait too; consumers are not affected.
+    """
+    if timeout is not None:
+        timeout = validate_delay(timeout)
+    if not block:
+        return insert()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    backoff = Backoff()
+    while True:
+        try:
+            return insert()
+        except QueueFull:
+            if not block or (deadline is not None and time.monotonic() >= deadline):
+                raise
+        backoff.sleep(deadline)
+
+
+def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = None) -> list:
+    db = dialects.alias()
+    if (len(messages) == 1 and queue.max_depth is None and not queue.trace
+            and dedup_key is None and not (queue.ordered and messages[0].group_key)):
+        conn = connections[db]
+        dialects.retry_deadlocks(lambda: insert_messages(db, messages, conn))
+        announce(messages, conn)
+        return messages
+    states = [m.state for m in messages]
+    retried = False
+
+    def inserting() -> Message | None:
+        nonlocal retried
+        if retried:  # a deadlock victim: start again from the built messages
+            for message, state in zip(messages, states, strict=True):
+                fastpath.mark_unsaved(message)
+                message.state = state
+        retried = True
+        with dialects.short_transaction(db):
+            if dedup_key is not None:
+                original = dedup.take(db, queue, dedup_key)
+                if original is not None:
+                    return original
+            if queue.max_depth is not None:
+                reserve_depth(queue, len(messages))
+            ordered_groups.enqueue_states(db, messages)
+            insert_messages(db, messages)
+            if dedup_key is not None:
+                dedup.assign(db, queue, dedup_key, messages[0])
+            trace.record(db, messages, Event.SENT)
+        return None
+
+    original = dialects.retry_deadlocks(inserting)
+    if original is not None:
+        original.duplicate = True
+        return [original]
+    announce(messages)
+    return messages
+
+
+def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: Any,
+           priority: Any, headers: Any) -> list[Message]:
+    """Validate and build unsaved messages; the shared options are checked once."""
+    validate_priority(priority)
+    headers = check_headers(headers)
+    now = timezone.now()
+    visible_at = _visible_at(delay, now)
+    shared = {"queue_id": queue.pk, "priority": priority, "headers": headers,
+              "visible_at": visible_at, "sent_at": now,
+              "state": State.SCHEDULED if visible_at > now else State.READY}
+    # A batch merges its shared values into the defaults once; one message need not.
+    many = len(payloads) > 1
+    make = fastpath.builder(Message, **shared) if many else fastpath.builder(Message)
+    own = {} if many else shared
+    limit = queue.max_payload_bytes
+    messages = []
+    for payload, group_key in zip(payloads, group_keys, strict=True):
+        body = encode_payload(payload)
+        if group_key is not None:
+            validate_group_key(group_key)
+        if limit is not None and len(body.encode()) > limit:
+            raise PayloadTooLarge(
+                f"Payload of {len(body.encode())} bytes exceeds queue {queue.name!r}'s limit "
+                f"of {limit} bytes.")
+        message = make(body=body, group_key=group_key, **own)
+        _cache_queue(message, queue)
+        message._payload = payload
+        messages.append(message)
+    return messages
+
+
+def validate_group_key(group_key: Any) -> None:
+    if group_key is not None and (not isinstance(group_key, str) or not group_key
+                                  or len(group_key) > MAX_GROUP_KEY_CHARS):
+        raise InvalidMessage(f"group_key must be a non-empty string of at most "
+                             f"{MAX_GROUP_KEY_CHARS} characters, got {group_key!r}.")
+
+
+def validate_priority(priority: Any) -> None:
+    if isinstance(priority, bool) or not isinstance(priority, int) or not (
+            SMALLINT[0] <= priority <= SMALLINT[1]):
+        raise InvalidMessage(f"priority must be an integer from {SMALLINT[0]} to {SMALLINT[1]},"
+                             f" got {priority!r}.")
+
+
+def encode_payload(payload: Any) -> str:
+    try:
+        return _encode(payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage(f"Payload is not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidMessage("Payload is not JSON-serialisable: it contains itself "
+                             "(or is nested too deeply).") from None
+
+
+def check_headers(headers: Any) -> dict[str, Any] | None:
+    if headers is None:
+        return None
+    if not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers):
+        raise InvalidMessage("headers must be a dict with string keys.")
+    try:
+        json.dumps(headers, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage(f"headers are not JSON-serialisable: {exc}") from None
+    return headers
+
+
+def _visible_at(delay: Any, now: datetime) -> datetime:
+    if isinstance(delay, datetime):
+        if timezone.is_naive(delay):
+            raise InvalidMessage("A send time must be timezone-aware.")
+        return max(delay, now)
+    seconds = validate_delay(delay)
+    return now + timedelta(seconds=seconds) if seconds else now
+
+
+def reserve_depth(queue: Queue, adding: int) -> None:
+    """Refuse a send that would take the queue past ``max_depth``.
+
+    The queue row is locked for the rest of the transaction, so concurrent
+    senders to this queue count one after another: the limit is exact, at the
+    price of one locking read and one index-range count per send.
+    """
+    db = dialects.alias()
+    Queue.objects.using(db).select_for_update().filter(pk=queue.pk).values_list("pk").get()
+    depth = Message.objects.using(db).filter(queue=queue).pending().count()
+    if depth + adding > queue.max_depth:
+        raise QueueFull(f"Queue {queue.name!r} holds {depth} of at most {queue.max_depth} "
+                        f"messages; {adding} more do not fit.")
+
+
+def announce(messages: list[Message], conn: BaseDatabaseWrapper | None = None) -> None:
+    """Wake receivers and tell listeners once ``messages`` are committed: at once
+    outside a transaction, else on commit. ``conn``: the djqueue database's
+    connection, where the caller has it."""
+    db = dialects.alias()
+    if (conn or connections[db]).in_atomic_block:
+        transaction.on_commit(lambda: _committed(messages), using=db)
+    else:
+        _committed(messages)  # what on_commit would do, without its bookkeeping
+
+
+def _committed(messages: list[Message]) -> None:
+    resume_points.sent(messages)
+    local_wakeup.notify()
+    worker_wakeups.wake_workers(_queue_names(messages))
+    signals.messages_sent.send(sender=Message, messages=messages)
+
+
+def _queue_names(messages: list[Message]) -> Iterator[str]:
+    for message in {m.queue_id: m for m in messages}.values():
+        yield message.queue.name
+
+
+_cache_queue = fastpath.related_cacher(Message, "queue")

@@ -1,0 +1,106 @@
+"""Waking idle workers in other processes the moment a send commits.
+
+A worker binds a UDP socket on ``WAKE_HOST`` (an ephemeral port) and records
+the address in its worker row. A process whose send commits looks up the
+addresses of the workers serving that queue (cached for ``WAKE_REFRESH``
+seconds) and sends each an empty datagram; the worker's listener thread wakes
+its loop, which claims at once instead of at its next poll.
+
+Why UDP, and not PostgreSQL's LISTEN/NOTIFY: it works the same on all three
+databases, costs the sender one ``sendto()`` per worker and the database
+nothing, and needs no connection held open per listener. A datagram is only a
+hint — a lost or forged one costs at most a poll — so polling (``POLL_MAX``)
+remains the safety net, and workers the sender cannot reach (another host,
+with the default ``WAKE_HOST`` of 127.0.0.1) are found by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterable
+
+from django.db import DatabaseError
+
+from djqueue.conf import get_settings
+from djqueue.models import Worker
+from djqueue.polling import local_wakeup
+from djqueue.storage import dialects
+
+logger = logging.getLogger("djqueue.worker")
+
+
+class WakeSocket:
+    """A worker's listening end."""
+
+    def __init__(self, host: str) -> None:
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._socket.bind((host, 0))
+        self._socket.settimeout(0.5)
+        self.address = "{}:{}".format(*self._socket.getsockname())
+
+    def listen_until(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self._socket.recv(16)
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+            local_wakeup.notify()
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+class _WakeAddresses:
+    """The sender's cache: queue name -> addresses of the workers serving it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loaded = -1e9
+        self._by_queue: dict[str, list[tuple[str, int]]] = {}
+        self._socket: socket.socket | None = None
+
+    def wake_workers(self, queue_names: Iterable[str]) -> None:
+        if get_settings().WAKE_HOST is None:
+            return
+        by_queue = self._addresses()
+        if not by_queue:  # no worker listens: the names need not even be looked up
+            return
+        addresses = {a for name in queue_names for a in by_queue.get(name, ())}
+        if not addresses:
+            return
+        with self._lock:
+            if self._socket is None:
+                self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                self._socket.setblocking(False)
+            for address in addresses:
+                with contextlib.suppress(OSError):  # a full buffer or a gone worker: it polls
+                    self._socket.sendto(b"", address)
+
+    def forget(self) -> None:
+        self._loaded = -1e9
+
+    def _addresses(self) -> dict[str, list[tuple[str, int]]]:
+        if time.monotonic() - self._loaded < get_settings().WAKE_REFRESH:
+            return self._by_queue
+        by_queue: dict[str, list[tuple[str, int]]] = {}
+        try:
+            rows = Worker.objects.using(dialects.alias()).exclude(wake_address="").values_list(
+                "wake_address", "queues")
+            for address, queues in rows:
+                host, _, port = address.rpartition(":")
+                for name in queues or []:
+                    by_queue.setdefault(name, []).append((host, int(port)))
+        except (DatabaseError, ValueError):
+            logger.warning("Could not read the workers' wake addresses", exc_info=True)
+        self._by_queue, self._loaded = by_queue, time.monotonic()
+        return by_queue
+
+
+wake_addresses = _WakeAddresses()
+wake_workers = wake_addresses.wake_workers

@@ -1,0 +1,65 @@
+"""Pruning: what is past its retention leaves the database, in batches by primary key.
+
+Run by the reaper once every PRUNE_EVERY seconds; each batch is its own short
+statement, so a large backlog of expired rows never holds a long transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from djqueue.api.topics import collect_bodies
+from djqueue.conf import get_settings
+from djqueue.models import (
+    FINISHED_STATUSES,
+    History,
+    Message,
+    MessageGroup,
+    PeriodicTick,
+    Queue,
+    TaskRecord,
+    TraceEvent,
+)
+from djqueue.monitoring import rollups
+from djqueue.storage import dedup, dialects
+
+
+def prune_history(now: datetime | None = None) -> int:
+    """Delete what is past retention, in batches by primary key: history (per queue's
+    retention), finished task results and periodic ticks (RESULT_RETENTION)."""
+    db = dialects.alias()
+    now = now or timezone.now()
+    removed = 0
+    for queue_id, retention in Queue.objects.using(db).values_list("pk", "retention"):
+        cutoff = now - timedelta(seconds=retention)
+        removed += _delete_in_batches(History.objects.using(db).filter(
+            queue_id=queue_id, finished_at__lt=cutoff))
+        removed += _delete_in_batches(TraceEvent.objects.using(db).filter(
+            queue_id=queue_id, at__lt=cutoff))
+        removed += _delete_in_batches(MessageGroup.objects.using(db).filter(
+            queue_id=queue_id, touched_at__lt=cutoff).exclude(
+            Exists(Message.objects.filter(queue_id=OuterRef("queue_id"),
+                                          group_key=OuterRef("key")))))
+    removed += dedup.prune(db, now)
+    removed += rollups.prune(db, now)
+    removed += collect_bodies(now)
+    cutoff = now - timedelta(seconds=get_settings().RESULT_RETENTION)
+    removed += _delete_in_batches(TaskRecord.objects.using(db).filter(
+        status__in=FINISHED_STATUSES, finished_at__lt=cutoff))
+    removed += _delete_in_batches(PeriodicTick.objects.using(db).filter(tick_at__lt=cutoff))
+    return removed
+
+
+def _delete_in_batches(query) -> int:
+    batch = get_settings().PRUNE_BATCH
+    removed = 0
+    while True:
+        ids = list(query.values_list("pk", flat=True)[:batch])
+        if ids:
+            query.model.objects.using(query.db).filter(pk__in=ids).delete()
+        removed += len(ids)
+        if len(ids) < batch:
+            return removed

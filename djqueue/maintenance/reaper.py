@@ -1,0 +1,144 @@
+"""The reaper: returns the claims of dead workers and expired leases, promotes
+due messages, and prunes history. Any number may run at once: every change
+locks its rows with SKIP LOCKED and is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from djqueue.conf import get_settings
+from djqueue.maintenance.periodic import Scheduler
+from djqueue.maintenance.pruning import prune_history
+from djqueue.models import Message, Queue
+from djqueue.models import Worker as WorkerRecord
+from djqueue.monitoring import alarms, rollups
+from djqueue.processes.base import ProcessBase
+from djqueue.storage import dialects, ordered_groups
+from djqueue.storage.session_locks import session_lock_free
+from djqueue.storage.transitions import promote_due, return_claims
+
+logger = logging.getLogger("djqueue.reaper")
+
+RETURN_BATCH = 500
+PRUNE_EVERY = 60.0
+
+
+@dataclass
+class ReapReport:
+    dead_workers: int = 0
+    returned_from_dead: int = 0
+    expired: int = 0
+    promoted: int = 0
+    pruned: int = 0
+    periodic: int = 0
+    groups_repaired: int = 0
+    counted: int = 0
+    alarms: int = 0
+
+    def __bool__(self) -> bool:
+        return any(vars(self).values())
+
+
+class Reaper(ProcessBase):
+    """One pass (``tick``) every ``interval`` seconds: dead workers' claims, expired
+    leases, due messages, periodic tasks, statistics and alarms, pruning."""
+
+    logger = logger
+
+    def __init__(self, interval: float | None = None) -> None:
+        super().__init__()
+        self.interval = interval if interval is not None else get_settings().REAPER_INTERVAL
+        self._last_prune = 0.0
+        self._last_stats = 0.0
+        self._hostname = socket.gethostname()[:255]
+        self.scheduler = Scheduler() if get_settings().PERIODIC else None
+
+    def run(self, *, once: bool = False) -> int:
+        if not once:
+            return super().run()
+        with self.stop_signals.installed():
+            self.tick_safely()
+        return 0
+
+    def tick(self) -> ReapReport:
+        report = self.reap()
+        if report:
+            logger.info("Reaped: %s", report, extra={"report": vars(report)})
+        return report
+
+    def reap(self) -> ReapReport:
+        report = ReapReport()
+        for worker in self.dead_workers():
+            report.dead_workers += 1
+            claims = Message.objects.claimed().filter(owner=worker.pk)
+            report.returned_from_dead += self._drain(claims, "worker {owner} died")
+            # Rows the dead worker's last transactions still lock (the server has not
+            # yet rolled them back) were skipped: keep the row, so the next pass
+            # returns them, instead of leaving them to their lease's expiry.
+            if not claims.using(dialects.alias()).exists():
+                WorkerRecord.objects.using(dialects.alias()).filter(pk=worker.pk).delete()
+        report.expired = self._drain(
+            Message.objects.expired(timezone.now()), "lease expired (held by {owner})")
+        report.promoted = promote_due()
+        if self.scheduler is not None:
+            report.periodic = self.scheduler.tick()
+        if time.monotonic() - self._last_stats >= get_settings().STATS_INTERVAL:
+            self._last_stats = time.monotonic()
+            report.counted = rollups.roll_up()
+            rollups.sample_depth()
+            report.alarms = len(alarms.evaluate())
+        if time.monotonic() - self._last_prune >= PRUNE_EVERY:
+            self._last_prune = time.monotonic()
+            report.pruned = prune_history()
+            report.groups_repaired = self.repair_groups()
+        return report
+
+    @staticmethod
+    def repair_groups() -> int:
+        """Safety net for ordered queues: hand on groups left with no holder."""
+        db = dialects.alias()
+        ordered = list(Queue.objects.using(db).filter(ordered=True).values_list("pk", flat=True))
+        if not ordered:
+            return 0
+        with transaction.atomic(using=db):
+            return ordered_groups.repair(db, ordered)
+
+    def _drain(self, query, error: str) -> int:
+        total = 0
+        while True:
+            count = return_claims(query, error, RETURN_BATCH)
+            total += count
+            if count < RETURN_BATCH:
+                return total
+
+    def dead_workers(self) -> list[WorkerRecord]:
+        """Workers whose session lock is free, whose process is gone, or who stopped beating."""
+        silent_since = timezone.now() - timedelta(seconds=get_settings().WORKER_TIMEOUT)
+        return [w for w in WorkerRecord.objects.using(dialects.alias()).all()
+                if w.heartbeat_at < silent_since or self._is_gone(w)]
+
+    def _is_gone(self, worker: WorkerRecord) -> bool:
+        if session_lock_free(worker.lock_key):
+            return True
+        if worker.hostname == self._hostname:
+            return not _pid_alive(worker.pid)
+        return False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,9 @@
+"""Monitoring: statistics, alarms and the dashboard's numbers, without counting the
+message table.
+
+Owns: per-queue roll-ups by minute, hour and day and depth snapshots
+(``rollups``), alarm policies and their evaluation (``alarms``), and the
+dashboard's snapshot read in a fixed number of indexed queries (``snapshot``).
+
+May import: djqueue.processes and below.
+"""

@@ -1,0 +1,16 @@
+"""Storage: the only layer that writes SQL, and every database difference.
+
+Owns: the database differences with their reasons (``dialects``), session
+locks, the two claim engines (row-locking, serial) and the claim transaction
+(``claims``), the resume point of a draining claim and the one path that makes
+messages ready again (``claim_resume``), the state transitions of claimed
+messages (``transitions``), the copy of finished messages into history, ordered
+groups, dedup keys, the trace, queue lookup, payload encoding, the hand-written
+statements of the hot path (``statements/``), and every use of Django's or a
+driver's private internals (``fastpath``, quarantined there with a plain path
+each).
+
+May import: djqueue.models and the modules below them (conf, exceptions,
+signals, polling, types, histograms). Never api, processes, worker,
+maintenance, monitoring, tasks, admin or export (checked by import-linter).
+"""

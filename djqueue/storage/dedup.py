@@ -1,0 +1,83 @@
+"""Deduplicated sends: a second send of a taken key returns the first message.
+
+The key row is upserted first, which takes its exclusive lock in one
+statement (whether the row existed or not), so concurrent senders of one key
+queue up on it: the first inserts the message, the others then read its id.
+No check-then-insert window exists.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from djqueue.exceptions import InvalidMessage
+from djqueue.models import PENDING_STATES, DedupKey, History, Message, Queue
+from djqueue.storage import dialects
+
+MAX_KEY_CHARS = 200
+
+
+def validate_key(key: object) -> str:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
+        raise InvalidMessage(
+            f"dedup_key must be a non-empty string of at most {MAX_KEY_CHARS} characters, "
+            f"got {key!r}.")
+    return key
+
+
+def take(db: str, queue: Queue, key: str) -> Message | History | None:
+    """Lock ``key``; return the message holding it, or None if the caller may use it.
+
+    Call inside the sending transaction, then :func:`assign` once the message exists.
+    """
+    DedupKey.objects.using(db).bulk_create(
+        [DedupKey(queue=queue, key=key, message_id=0)],
+        **dialects.upsert_options(["queue", "key"], ["key"]))
+    row = DedupKey.objects.using(db).get(queue=queue, key=key)
+    if row.message_id == 0:
+        return None
+    now = timezone.now()
+    if row.expires_at is not None:
+        if row.expires_at <= now:
+            return None
+        original = (Message.objects.using(db).filter(pk=row.message_id).first()
+                    or History.objects.using(db).filter(pk=row.message_id).first())
+        return original
+    return Message.objects.using(db).filter(pk=row.message_id, state__in=PENDING_STATES).first()
+
+
+def assign(db: str, queue: Queue, key: str, message: Message) -> None:
+    now = timezone.now()
+    expires = (now + timedelta(seconds=queue.dedup_window)
+               if queue.dedup_window is not None else None)
+    DedupKey.objects.using(db).filter(queue=queue, key=key).update(
+        message_id=message.pk, created_at=now, expires_at=expires)
+
+
+def prune(db: str, now=None, batch: int = 5000) -> int:
+    """Delete keys that no longer hold: expired windows, and (without a window) keys
+    whose message is no longer pending."""
+    now = now or timezone.now()
+    removed = 0
+    expired = list(DedupKey.objects.using(db).filter(expires_at__lte=now)
+                   .values_list("pk", flat=True)[:batch])
+    if expired:
+        removed += DedupKey.objects.using(db).filter(pk__in=expired, expires_at__lte=now).delete()[0]
+    candidates = dict(DedupKey.objects.using(db).filter(expires_at__isnull=True)
+                      .exclude(message_id=0).values_list("pk", "message_id")[:batch])
+    if candidates:
+        live = set(Message.objects.using(db).filter(
+            pk__in=list(candidates.values()), state__in=PENDING_STATES)
+            .values_list("pk", flat=True))
+        gone = [(pk, mid) for pk, mid in candidates.items() if mid not in live]
+        for start in range(0, len(gone), 500):
+            # Why match the message id too: a sender may have taken the key over
+            # for a new message since it was read.
+            match = Q()
+            for pk, mid in gone[start:start + 500]:
+                match |= Q(pk=pk, message_id=mid)
+            removed += DedupKey.objects.using(db).filter(match, expires_at__isnull=True).delete()[0]
+    return removed

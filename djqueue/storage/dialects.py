@@ -1,0 +1,293 @@
+"""Every difference between the database vendors, each with the reason for it (the
+session locks' own statements are in djqueue.storage.session_locks)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+from django.db import OperationalError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from djqueue.conf import get_settings
+from djqueue.storage import fastpath
+
+T = TypeVar("T")
+DEADLOCK_RETRIES = 5
+
+
+def alias() -> str:
+    return get_settings().DATABASE
+
+
+def connection() -> BaseDatabaseWrapper:
+    return connections[alias()]
+
+
+def vendor() -> str:
+    return connection().vendor
+
+
+def claims_by_skip_locked(conn: BaseDatabaseWrapper | None = None) -> bool:
+    """Whether claims use ``SELECT ... FOR UPDATE SKIP LOCKED``.
+
+    Why: SQLite has no row locks (writers are serialised), so there a claim is
+    one ``UPDATE ... WHERE id IN (SELECT ... LIMIT n)`` stamped with a lease
+    token and read back by it; MariaDB >= 10.6, MySQL >= 8 and PostgreSQL
+    skip rows another transaction holds, so workers never wait on each other.
+    """
+    conn = conn or connection()
+    return bool(conn.features.has_select_for_update_skip_locked)
+
+
+@contextlib.contextmanager
+def claim_isolation(conn: BaseDatabaseWrapper | None = None) -> Iterator[None]:
+    """Run the next transaction at READ COMMITTED on MySQL/MariaDB.
+
+    Why: at REPEATABLE READ InnoDB takes next-key locks on the scanned index
+    range, which blocks producers inserting into it and invites deadlocks.
+    Django's MySQL backend already uses READ COMMITTED unless the project set
+    another ``isolation_level``; only then is the extra statement sent (and it
+    can only be sent outside a transaction).
+    """
+    conn = conn or connection()
+    if (
+        conn.vendor == "mysql"
+        and not conn.in_atomic_block
+        and (getattr(conn, "isolation_level", None) or "") != "read committed"
+    ):
+        with conn.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    yield
+
+
+@contextlib.contextmanager
+def short_transaction(db: str) -> Iterator[None]:
+    """``transaction.atomic(using=db)`` for the hot path's transactions, with two
+    round trips fewer on MySQL/MariaDB.
+
+    Why: Django opens a transaction by turning autocommit off and ends it by
+    committing and turning autocommit on again; mysqlclient sends each toggle
+    to the server as a statement, so a transaction of two statements took five
+    round trips. Here a BEGIN opens it (the session's autocommit setting stays
+    on, so nothing needs restoring after COMMIT) and Django is told that
+    autocommit is off: nested atomic blocks still become savepoints, on_commit
+    hooks still wait for the commit, and an error still rolls everything back.
+    """
+    conn = connections[db]
+    if conn.vendor != "mysql" or conn.in_atomic_block or not conn.get_autocommit():
+        with transaction.atomic(using=db):
+            yield
+        return
+    with fastpath.mysql_transaction(conn, db):
+        yield
+
+
+def supports_limit_in_subquery(conn: BaseDatabaseWrapper | None = None) -> bool:
+    """Why: MySQL/MariaDB reject ``IN (SELECT ... LIMIT n)``; those claim by id lists."""
+    conn = conn or connection()
+    return conn.vendor != "mysql"
+
+
+CLAIM_INDEX = "djqueue_msg_claim"
+
+
+def continues_claims(conn: BaseDatabaseWrapper) -> bool:
+    """Whether a draining receiver's claim continues after its last one (claim_cursor).
+
+    Why MySQL/MariaDB only: InnoDB leaves the claim index entries of claimed and
+    deleted messages in place until its purge runs, and every claim from the head
+    stepped over them. PostgreSQL's index scans mark dead entries themselves."""
+    return conn.vendor == "mysql"
+
+
+def reads_datetimes_as_text(conn: BaseDatabaseWrapper) -> bool:
+    """Whether the claim reads its datetime columns as text, parsed by ``fromisoformat``.
+
+    Why: mysqlclient parses DATETIME values in Python (then Django's converter makes
+    them aware), and a claim of 100 rows carries 200 of them; ``fromisoformat`` of
+    the text is cheaper (figures on the docs' performance page)."""
+    return conn.vendor == "mysql"
+
+
+def extracts_json_verbatim(conn: BaseDatabaseWrapper) -> bool:
+    """Whether ``JSON_EXTRACT`` gives a value's text as the document has it (keys in
+    their order, numbers as written; only the spacing differs), so that a JSON column
+    filled from it reads back equal to what Python decodes from the document.
+
+    Why MariaDB only: it works on the JSON text itself. MySQL 8 parses into its binary
+    JSON type, which sorts object keys and re-formats numbers; PostgreSQL and SQLite
+    are not asked (djqueue writes their JSON as parameters)."""
+    return conn.vendor == "mysql" and conn.mysql_is_mariadb
+
+
+def escapes_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:
+    """On MySQL/MariaDB, the driver's escaping of one value into SQL text with ``%``
+    doubled, for a statement that has parameters too; elsewhere None.
+
+    Why: mysqlclient interpolates every parameter into the statement text with
+    that same escaping, so the values a batch's rows share are escaped once
+    (see fastpath.driver_literal)."""
+    literal = literal_client_side(conn)
+    return None if literal is None else lambda value: literal(value).replace("%", "%%")
+
+
+def writes_values_into_sql(conn: BaseDatabaseWrapper) -> bool:
+    """Whether hot-path statements carry their values escaped into their text by the
+    driver (MySQL/MariaDB, on the fast path: see fastpath.driver_literal); otherwise
+    every value is a parameter."""
+    return conn.vendor == "mysql" and fastpath.enabled
+
+
+def literal_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:
+    """On MySQL/MariaDB, the driver's escaping of one value into SQL text, for a
+    statement run without parameters (see fastpath.driver_literal); elsewhere None."""
+    return fastpath.driver_literal(conn)
+
+
+def claim_index_hint(conn: BaseDatabaseWrapper) -> str:
+    """`` FORCE INDEX (djqueue_msg_claim)`` on MySQL/MariaDB, else nothing.
+
+    Why: on a small or freshly emptied table the optimizer may prefer another
+    index and a filesort; a locking read then locks every ready row of the
+    queue before LIMIT applies, and concurrent workers skip them all and find
+    nothing. Forcing djqueue_msg_claim reads and locks only the rows returned.
+    Django cannot say FORCE INDEX, so the compiled claim query is amended with
+    it: the SQL text comes from the compiler alone, every value stays a parameter.
+    """
+    if conn.vendor != "mysql":
+        return ""
+    return f" FORCE INDEX ({conn.ops.quote_name(CLAIM_INDEX)})"
+
+
+def primary_key_hint(conn: BaseDatabaseWrapper) -> str:
+    """`` FORCE INDEX (PRIMARY)`` on MySQL/MariaDB, else nothing: for a locking read of
+    messages by id that also tests their state.
+
+    Why: with ``state = 3`` in the WHERE clause the optimizer may pick the
+    (state, visible_at) index when few messages are claimed, and a locking read
+    through it locks every claimed message, other workers' included.
+    """
+    return " FORCE INDEX (PRIMARY)" if conn.vendor == "mysql" else ""
+
+
+def json_number_sql(vendor_name: str, key: str) -> tuple[str, str]:
+    """SQL for "the JSON value at ``key`` of {column} if it is a number, else NULL",
+    and the key parameter it takes twice.
+
+    Why per vendor: each database names its JSON type test differently, and a
+    plain cast of a non-numeric value fails on PostgreSQL but yields 0 on MySQL.
+    ``key`` is an identifier (the parser allows nothing else) and still goes
+    in as a parameter.
+    """
+    if vendor_name == "mysql":
+        return ("(CASE WHEN JSON_TYPE(JSON_EXTRACT({column}, %s)) IN "
+                "('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL') "
+                "THEN JSON_EXTRACT({column}, %s) + 0 END)"), f'$."{key}"'
+    if vendor_name == "postgresql":
+        return ("(CASE WHEN jsonb_typeof({column} -> %s) = 'number' "
+                "THEN ({column} ->> %s)::double precision END)"), key
+    return ("(CASE WHEN json_type({column}, %s) IN ('integer', 'real') "
+            "THEN json_extract({column}, %s) END)"), f'$."{key}"'
+
+
+def int_div_sql(vendor_name: str) -> str:
+    """SQL for MySQL's ``a DIV b`` (truncating toward zero; NULL when b is 0).
+
+    Why per vendor: only MySQL has DIV; PostgreSQL's integer ``/`` errors on a
+    zero divisor, and SQLite's ``/`` keeps the fraction of a real operand.
+    """
+    if vendor_name == "mysql":
+        return "(({a}) DIV NULLIF(({b}), 0))"
+    if vendor_name == "postgresql":
+        return "TRUNC(({a})::numeric / NULLIF(({b})::numeric, 0))"
+    return "CAST(((({a}) * 1.0) / NULLIF(({b}), 0)) AS INTEGER)"
+
+
+def byte_length_sql(vendor_name: str) -> str:
+    """SQL for the length in bytes of the text ``{}``.
+
+    Why per vendor: LENGTH counts characters on PostgreSQL and SQLite (bytes on
+    MySQL); OCTET_LENGTH counts bytes on MySQL and PostgreSQL but SQLite has it
+    only from 3.43, and Debian 12's Python links 3.40.
+    """
+    if vendor_name == "sqlite":
+        return "LENGTH(CAST({} AS BLOB))"
+    return "OCTET_LENGTH({})"
+
+
+def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
+    """``bulk_create`` options for an insert that, on a duplicate key, updates instead.
+
+    Why per vendor: MySQL's ON DUPLICATE KEY UPDATE applies to every unique key
+    and cannot name one, so Django refuses ``unique_fields`` there; PostgreSQL
+    and SQLite need them for ON CONFLICT (...).
+    """
+    options: dict = {"update_conflicts": True, "update_fields": update_fields}
+    if connection().vendor != "mysql":
+        options["unique_fields"] = unique_fields
+    return options
+
+
+def upsert_clause(conn: BaseDatabaseWrapper, key: str, columns: list[str]) -> str:
+    """What follows an INSERT so that a row whose ``key`` exists gets ``columns`` from
+    the inserted row instead. Why per vendor: MySQL says ON DUPLICATE KEY UPDATE
+    (applying to every unique key, see :func:`upsert_options`), the others ON CONFLICT."""
+    q = conn.ops.quote_name
+    if conn.vendor == "mysql":
+        return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{q(c)} = VALUES({q(c)})" for c in columns)
+    return (f"ON CONFLICT ({q(key)}) DO UPDATE SET "
+            + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in columns))
+
+
+def add_counters_sql(table: str, keys: list[str], columns: list[str], counters: list[str]) -> str:
+    """An INSERT of one row (``columns``, keys first) that, when a row with the same
+    ``keys`` exists, adds its ``counters`` to that row's instead.
+
+    Why: incrementing a row that may not exist yet is one atomic statement this
+    way; update-then-insert races, and insert-ignore-then-update deadlocks on
+    InnoDB (both inserters take a shared lock, then both want the exclusive
+    one). Why per vendor: MySQL says ON DUPLICATE KEY UPDATE and ``VALUES(c)``,
+    PostgreSQL and SQLite ON CONFLICT (...) and ``excluded.c``. Names are
+    djqueue's own; values are parameters.
+    """
+    conn = connection()
+    q = conn.ops.quote_name
+    head = (f"INSERT INTO {q(table)} ({', '.join(q(c) for c in columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))})")
+    if conn.vendor == "mysql":
+        sets = ", ".join(f"{q(c)} = {q(c)} + VALUES({q(c)})" for c in counters)
+        return f"{head} ON DUPLICATE KEY UPDATE {sets}"
+    sets = ", ".join(f"{q(c)} = {q(table)}.{q(c)} + excluded.{q(c)}" for c in counters)
+    return f"{head} ON CONFLICT ({', '.join(q(k) for k in keys)}) DO UPDATE SET {sets}"
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """Whether the database chose this transaction as a deadlock victim (and rolled it back)."""
+    if getattr(exc, "args", None) and exc.args[0] == 1213:  # MySQL ER_LOCK_DEADLOCK
+        return True
+    return getattr(exc.__cause__, "sqlstate", None) == "40P01"  # PostgreSQL deadlock_detected
+
+
+def retry_deadlocks(work: Callable[[], T]) -> T:
+    """Run the transaction ``work`` again if it was chosen as a deadlock victim.
+
+    Why: InnoDB locks the record after each range of a primary-key IN list
+    while it checks where the range ends, so two transactions acking or
+    deleting disjoint id lists can still lock each other's neighbours and
+    deadlock. The victim's whole transaction is rolled back, so running it
+    again is safe — unless it is part of an outer transaction, which only the
+    caller can repeat.
+    """
+    for attempt in range(DEADLOCK_RETRIES):
+        try:
+            return work()
+        except OperationalError as exc:
+            if (connection().in_atomic_block or not is_deadlock(exc)
+                    or attempt == DEADLOCK_RETRIES - 1):
+                raise
+            time.sleep(random.uniform(0.001, 0.01) * (2 ** attempt))
+    raise AssertionError("unreachable")

@@ -1,0 +1,198 @@
+"""Ordered groups (EMQ TopicQueue, SQS FIFO message groups).
+
+In a queue with ``ordered`` on, at most one message of a group key *holds* the
+group (ready, scheduled or claimed); the rest wait in state WAITING, in id
+order. The holder's retries keep holding it. When it leaves (acked, dead-
+lettered, deleted) the next waiting message takes over. So the claim query,
+which only sees READY rows, can never hand two messages of a group to two
+workers, and needs no per-row "is my group busy" check.
+
+Every change of holder happens with the group's :class:`MessageGroup` row
+locked: a sender deciding "hold or wait" and an ack handing the group on
+never miss each other. Groups are locked in (queue, key) order to avoid
+deadlocks between batches.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from django.db import transaction
+from django.db.models import BigIntegerField, Case, F, Min, Value, When
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
+
+from djqueue.models import GROUP_HOLDING_STATES, Message, MessageGroup, State
+from djqueue.polling import local_wakeup
+from djqueue.storage import dialects
+from djqueue.storage.queue_lookup import get_queue_by_id
+
+GroupId = tuple[int, str]
+
+
+def ordered_group(message: Message) -> GroupId | None:
+    """The (queue, key) group ``message`` belongs to, if its queue is ordered."""
+    if not message.group_key:
+        return None
+    if not get_queue_by_id(message.queue_id).ordered:
+        return None
+    return (message.queue_id, message.group_key)
+
+
+def lock_groups(db: str, groups: Iterable[GroupId]) -> None:
+    """Create-or-lock the group rows, in a fixed order, until the transaction ends.
+
+    Why an upsert: it takes the row's exclusive lock in one statement whether
+    or not the row existed. Insert-then-select-for-update would, on InnoDB,
+    take a shared lock on the duplicate first and deadlock with a second
+    sender upgrading the same way.
+    """
+    keys = sorted(set(groups))
+    if not keys:
+        return
+    now = timezone.now()
+    MessageGroup.objects.using(db).bulk_create(
+        [MessageGroup(queue_id=q, key=k, touched_at=now) for q, k in keys],
+        **dialects.upsert_options(["queue", "key"], ["touched_at"]))
+
+
+def held_groups(db: str, groups: Iterable[GroupId]) -> set[GroupId]:
+    """Which of ``groups`` (already locked) have a holding message."""
+    by_queue: dict[int, set[str]] = defaultdict(set)
+    for queue_id, key in groups:
+        by_queue[queue_id].add(key)
+    held: set[GroupId] = set()
+    for queue_id, keys in by_queue.items():
+        rows = (Message.objects.using(db)
+                .filter(queue_id=queue_id, group_key__in=sorted(keys),
+                        state__in=GROUP_HOLDING_STATES)
+                .values_list("group_key", flat=True).distinct())
+        held.update((queue_id, key) for key in rows)
+    return held
+
+
+def enqueue_states(db: str, messages: list[Message]) -> None:
+    """Before inserting ``messages`` (in send order): make all but the first of each free
+    group, and all of each held group, wait. Must run in the inserting transaction."""
+    grouped = [(m, g) for m in messages if (g := ordered_group(m)) is not None]
+    if not grouped:
+        return
+    lock_groups(db, (g for _, g in grouped))
+    taken = held_groups(db, (g for _, g in grouped))
+    for message, group in grouped:
+        if group in taken:
+            message.state = State.WAITING
+        taken.add(group)
+
+
+def hand_on(db: str, left: Iterable[Message], *, acked: Iterable[Message] = ()) -> int:
+    """After messages left their groups (in this transaction): let each group's next
+    waiting message hold it. ``acked`` ones also move the group's ``last_acked_id``.
+    Returns how many messages were made deliverable. A handful of statements per
+    call, whatever the number of groups."""
+    acked_top: dict[GroupId, int] = {}
+    for message in acked:
+        group = ordered_group(message)
+        if group is not None:
+            acked_top[group] = max(acked_top.get(group, 0), message.pk)
+    groups = {g for m in left if (g := ordered_group(m)) is not None} | set(acked_top)
+    if not groups:
+        return 0
+    lock_groups(db, groups)
+    _raise_last_acked(db, acked_top)
+    return _promote_next(db, groups - held_groups(db, groups))
+
+
+def _raise_last_acked(db: str, acked_top: dict[GroupId, int]) -> None:
+    by_queue: dict[int, dict[str, int]] = defaultdict(dict)
+    for (queue_id, key), top in acked_top.items():
+        by_queue[queue_id][key] = top
+    for queue_id, tops in by_queue.items():
+        newest = Case(*[When(key=k, then=Value(v)) for k, v in sorted(tops.items())],
+                      default=Value(0), output_field=BigIntegerField())
+        MessageGroup.objects.using(db).filter(queue_id=queue_id, key__in=sorted(tops)).update(
+            last_acked_id=Greatest(Coalesce(F("last_acked_id"), Value(0)), newest))
+
+
+def _promote_next(db: str, free: set[GroupId]) -> int:
+    """Make the oldest waiting message of each of the ``free`` (locked) groups hold it."""
+    by_queue: dict[int, list[str]] = defaultdict(list)
+    for queue_id, key in free:
+        by_queue[queue_id].append(key)
+    heads: list[int] = []
+    for queue_id, keys in by_queue.items():
+        heads += (Message.objects.using(db)
+                  .filter(queue_id=queue_id, group_key__in=sorted(keys), state=State.WAITING)
+                  .values("group_key").annotate(head=Min("id")).values_list("head", flat=True))
+    if not heads:
+        return 0
+    now = timezone.now()
+    later = list(Message.objects.using(db).filter(pk__in=heads, visible_at__gt=now)
+                 .values_list("pk", flat=True))
+    promoted = Message.objects.using(db).filter(pk__in=heads, state=State.WAITING).exclude(
+        pk__in=later).update(state=State.READY)
+    if later:
+        promoted += Message.objects.using(db).filter(pk__in=later, state=State.WAITING).update(
+            state=State.SCHEDULED)
+    if promoted:
+        # Receivers in this process that found the group busy look again at once.
+        transaction.on_commit(local_wakeup.notify, using=db)
+    return promoted
+
+
+def rejoin(db: str, message_ids: list[int]) -> None:
+    """Messages just moved into a queue as READY (a redrive): in an ordered queue, one
+    whose group is held by another message waits behind it. Also clears the group's
+    ``last_acked_id`` so the stale guard does not skip a deliberately redriven message."""
+    rows = list(Message.objects.using(db).filter(pk__in=message_ids, group_key__isnull=False)
+                .only("pk", "queue_id", "group_key", "state"))
+    by_group: dict[GroupId, list[Message]] = defaultdict(list)
+    for row in rows:
+        group = ordered_group(row)
+        if group is not None:
+            by_group[group].append(row)
+    if not by_group:
+        return
+    lock_groups(db, by_group)
+    for (queue_id, key), members in sorted(by_group.items()):
+        MessageGroup.objects.using(db).filter(queue_id=queue_id, key=key).update(
+            last_acked_id=None)
+        mine = {m.pk for m in members}
+        others_hold = (Message.objects.using(db)
+                       .filter(queue_id=queue_id, group_key=key, state__in=GROUP_HOLDING_STATES)
+                       .exclude(pk__in=mine).exists())
+        members.sort(key=lambda m: m.pk)
+        waiting = [m.pk for m in (members if others_hold else members[1:])]
+        if waiting:
+            Message.objects.using(db).filter(pk__in=waiting).update(state=State.WAITING)
+
+
+def repair(db: str, queue_ids: Iterable[int]) -> int:
+    """Promote the head of every group that has waiting messages but no holder.
+
+    Normal operation never leaves such a group; a purge racing with a send can,
+    so purge calls this and the reaper runs it now and then as a safety net.
+    """
+    groups: set[GroupId] = set()
+    for queue_id in queue_ids:
+        keys = (Message.objects.using(db).filter(queue_id=queue_id, state=State.WAITING)
+                .values_list("group_key", flat=True).distinct())
+        groups.update((queue_id, key) for key in keys)
+    if not groups:
+        return 0
+    lock_groups(db, groups)
+    return _promote_next(db, groups - held_groups(db, groups))
+
+
+def is_stale(message: Message) -> bool:
+    """The consumer-side guard: is this delivery not newer than the last message acked
+    in its group? That happens only to a redelivery after an expired lease, when a
+    later message of the group has been processed meanwhile."""
+    group = ordered_group(message)
+    if group is None:
+        return False
+    last = (MessageGroup.objects.using(dialects.alias())
+            .filter(queue_id=group[0], key=group[1]).values_list("last_acked_id", flat=True)
+            .first())
+    return last is not None and message.pk <= last

@@ -1,0 +1,122 @@
+"""Finding a queue's row, through a short-lived per-process cache; creating queues.
+
+Every layer above finds queues here, so a queue's row is read once per
+QUEUE_CACHE_TTL seconds per process, and a change saved through the ORM
+(admin, pause, resume) drops the cached copy at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from djqueue.conf import get_settings
+from djqueue.exceptions import ConfigurationError, QueueNotFound
+from djqueue.models import Queue
+from djqueue.storage import dialects
+
+QueueRef = str | Queue
+
+_cache: dict[tuple[str, str], tuple[float, Queue]] = {}
+_cache_by_id: dict[tuple[str, int], tuple[float, Queue]] = {}
+_cache_lock = threading.Lock()
+
+
+def get_queue(ref: QueueRef, *, fresh: bool = False) -> Queue:
+    """The queue named ``ref`` (or ``ref`` itself), read at most QUEUE_CACHE_TTL seconds ago."""
+    if isinstance(ref, Queue):
+        return ref
+    if not isinstance(ref, str):
+        raise TypeError(
+            f"A queue is named by a string or given as a Queue, not {type(ref).__name__}.")
+    db = dialects.alias()
+    key = (db, ref)
+    now = time.monotonic()
+    if not fresh:
+        hit = _cache.get(key)
+        if hit is not None and now - hit[0] < get_settings().QUEUE_CACHE_TTL:
+            return hit[1]
+    try:
+        queue = Queue.objects.using(db).get(name=ref)
+    except Queue.DoesNotExist:
+        if get_settings().AUTO_CREATE_QUEUES:
+            queue = create_queue(ref, exist_ok=True)
+        else:
+            raise QueueNotFound(ref) from None
+    with _cache_lock:
+        _cache[key] = (now, queue)
+        _cache_by_id[(db, queue.pk)] = (now, queue)
+    return queue
+
+
+def get_queue_by_id(pk: int) -> Queue:
+    """The queue with primary key ``pk``, through the same cache as :func:`get_queue`."""
+    db = dialects.alias()
+    now = time.monotonic()
+    hit = _cache_by_id.get((db, pk))
+    if hit is not None and now - hit[0] < get_settings().QUEUE_CACHE_TTL:
+        return hit[1]
+    queue = Queue.objects.using(db).get(pk=pk)
+    with _cache_lock:
+        _cache_by_id[(db, pk)] = (now, queue)
+        _cache[(db, queue.name)] = (now, queue)
+    return queue
+
+
+def create_queue(name: str, *, exist_ok: bool = False, **options: Any) -> Queue:
+    """Create a queue with validated options; ``dead_letter_queue`` may be a name."""
+    dlq = options.get("dead_letter_queue")
+    if isinstance(dlq, str):
+        options["dead_letter_queue"] = get_queue(dlq, fresh=True)
+    unknown = set(options) - {f.name for f in Queue._meta.get_fields()}
+    if unknown:
+        raise ConfigurationError(f"Unknown queue option(s): {', '.join(sorted(unknown))}")
+    db = dialects.alias()
+    if exist_ok:
+        existing = Queue.objects.using(db).filter(name=name).first()
+        if existing is not None:
+            return existing
+    queue = Queue(name=name, **options)
+    try:
+        queue.full_clean(validate_unique=not exist_ok)
+    except ValidationError as exc:
+        raise ConfigurationError(f"Invalid queue {name!r}: {exc.message_dict}") from None
+    if exist_ok:
+        # Why get_or_create in a savepoint: two processes auto-creating the same
+        # queue race on the unique name; the loser reads the winner's row.
+        with transaction.atomic(using=db):
+            queue, _ = Queue.objects.using(db).get_or_create(
+                name=name, defaults={f: getattr(queue, f) for f in _option_names()})
+    else:
+        queue.save(using=db)
+    return queue
+
+
+def _option_names() -> list[str]:
+    return [f.attname for f in Queue._meta.concrete_fields if f.name not in {"id", "name"}]
+
+
+def forget_cached() -> None:
+    with _cache_lock:
+        _cache.clear()
+        _cache_by_id.clear()
+
+
+@receiver(post_save, sender=Queue)
+@receiver(post_delete, sender=Queue)
+def _invalidate(sender: type[Queue], instance: Queue, **kwargs: Any) -> None:
+    forget(instance.name)
+
+
+def forget(name: str) -> None:
+    """Drop the cached rows of queue ``name`` (it was changed)."""
+    with _cache_lock:
+        for key in [k for k in _cache if k[1] == name]:
+            del _cache[key]
+        _cache_by_id.clear()

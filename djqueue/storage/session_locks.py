@@ -1,0 +1,100 @@
+"""Session locks: a worker holds one for its lifetime on a connection of its own.
+
+When the process dies its connection closes and the server frees the lock at
+once, so the reaper learns of the death without waiting for heartbeats (Q4M's
+"a message returns when its owner's connection dies"). MariaDB/MySQL name the
+lock (``GET_LOCK``); PostgreSQL takes an advisory lock on a 64-bit key; SQLite
+has none (its workers are found dead by their heartbeats alone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from django.db import DatabaseError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from djqueue.storage.dialects import alias, connection
+
+
+def _pg_key(key: str) -> int:
+    """A signed 64-bit advisory lock key from the first 16 hex digits of ``key``."""
+    value = int(key[:16], 16)
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def has_session_locks(conn: BaseDatabaseWrapper | None = None) -> bool:
+    conn = conn or connection()
+    return conn.vendor in {"mysql", "postgresql"}
+
+
+class SessionLock:
+    """A named lock held on a connection of its own until released or the process dies."""
+
+    def __init__(self, key: str, db_alias: str | None = None) -> None:
+        self.key = key
+        self.alias = db_alias or alias()
+        self._conn: BaseDatabaseWrapper | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock (again, after a lost connection). False if someone else has it."""
+        if not has_session_locks(connections[self.alias]):
+            return True
+        self.close()
+        self._conn = connections.create_connection(self.alias)
+        # Why: the lock is taken on the worker's main thread and probed from its
+        # heartbeat thread. Without this Django refuses the probe, the heartbeat
+        # takes it for a lost connection and re-acquires, and in that instant the
+        # lock is free: a reaper would declare a live worker dead.
+        self._conn.inc_thread_sharing()
+        self._conn.ensure_connection()
+        with self._conn.cursor() as cursor:
+            if self._conn.vendor == "mysql":
+                cursor.execute("SELECT GET_LOCK(%s, 0)", [f"djqueue:{self.key}"])
+            else:
+                cursor.execute("SELECT pg_try_advisory_lock(%s)", [_pg_key(self.key)])
+            return bool(cursor.fetchone()[0])
+
+    def is_alive(self) -> bool:
+        """Whether the holding connection still answers."""
+        if self._conn is None:
+            return not has_session_locks(connections[self.alias])
+        try:
+            with self._conn.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return True
+        except DatabaseError:
+            return False
+
+    def close(self) -> None:
+        """Release the lock, then close its connection.
+
+        Why release first: closing alone frees the lock only once the server has
+        processed the disconnect, a moment later; a prober right after would
+        still see it held.
+        """
+        if self._conn is not None:
+            with contextlib.suppress(Exception), self._conn.cursor() as cursor:
+                if self._conn.vendor == "mysql":
+                    cursor.execute("SELECT RELEASE_LOCK(%s)", [f"djqueue:{self.key}"])
+                else:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [_pg_key(self.key)])
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+
+def session_lock_free(key: str, conn: BaseDatabaseWrapper | None = None) -> bool | None:
+    """Whether nobody holds the session lock ``key``; None where there are no session locks."""
+    conn = conn or connection()
+    if not has_session_locks(conn):
+        return None
+    if conn.vendor == "mysql":
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT IS_FREE_LOCK(%s)", [f"djqueue:{key}"])
+            return bool(cursor.fetchone()[0])
+    # Why a transaction-level try-lock: it is freed at commit, so probing never
+    # leaves the prober holding the lock.
+    with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_pg_key(key)])
+        return bool(cursor.fetchone()[0])

@@ -1,0 +1,11 @@
+"""The hot path's hand-written statements, each built once per database vendor.
+
+Owns: the message inserts of send (``message_inserts``), the claim and ack
+statements (``claim_statements``), the values prepared and escaped as the ORM
+and the driver would (``prepared_values``), the statistics counters
+(``stat_counters``) and the copy of finished task records (``task_record_copy``).
+Each statement has a name and a docstring that says what it does and why it is
+not left to the ORM.
+
+May import: the rest of djqueue.storage, djqueue.models and below.
+"""

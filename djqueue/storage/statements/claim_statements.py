@@ -1,0 +1,190 @@
+"""The claim and ack statements on message rows.
+
+See djqueue.storage.claim_engines and djqueue.storage.transitions.
+
+Like djqueue.storage.statements.message_inserts for inserts: each statement is built once per connection
+vendor instead of compiled by the ORM per call, id lists are inlined as
+integers (values.id_list), and claimed rows become Message instances through
+the converters the ORM would apply, without ``Model.__init__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Q
+
+from djqueue.models import Message, State
+from djqueue.storage import dialects, fastpath
+from djqueue.storage.statements import prepared_values
+
+_COLUMNS = Message._meta.concrete_fields
+_ATTNAMES = tuple(f.attname for f in _COLUMNS)
+_DATETIMES = frozenset(f.attname for f in _COLUMNS if isinstance(f, models.DateTimeField))
+_built: dict[tuple[str, str], str] = {}
+
+
+def lock_ready(db: str, queue_id: int, limit: int, where: Q | None = None) -> list[Message]:
+    """``SELECT ... FOR UPDATE SKIP LOCKED`` the next ``limit`` ready messages of a
+    queue, in claim order (see djqueue.storage.claim_engines). ``where`` narrows the claim
+    (conditional receive): that statement is compiled by the ORM per call, the
+    plain one is built once."""
+    conn = connections[db]
+    if where is not None:
+        return _lock_ready_where(db, conn, queue_id, limit, where)
+    with conn.cursor() as cursor:
+        cursor.execute(_sql(conn, "lock_ready", _lock_ready_sql),
+                       [queue_id, int(State.READY), limit])
+        return load_messages(db, cursor.fetchall(), dialects.reads_datetimes_as_text(conn))
+
+
+def _lock_ready_where(db: str, conn: BaseDatabaseWrapper, queue_id: int, limit: int,
+                      where: Q) -> list[Message]:
+    query = Message.objects.using(db).filter(queue_id=queue_id, state=State.READY)
+    query = query.filter(where).claim_order().select_for_update(skip_locked=True)[:limit]
+    return list(fastpath.with_index_hint(query, conn.ops.quote_name(Message._meta.db_table),
+                                         dialects.claim_index_hint(conn)))
+
+
+def lock_ready_after(db: str, queue_id: int, priority: int, after_id: int,
+                     limit: int) -> list[Message]:
+    """``lock_ready`` continued after message ``after_id`` of priority ``priority``: the
+    rest of that priority level only (see djqueue.storage.claim_resume)."""
+    conn = connections[db]
+    with conn.cursor() as cursor:
+        cursor.execute(_sql(conn, "lock_ready_after", _lock_ready_after_sql),
+                       [queue_id, int(State.READY), priority, after_id, limit])
+        return load_messages(db, cursor.fetchall(), dialects.reads_datetimes_as_text(conn))
+
+
+def stamp_claimed(db: str, ids: Sequence[int], *, owner: str, token: str,
+                  lease_end: datetime, now: datetime) -> None:
+    """Mark the locked messages ``ids`` claimed by ``owner`` under lease ``token``."""
+    conn = connections[db]
+    adapt = conn.ops.adapt_datetimefield_value
+    with conn.cursor() as cursor:
+        cursor.execute(_in_ids(_sql(conn, "stamp_claimed", _stamp_claimed_sql), ids),
+                       [int(State.CLAIMED), owner, token, adapt(lease_end), adapt(now)])
+
+
+def lock_leases(db: str, ids: Sequence[int]) -> list[tuple[int, int, str]]:
+    """Lock the messages ``ids`` that still exist; their (id, state, lease token).
+
+    Why by primary key alone: with ``state`` in the WHERE clause MySQL may scan
+    the (state, visible_at) index and lock other receivers' rows."""
+    conn = connections[db]
+    with conn.cursor() as cursor:
+        cursor.execute(_in_ids(_sql(conn, "lock_leases", _lock_leases_sql), ids))
+        return cursor.fetchall()
+
+
+def delete(db: str, ids: Sequence[int]) -> int:
+    """Delete the messages ``ids`` (no model refers to a message: nothing cascades)."""
+    conn = connections[db]
+    with conn.cursor() as cursor:
+        cursor.execute(_in_ids(_sql(conn, "delete", _delete_sql), ids))
+        return cursor.rowcount
+
+
+def load_messages(db: str, rows: Sequence[Sequence],
+                  datetimes_as_text: bool = False) -> list[Message]:
+    """Message instances from rows of every column in field order, as ``from_db`` makes
+    them. Without pre/post_init receivers, the instances' dicts are filled directly
+    (what ``Model.__init__`` ends up doing, at a fraction of its cost).
+    ``datetimes_as_text``: the datetime columns came as ISO text (dialects.reads_datetimes_as_text)."""
+    if not rows:
+        return []
+    conn = connections[db]
+    converters = []
+    for index, field in enumerate(_COLUMNS):
+        col = field.get_col(Message._meta.db_table)
+        if datetimes_as_text and field.attname in _DATETIMES:
+            functions = [_datetime_from_text]
+        else:
+            functions = conn.ops.get_db_converters(col) + col.get_db_converters(conn)
+        if functions:
+            converters.append((index, functions, col))
+    converted = []
+    for row in rows:
+        values = list(row)
+        for index, functions, col in converters:
+            value = values[index]
+            for function in functions:
+                value = function(value, col, conn)
+            values[index] = value
+        converted.append(values)
+    return fastpath.from_rows(Message, db, _ATTNAMES, converted)
+
+
+def _datetime_from_text(value: str | None, _col: object,
+                        conn: BaseDatabaseWrapper) -> datetime | None:
+    """What the driver's and the ORM's converters make of a DATETIME, from its text."""
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed.replace(tzinfo=conn.timezone) if settings.USE_TZ else parsed
+
+
+def _sql(conn: BaseDatabaseWrapper, name: str,
+         build: Callable[[BaseDatabaseWrapper], str]) -> str:
+    key = (conn.vendor, name)
+    if key not in _built:
+        _built[key] = build(conn)
+    return _built[key]
+
+
+def _names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
+    quote = conn.ops.quote_name
+    return quote(Message._meta.db_table), {f.attname: quote(f.column) for f in _COLUMNS}
+
+
+def _in_ids(template: str, ids: Sequence[int]) -> str:
+    """``template`` with its ``{ids}`` list filled in (see values.id_list)."""
+    return template.replace("{ids}", prepared_values.id_list(ids), 1)
+
+
+def _claim_select(conn: BaseDatabaseWrapper) -> str:
+    """``SELECT`` every column ``FROM`` the table, datetimes as text where the vendor
+    reads them so (see load_messages)."""
+    table, c = _names(conn)
+    if dialects.reads_datetimes_as_text(conn):
+        c = {name: f"CAST({column} AS CHAR)" if name in _DATETIMES else column
+             for name, column in c.items()}
+    return (f"SELECT {', '.join(c[name] for name in _ATTNAMES)} "
+            f"FROM {table}{dialects.claim_index_hint(conn)} ")
+
+
+def _lock_ready_sql(conn: BaseDatabaseWrapper) -> str:
+    _, c = _names(conn)
+    return (f"{_claim_select(conn)}WHERE {c['queue_id']} = %s AND {c['state']} = %s "
+            f"ORDER BY {c['priority']} DESC, {c['id']} ASC LIMIT %s FOR UPDATE SKIP LOCKED")
+
+
+def _lock_ready_after_sql(conn: BaseDatabaseWrapper) -> str:
+    _, c = _names(conn)
+    return (f"{_claim_select(conn)}WHERE {c['queue_id']} = %s AND {c['state']} = %s AND {c['priority']} = %s "
+            f"AND {c['id']} > %s ORDER BY {c['id']} ASC LIMIT %s FOR UPDATE SKIP LOCKED")
+
+
+def _stamp_claimed_sql(conn: BaseDatabaseWrapper) -> str:
+    table, c = _names(conn)
+    return (f"UPDATE {table} SET {c['attempts']} = {c['attempts']} + 1, {c['state']} = %s, "
+            f"{c['owner']} = %s, {c['lease_token']} = %s, {c['visible_at']} = %s, "
+            f"{c['claimed_at']} = %s WHERE {c['id']} IN ({{ids}})")
+
+
+def _lock_leases_sql(conn: BaseDatabaseWrapper) -> str:
+    table, c = _names(conn)
+    # SQLite has no FOR UPDATE (the ORM drops it there too): its writers are serialised.
+    lock = " FOR UPDATE" if conn.features.has_select_for_update else ""
+    return (f"SELECT {c['id']}, {c['state']}, {c['lease_token']} FROM {table} "
+            f"WHERE {c['id']} IN ({{ids}}){lock}")
+
+
+def _delete_sql(conn: BaseDatabaseWrapper) -> str:
+    table, c = _names(conn)
+    return f"DELETE FROM {table} WHERE {c['id']} IN ({{ids}})"

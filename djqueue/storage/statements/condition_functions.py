@@ -1,0 +1,38 @@
+"""The SQL functions the condition language compiles to, where the ORM has none.
+
+A header compared as a number must be a JSON number in every database, and
+integer division must truncate toward zero with NULL for a zero divisor, as
+MySQL's ``DIV`` does; each database spells both differently (djqueue.storage.dialects).
+"""
+
+from __future__ import annotations
+
+from django.db.models import BigIntegerField, F, FloatField, Func
+
+from djqueue.storage.dialects import int_div_sql, json_number_sql
+
+
+class NumericHeader(Func):
+    """A header's value if it is a JSON number, else NULL (see dialects.json_number_sql)."""
+
+    output_field = FloatField()
+
+    def __init__(self, name: str) -> None:
+        super().__init__(F("headers"))
+        self.header = name
+
+    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
+        column, params = compiler.compile(self.source_expressions[0])
+        template, key = json_number_sql(connection.vendor, self.header)
+        return template.format(column=column), (*params, key, key)
+
+
+class IntDiv(Func):
+    """Integer division truncating toward zero, NULL for a zero divisor (MySQL's DIV)."""
+
+    output_field = BigIntegerField()
+    arity = 2
+
+    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
+        (a, a_params), (b, b_params) = (compiler.compile(e) for e in self.source_expressions)
+        return int_div_sql(connection.vendor).format(a=a, b=b), (*a_params, *b_params)

@@ -1,0 +1,42 @@
+"""Per-minute counters of each queue, added to in the caller's transaction.
+
+A failed delivery is counted where it is recorded (djqueue.storage.transitions),
+so the roll-ups (djqueue.monitoring.rollups) need not find failures again; both
+write through :func:`add_to_minutes`, one upsert that adds to the minute's row.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.db import connections
+
+from djqueue.models import Period, QueueStat
+from djqueue.storage import dialects
+
+COUNTERS = ["sent", "acked", "deleted", "failed", "dead_lettered", "wait_total", "run_total"]
+HISTOGRAMS = ["wait_hist", "run_hist"]
+_STAT_COLUMNS = ["queue_id", "period", "start", *COUNTERS, *HISTOGRAMS]
+
+
+def minute_of(at: datetime) -> datetime:
+    return at.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def count_failure(db: str, queue_id: int, at: datetime, *, dead: bool) -> None:
+    """Count one failed delivery (and its dead-lettering) in the current transaction."""
+    add_to_minutes(db, {(queue_id, minute_of(at)): {"failed": 1, "dead_lettered": int(dead)}})
+
+
+def add_to_minutes(db: str, additions: dict[tuple[int, datetime], dict[str, float]]) -> None:
+    """Add each (queue id, minute) entry's counters to that minute's statistics row."""
+    if not additions:
+        return
+    sql = dialects.add_counters_sql(QueueStat._meta.db_table, ["queue_id", "period", "start"],
+                                    _STAT_COLUMNS, COUNTERS)
+    conn = connections[db]
+    params = [[queue_id, Period.MINUTE, conn.ops.adapt_datetimefield_value(start),
+               *(values.get(name, 0) for name in COUNTERS), "{}", "{}"]
+              for (queue_id, start), values in sorted(additions.items())]
+    with conn.cursor() as cursor:
+        cursor.executemany(sql, params)

@@ -1,0 +1,271 @@
+"""State changes of claimed messages, each one short transaction.
+
+A claimed message is identified by its ``lease_token`` (an SQS receipt handle):
+every change checks the token, so a receiver whose lease expired and was
+handed to someone else can no longer ack, fail or extend the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from djqueue import signals
+from djqueue.exceptions import InvalidMessage, NotOwner
+from djqueue.models import Event, History, Message, Outcome, Queue, State
+from djqueue.storage import dialects, fastpath, ordered_groups, trace
+from djqueue.storage.claim_engines import SERIAL, engine_for
+from djqueue.storage.claim_resume import ready_again, row_ready_again
+from djqueue.storage.history_copy import archive, archive_leased
+from djqueue.storage.queue_lookup import get_queue_by_id
+from djqueue.storage.statements import claim_statements, stat_counters
+from djqueue.types import AckHook
+
+MAX_ERROR_CHARS = 8000
+
+
+def ack_many(messages: Iterable[Message]) -> list[Message]:
+    """Finish the messages still leased to their holders; returns those acked.
+
+    One transaction: lock the rows still carrying our lease tokens, append
+    them to history, delete them by primary key.
+    """
+    messages = list(messages)
+    if not messages:
+        return []
+    db = dialects.alias()
+    now = timezone.now()
+
+    def acking() -> list[Message]:
+        with dialects.short_transaction(db):
+            return ack_locked(db, messages, now)
+
+    owned = dialects.retry_deadlocks(acking)
+    if owned:
+        signals.messages_acked.send(sender=Message, messages=owned)
+    return owned
+
+
+def ack_locked(db: str, messages: list[Message], now: datetime,
+               hook: AckHook | None = None) -> list[Message]:
+    """The body of :func:`ack_many`, inside the caller's transaction (which sends
+    ``messages_acked`` after its commit). ``hook(db, messages, acked)`` runs once the
+    leases are checked, while the acked rows still exist."""
+    by_id = {m.pk: m for m in messages}
+    messages = list(by_id.values())
+    copied = archive_leased(db, messages, Outcome.ACKED, now)
+    if copied == len(messages):
+        owned = messages
+    else:  # some leases were lost (or the fast path does not apply): look at the rows
+        owned = [by_id[pk] for pk, state, token in claim_statements.lock_leases(db, list(by_id))
+                 if state == State.CLAIMED and token == by_id[pk].lease_token]
+        if copied is None and owned:
+            archive(db, [m.pk for m in owned], Outcome.ACKED, now)
+    if hook is not None:
+        hook(db, messages, owned)
+    if owned:
+        claim_statements.delete(db, [m.pk for m in owned])
+        ordered_groups.hand_on(db, owned, acked=owned)
+        trace.record(db, owned, Event.ACKED, at=now)
+    return owned
+
+
+def history_row(message: Message, outcome: Outcome, now: datetime) -> History:
+    return History(
+        id=message.pk, queue_id=message.queue_id, outcome=outcome, priority=message.priority,
+        attempts=message.attempts, size=message.size, worker=message.owner,
+        group_key=message.group_key,
+        sent_at=message.sent_at, claimed_at=message.claimed_at, finished_at=now)
+
+
+def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
+    """Give messages back without counting the delivery (Q4M ``queue_abort``)."""
+    delay = validate_delay(delay)
+    by_id = {m.pk: m for m in messages}
+    if not by_id:
+        return 0
+    db = dialects.alias()
+    now = timezone.now()
+
+    def releasing() -> int:
+        with transaction.atomic(using=db):
+            leased = (Message.objects.using(db).select_for_update().filter(pk__in=list(by_id))
+                      .values_list("pk", "state", "lease_token"))
+            mine = [by_id[pk] for pk, state, token in leased
+                    if state == State.CLAIMED and token == by_id[pk].lease_token]
+            if not mine:
+                return 0
+            ready_again(
+                Message.objects.using(db).filter(pk__in=[m.pk for m in mine]),
+                state=State.SCHEDULED if delay else State.READY, owner="", lease_token="",
+                attempts=F("attempts") - 1, visible_at=now + timedelta(seconds=delay or 0))
+            trace.record(db, mine, Event.RELEASED, at=now,
+                         detail=f"released, visible again in {delay:g} s" if delay else "")
+        return len(mine)
+
+    return dialects.retry_deadlocks(releasing)
+
+
+def fail(message: Message, error: str, *, delay: float | None = None) -> Message:
+    """Record a failed delivery; retry after ``delay`` (default: backoff) or dead-letter."""
+    delay = validate_delay(delay)
+    db = dialects.alias()
+    with transaction.atomic(using=db):
+        row = (Message.objects.using(db).select_for_update()
+               .filter(pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token)
+               .first())
+        if row is None:
+            raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
+        record_failure(row, error, timezone.now(), retry_delay=delay)
+    message.state, message.errors, message.queue_id = row.state, row.errors, row.queue_id
+    return row
+
+
+def record_failure(row: Message, error: str, now: datetime, *,
+                   retry_delay: float | None = None) -> None:
+    """On a locked row: append ``error``, then schedule the retry or dead-letter it."""
+    queue = get_queue_by_id(row.queue_id)
+    error = str(error)[:MAX_ERROR_CHARS]
+    row.errors = [*(row.errors or []), {
+        "attempt": row.attempts, "at": now.isoformat(), "worker": row.owner, "error": error}]
+    db = fastpath.database_of(row) or dialects.alias()
+    trace.record(db, [row], Event.NACKED, at=now, detail=error)
+    row.owner = row.lease_token = ""
+    stat_counters.count_failure(db, queue.pk, now, dead=row.attempts >= queue.max_attempts)
+    if row.attempts >= queue.max_attempts:
+        dead_letter(row, queue, now)
+    else:
+        wait = queue.retry_delay(row.attempts) if retry_delay is None else timedelta(
+            seconds=retry_delay)
+        row.state = State.SCHEDULED if wait > timedelta(0) else State.READY
+        row.visible_at = now + wait
+        row_ready_again(row, ["state", "visible_at", "owner", "lease_token", "errors"])
+        trace.record(db, [row], Event.RETRIED, at=now,
+                     detail=f"attempt {row.attempts + 1} in {wait.total_seconds():g} s")
+        signals.message_retried.send(sender=Message, message=row)
+
+
+def dead_letter(row: Message, queue: Queue, now: datetime) -> None:
+    db = fastpath.database_of(row) or dialects.alias()
+    row.origin_queue_id = queue.pk
+    row.queue_id = queue.dead_letter_queue_id or queue.pk
+    row.state = State.DEAD
+    row.visible_at = now
+    row.save(update_fields=["state", "visible_at", "owner", "lease_token", "errors", "queue",
+                            "origin_queue"])
+    ordered_groups.hand_on(db, [Message(pk=row.pk, queue_id=queue.pk, group_key=row.group_key)])
+    trace.record(db, [row], Event.DEAD_LETTERED, at=now, also_queue_id=queue.pk,
+                 detail=f"after {row.attempts} attempts, to queue {row.queue_id}")
+    signals.message_dead_lettered.send(sender=Message, message=row)
+
+
+#: The longest lease extend() grants at once (SQS's visibility limit, 12 hours).
+MAX_LEASE = 12 * 3600.0
+#: The longest delay a send or retry may ask for (ten years).
+MAX_DELAY = 10 * 365 * 86400.0
+
+
+def extend(message: Message, seconds: float) -> None:
+    """Move the lease end to ``seconds`` from now; NotOwner if the lease was lost."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not (
+            0 < seconds <= MAX_LEASE):
+        raise InvalidMessage(
+            f"extend() needs a number of seconds above 0 and at most {MAX_LEASE:g}, "
+            f"got {seconds!r}.")
+    until = timezone.now() + timedelta(seconds=seconds)
+    updated = Message.objects.using(dialects.alias()).filter(
+        pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token,
+    ).update(visible_at=until)
+    if not updated:
+        raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
+    message.visible_at = until
+
+
+def validate_delay(delay: float | timedelta | None) -> float | None:
+    if delay is None:
+        return None
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise InvalidMessage(f"delay must be seconds or a timedelta, got {delay!r}.")
+    if not 0 <= delay <= MAX_DELAY:  # also refuses NaN and infinity
+        raise InvalidMessage(f"delay must be 0 to {MAX_DELAY:g} seconds, got {delay!r}.")
+    return float(delay)
+
+
+def return_claims(rows_query, error: str, limit: int) -> int:
+    """Lock up to ``limit`` claimed rows of ``rows_query`` and count each as a failed delivery.
+
+    Used by the reaper for expired leases and for the claims of dead workers;
+    rows another transaction holds (an exactly-once handler still running) are
+    skipped. Returned messages are ready again at once.
+    """
+    db = dialects.alias()
+    now = timezone.now()
+    with dialects.claim_isolation(), transaction.atomic(using=db):
+        query = engine_for().skipping_locked(rows_query.using(db).order_by("visible_at"))
+        rows = list(query[:limit])
+        for row in rows:
+            record_failure(row, error.format(owner=row.owner or "unknown"), now, retry_delay=0)
+    return len(rows)
+
+
+def promote_due(queue_ids: list[int] | None = None, limit: int = 1000) -> int:
+    """Make scheduled messages whose time has come ready; returns how many."""
+    db = dialects.alias()
+    due = Message.objects.using(db).due(timezone.now())
+    if queue_ids is not None:
+        due = due.filter(queue_id__in=queue_ids)
+    if engine_for() is SERIAL:  # one UPDATE: nothing to lock, no one to skip
+        return ready_again(Message.objects.using(db).filter(pk__in=due.values("pk")[:limit]),
+                           state=State.READY)
+    if not due.exists():  # one cheap read instead of a transaction, the usual idle case
+        return 0
+    with dialects.claim_isolation(), transaction.atomic(using=db):
+        ids = list(due.select_for_update(skip_locked=True).values_list("pk", flat=True)[:limit])
+        if not ids:
+            return 0
+        return ready_again(Message.objects.using(db).filter(pk__in=ids, state=State.SCHEDULED),
+                           state=State.READY)
+
+
+def run_and_ack(message: Message, call) -> None:
+    """Exactly-once: run ``call`` and ack ``message`` in one transaction.
+
+    The message row stays locked while ``call`` runs, so the reaper skips it
+    even past its lease; if the process dies the transaction rolls back, the
+    handler's writes with it, and the message is delivered again.
+    """
+    db = dialects.alias()
+    with transaction.atomic(using=db):
+        owned = (Message.objects.using(db).select_for_update()
+                 .filter(pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token)
+                 .values_list("pk", flat=True).first())
+        if owned is None:
+            raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
+        call()
+        ack_many([message])
+
+
+class _MessageTransitions:
+    """``Message.ack()``, ``nack()`` and ``extend()`` (see MessageTransitions)."""
+
+    def ack(self, message: Message) -> None:
+        if not ack_many([message]):
+            raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
+
+    def nack(self, message: Message, delay: float | None, error: str | None) -> None:
+        if error is None:
+            release([message], delay=delay)
+        else:
+            fail(message, error, delay=delay)
+
+    def extend(self, message: Message, seconds: float) -> None:
+        extend(message, seconds)
+
+
+Message.transitions = _MessageTransitions()

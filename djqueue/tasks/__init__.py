@@ -1,0 +1,11 @@
+"""The django.tasks backend: tasks run by djqueue's workers.
+
+Owns: ``QueueBackend`` and ``QueueTask`` (``backend``), the handler of task
+queues and the records of their runs (``task_handler``; it is the handler
+source djqueue's AppConfig adds to the worker's registry), and the one place
+that tells ``django.tasks`` from the ``django_tasks`` backport (``compat``).
+
+May import: djqueue.worker, djqueue.maintenance and below. Nothing below
+imports this package. Settings name the backend as
+``djqueue.backend.QueueBackend``.
+"""

@@ -1,0 +1,224 @@
+"""A ``django.tasks`` backend that runs tasks on djqueue's workers.
+
+    TASKS = {"default": {"BACKEND": "djqueue.backend.QueueBackend",
+                         "QUEUES": ["default", "emails"],
+                         "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_ON": ["smtplib.SMTPException"],
+                                     "QUEUE_OPTIONS": {"visibility_timeout": 300}}}}
+
+Each task queue is a djqueue queue of the same name (created on first use).
+Enqueueing is one send: the message carries the task (path, arguments, backend)
+and its id is the result id. While the task is pending ``get_result`` reads the
+message: READY, or RUNNING while claimed (its worker ids are the owners of the
+failed deliveries, from the message's errors, and the current owner). The
+:class:`~djqueue.models.TaskRecord` is written when the run ends, with the ack
+(see djqueue.tasks.task_handler), or when it is retried or cancelled.
+With ``ENQUEUE_ON_COMMIT`` the result id is a UUID given at once, and a READY
+record is written with the message at commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from djqueue.api.queue_operations import delete
+from djqueue.api.sending import encode_payload, send
+from djqueue.exceptions import InvalidMessage, QueueNotFound, TaskCancelled
+from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
+from djqueue.storage import dialects
+from djqueue.storage.queue_lookup import create_queue, get_queue
+from djqueue.storage.statements import message_inserts
+from djqueue.tasks.compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    task_backends,
+    task_enqueued,
+)
+from djqueue.tasks.records import (
+    FINISHED_FIELDS,
+    finish,
+    record_from_message,
+    record_id,
+    running_record,
+    to_task_result,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueTask(Task):
+    """A task with djqueue's options, given as ``@task(...)`` keywords (Django >= 6.1).
+
+    ``max_attempts`` and ``retry_on`` (exception classes or dotted paths)
+    override the backend's OPTIONS; ``timeout`` is in seconds; ``unique_key``
+    is True (one pending run per argument set), a string, or a callable of the
+    task's arguments returning a string.
+    """
+
+    max_attempts: int | None = None
+    retry_on: tuple[Any, ...] = ()
+    timeout: float | None = None
+    unique_key: bool | str | Callable[..., str] | None = None
+
+    def key_for(self, args: Any, kwargs: Any) -> str | None:
+        key = self.unique_key
+        if key is None or key is False:
+            return None
+        if key is True:
+            key = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
+        elif callable(key):
+            key = str(key(*args, **kwargs))
+        return hashlib.sha256(f"{self.module_path}|{key}".encode()).hexdigest()
+
+
+class QueueBackend(BaseTaskBackend):
+    task_class = QueueTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.max_attempts = int(self.options.get("MAX_ATTEMPTS", 1))
+        self.retry_on = tuple(import_string(p) for p in self.options.get("RETRY_ON", []))
+        self.queue_options = dict(self.options.get("QUEUE_OPTIONS", {}))
+        #: Defer the enqueue to the commit of the surrounding transaction on this
+        #: alias: for projects whose djqueue DATABASE is not the one they write to
+        #: (on the same database a send is transactional anyway).
+        self.enqueue_on_commit = self.options.get("ENQUEUE_ON_COMMIT")
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        payload: dict[str, Any] = {"task": task.module_path, "backend": self.alias,
+                                   "args": list(args), "kwargs": dict(kwargs)}
+        if task.run_after is not None:
+            payload["run_after"] = task.run_after.isoformat()
+        try:
+            encode_payload(payload)
+        except InvalidMessage as exc:
+            raise InvalidTask(f"Task arguments must be JSON-serialisable: {exc}") from None
+        queue = self.ensure_queue(task.queue_name)
+        key = task.key_for(args, kwargs) if isinstance(task, QueueTask) else None
+        if self.enqueue_on_commit:
+            payload["result_id"] = str(uuid.uuid4())
+            transaction.on_commit(lambda: self._send(queue, task, payload, key),
+                                  using=self.enqueue_on_commit)
+            return to_task_result(TaskRecord(
+                id=payload["result_id"], task_path=task.module_path, backend=self.alias,
+                queue_name=task.queue_name, priority=task.priority, run_after=task.run_after,
+                args=payload["args"], kwargs=payload["kwargs"], enqueued_at=timezone.now()),
+                task)
+        return self._send(queue, task, payload, key)
+
+    def _send(self, queue: Any, task: Task, payload: dict[str, Any], key: str | None,
+              ) -> TaskResult:
+        db = dialects.alias()
+        with transaction.atomic(using=db) if "result_id" in payload else nullcontext():
+            message = send(queue, payload, delay=task.run_after, priority=task.priority,
+                           dedup_key=key)
+            if getattr(message, "duplicate", False):  # a pending run with this unique key
+                return self.get_result(record_id(message) if isinstance(message, Message)
+                                       else str(message.pk))
+            if "result_id" in payload:
+                record_from_message(message).save(using=db, force_insert=True)
+        result = to_task_result(record_from_message(message), task)
+        task_enqueued.send(sender=type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        db = dialects.alias()
+        records = TaskRecord.objects.using(db).filter(pk=result_id)
+        record = records.first()
+        if record is None or record.status not in FINISHED_STATUSES:
+            message = _pending_message(db, record.message_id if record else result_id)
+            # No message: it may have finished between the two reads (the record came
+            # with its ack), so read the record again.
+            record = running_record(message, record) if message else records.first()
+        if record is None:
+            raise TaskResultDoesNotExist(result_id)
+        return to_task_result(record)
+
+    def ensure_queue(self, name: str):
+        try:
+            return get_queue(name)
+        except QueueNotFound:
+            return create_queue(name, exist_ok=True, **self.queue_options)
+
+    def should_retry(self, task: Task, attempts: int, exc: BaseException) -> bool:
+        max_attempts, retry_on = self.max_attempts, self.retry_on
+        if isinstance(task, QueueTask):
+            max_attempts = task.max_attempts or max_attempts
+            if task.retry_on:
+                retry_on = tuple(import_string(c) if isinstance(c, str) else c
+                                 for c in task.retry_on)
+        if attempts >= max_attempts or isinstance(exc, TaskCancelled):
+            return False
+        return not retry_on or isinstance(exc, retry_on)
+
+
+def cancel(result_id: str) -> bool:
+    """Cancel a task: a READY one is failed with TaskCancelled at once and never runs;
+    a RUNNING one gets ``cancel_requested`` set, which it can check through
+    :func:`cancel_requested`. False if the task had already finished.
+    """
+    db = dialects.alias()
+    with transaction.atomic(using=db):
+        record = TaskRecord.objects.using(db).select_for_update().filter(pk=result_id).first()
+        if record is not None and record.status in FINISHED_STATUSES:
+            return False
+        message = _pending_message(db, record.message_id if record else result_id, lock=True)
+        if message is not None:
+            record = running_record(message, record)
+        if record is None:
+            raise TaskResultDoesNotExist(result_id)
+        record.cancel_requested = True
+        if record.status == TaskStatus.READY and record.message_id is not None and (
+                delete(record.message_id, only_unclaimed=True)):
+            finish(record, TaskStatus.FAILED, error=TaskCancelled("Cancelled before it started."),
+                   save=False)
+        # A running task's record is written at its end, which keeps the flag.
+        message_inserts.upsert(db, [record], ["cancel_requested", *FINISHED_FIELDS])
+    return True
+
+
+def _pending_message(db: str, message_id: str | int | None,
+                     lock: bool = False) -> Message | None:
+    """A task's message, if it is still pending."""
+    if message_id is None or not str(message_id).isdigit():
+        return None
+    query = Message.objects.using(db).filter(pk=int(message_id))
+    message = (query.select_for_update() if lock else query).first()
+    if message is None or not isinstance(message.payload, dict) or not (
+            "task" in message.payload or "task_result_id" in message.payload):
+        return None
+    return message
+
+
+def cancel_requested(context: Any) -> bool:
+    """Whether cancellation of the running task was requested (pass the TaskContext)."""
+    return TaskRecord.objects.using(dialects.alias()).filter(
+        pk=context.task_result.id, cancel_requested=True).exists()
+
+
+def task_queue_names() -> set[str]:
+    """Queue names of every configured QueueBackend."""
+    from django.conf import settings
+
+    names: set[str] = set()
+    for alias, params in getattr(settings, "TASKS", {}).items():
+        backend = task_backends[alias]
+        if isinstance(backend, QueueBackend):
+            names |= set(params.get("QUEUES") or ["default"])
+    return names

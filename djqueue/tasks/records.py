@@ -1,0 +1,120 @@
+"""A task run's record: built from its message, finished, and turned into a TaskResult.
+
+A task's message carries what its record needs (path, arguments, backend,
+queue, priority); the record is written when a run ends (djqueue.tasks.task_handler)
+or when the task is retried or cancelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from djqueue.models import Message, State, TaskRecord, TaskStatus
+from djqueue.storage import dialects, fastpath
+from djqueue.storage.statements import message_inserts
+from djqueue.tasks.compat import InvalidTask, Task, TaskError, TaskResult
+
+
+def record_id(message: Message) -> str:
+    """The result id of a task message: given at enqueue on commit, else its own id."""
+    payload = message.payload
+    return payload.get("result_id") or payload.get("task_result_id") or str(message.pk)
+
+
+def record_from_message(message: Message) -> TaskRecord:
+    """An unsaved READY record of a task message."""
+    payload = message.payload
+    if "task_result_id" in payload:  # enqueued before results moved to the message
+        return TaskRecord.objects.using(dialects.alias()).get(pk=payload["task_result_id"])
+    run_after = payload.get("run_after")
+    return message_inserts.build(
+        TaskRecord, id=record_id(message), task_path=payload["task"], backend=payload["backend"],
+        queue_name=message.queue.name, priority=message.priority,
+        run_after=datetime.fromisoformat(run_after) if run_after else None,
+        args=payload["args"], kwargs=payload["kwargs"], status=TaskStatus.READY,
+        enqueued_at=message.sent_at, message_id=message.pk)
+
+
+def running_record(message: Message, record: TaskRecord | None = None) -> TaskRecord:
+    """The task's record as the message shows it: RUNNING while claimed, with a worker id
+    for each delivery (the failed ones are in the message's errors)."""
+    record = record or record_from_message(message)
+    if message.state == State.CLAIMED:
+        record.status = TaskStatus.RUNNING
+        record.worker_ids = [*(e.get("worker", "") for e in message.errors or []),
+                             message.owner]
+        record.last_attempted_at = message.claimed_at
+        record.started_at = record.started_at or message.claimed_at
+    return record
+
+
+def error_entry(exc: BaseException, tb: str | None = None) -> dict[str, str]:
+    return {"exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "traceback": tb if tb is not None else "".join(traceback.format_exception(exc))}
+
+
+#: What a run's end writes to its record (never ``cancel_requested``, which a
+#: cancel may have set meanwhile).
+FINISHED_FIELDS = ["status", "return_value", "finished_at", "errors", "unique_key",
+                   "started_at", "last_attempted_at", "worker_ids"]
+
+
+def finish(record: TaskRecord, status: str, *, value: Any = None,
+           error: BaseException | None = None, tb: str | None = None, save: bool = True) -> None:
+    """Record the end of a task run: status, value or error; frees its unique key."""
+    if error is not None:
+        record.errors = [*record.errors, error_entry(error, tb)]
+    record.status = status
+    record.return_value = value
+    record.finished_at = timezone.now()
+    record.unique_key = None
+    if save:
+        message_inserts.upsert(dialects.alias(), [record], FINISHED_FIELDS)
+
+
+def load_task(record: TaskRecord) -> Task:
+    return _task(record.task_path, record.priority, record.queue_name, record.run_after,
+                 record.backend)
+
+
+@lru_cache(maxsize=4096)
+def _task(path: str, priority: int, queue_name: str, run_after: datetime | None,
+          backend: str) -> Task:
+    task = import_string(path)
+    if not isinstance(task, Task):
+        raise InvalidTask(f"{path} is not a task.")
+    return task.using(priority=priority, queue_name=queue_name, run_after=run_after,
+                      backend=backend)
+
+
+def to_task_result(record: TaskRecord, task: Task | None = None, *,
+                   from_json: bool = False) -> TaskResult:
+    """The TaskResult of ``record``. ``from_json``: its args and kwargs were decoded from
+    JSON (a message's payload, a stored record), so they are already what TaskResult's
+    ``normalize_json`` would make of them."""
+    values = {
+        "task": task or load_task(record), "id": record.id, "status": record.status,
+        "enqueued_at": record.enqueued_at, "started_at": record.started_at,
+        "finished_at": record.finished_at, "last_attempted_at": record.last_attempted_at,
+        "args": record.args, "kwargs": record.kwargs, "backend": record.backend,
+        "errors": [TaskError(**e) for e in record.errors],
+        "worker_ids": list(record.worker_ids),
+        "_return_value": record.return_value if record.status == TaskStatus.SUCCESSFUL else None}
+    if from_json and fastpath.enabled and values.keys() == _RESULT_FIELDS:
+        return fastpath.frozen_dataclass(TaskResult, values)
+    return_value = values.pop("_return_value")
+    result = TaskResult(**values)
+    object.__setattr__(result, "_return_value", return_value)
+    return result
+
+
+#: TaskResult's fields, as to_task_result sets them without its constructor; if the
+#: framework's TaskResult has other fields, the constructor is used.
+_RESULT_FIELDS = {f.name for f in dataclasses.fields(TaskResult)}

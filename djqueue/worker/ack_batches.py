@@ -1,0 +1,144 @@
+"""What a worker's handlers finished, until it is settled in the database.
+
+Acks wait (at most ``ACK_DELAY`` seconds, or until a batch's worth is done)
+for the worker's next claim, so that one transaction and one commit settle a
+finished batch and take the next one; failures are recorded one by one.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from djqueue.exceptions import NotOwner
+from djqueue.models import Message
+from djqueue.storage.claims import ack_and_claim
+from djqueue.storage.transitions import fail
+from djqueue.types import AckHook
+
+logger = logging.getLogger("djqueue.worker")
+#: Seconds a finished message may wait for the next claim to carry its ack.
+ACK_DELAY = 0.1
+
+
+@dataclass(frozen=True)
+class Done:
+    """What became of one message's handler run."""
+
+    message: Message
+    error: str | None = None
+    #: The ack already happened (exactly-once mode acks inside the handler's transaction).
+    acked: bool = False
+    #: The lease was lost before the handler could run (exactly-once mode), or the
+    #: delivery was stale and skipped (``Queue.skip_stale``).
+    lost: bool = False
+    at: float = field(default_factory=time.monotonic)
+
+    @property
+    def to_ack(self) -> bool:
+        return self.error is None and not (self.acked or self.lost)
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    acked: int = 0
+    failed: int = 0
+    released: int = 0
+    lost: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def processed(self) -> int:
+        return self.acked + self.failed + self.lost
+
+
+class AckBatches:
+    """Handler threads ``add``; the worker's loop thread does everything else."""
+
+    def __init__(self, worker_id: str, stats: WorkerStats,
+                 forget: Callable[[Message], None], hook: AckHook | None = None) -> None:
+        self.worker_id, self.stats, self._forget, self._hook = worker_id, stats, forget, hook
+        self._done: collections.deque[Done] = collections.deque()
+        #: Collected from the handler threads and not yet settled.
+        self.unflushed: list[Done] = []
+        #: How many results the loop thread waits for before it has work to do.
+        self.wake_at = 1
+
+    def add(self, done: Done) -> bool:
+        """Keep ``done`` (from any thread). True when the loop thread should be woken:
+        at the count it waits for, for the first result, and for anything not acked
+        in a batch (a failure is recorded at once)."""
+        self._done.append(done)  # deque.append is thread-safe
+        pending = len(self._done) + len(self.unflushed)
+        return pending >= self.wake_at or pending == 1 or not done.to_ack
+
+    def wait_for(self, more: int) -> bool:
+        """Ask to be woken once ``more`` results beyond those collected are in; True if
+        uncollected ones already make that count (the caller should not sleep)."""
+        self.wake_at = len(self.unflushed) + more
+        return bool(self._done) and len(self._done) + len(self.unflushed) >= self.wake_at
+
+    def __bool__(self) -> bool:
+        return bool(self._done or self.unflushed)
+
+    def collect(self) -> None:
+        while self._done:
+            self.unflushed.append(self._done.popleft())
+
+    def acks(self) -> list[Message]:
+        """The finished messages waiting to be acked."""
+        return [d.message for d in self.unflushed if d.to_ack]
+
+    def due(self, batch_size: int) -> float | None:
+        """When the unflushed results must be settled without waiting for a claim:
+        a monotonic time (now, for a batch's worth or a failure), or None."""
+        if not self.unflushed:
+            return None
+        if len(self.unflushed) >= batch_size or any(not d.to_ack for d in self.unflushed):
+            return time.monotonic()
+        return min(d.at for d in self.unflushed) + ACK_DELAY
+
+    def acked(self, acks: list[Message], acked: list[Message]) -> None:
+        """Account for ``acks`` after an ack that succeeded for ``acked``."""
+        done = {m.pk for m in acked}
+        self.stats.acked += len(done)
+        for message in acks:
+            if message.pk not in done:
+                self.stats.lost += 1
+                logger.warning("Message %s finished after its lease was lost; it will run again",
+                               message.pk, extra={"worker": self.worker_id,
+                                                  "message_id": message.pk})
+            self._forget(message)
+        settled = {m.pk for m in acks}
+        self.unflushed = [d for d in self.unflushed if d.message.pk not in settled]
+
+    def flush(self) -> None:
+        """Ack in a batch, record failures. A DatabaseError leaves the rest for later."""
+        self.collect()
+        acks = self.acks()
+        if acks:
+            self.acked(acks, ack_and_claim(acks, [], 0, owner=self.worker_id, hook=self._hook)[0])
+        while self.unflushed:
+            done = self.unflushed[0]
+            if done.error is not None:
+                self._record_failure(done.message, done.error)
+            elif done.acked:
+                self.stats.acked += 1
+            else:
+                self.stats.lost += 1
+            self.unflushed.pop(0)
+            self._forget(done.message)
+
+    def _record_failure(self, message: Message, error: str) -> None:
+        try:
+            fail(message, error)
+            self.stats.failed += 1
+        except NotOwner:
+            self.stats.lost += 1
+        logger.warning("Message %s failed (attempt %s)", message.pk, message.attempts,
+                       extra={"worker": self.worker_id, "message_id": message.pk,
+                              "error": error[-500:]})

@@ -1,0 +1,104 @@
+"""Running one message's handler on a handler thread: the call, and what came of it.
+
+A handler runs outside any transaction (unless its queue asks for exactly-once,
+when it runs inside the transaction that acks it); whatever it raises becomes
+the delivery's error, so no handler can take its thread or the worker down. A
+stale delivery of an ordered group is skipped, and a thread's connection that
+sat idle is checked before the handler uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+import traceback
+
+from django.db import DatabaseError, close_old_connections, connections
+
+from djqueue.exceptions import NotOwner
+from djqueue.models import Message
+from djqueue.storage import dialects, ordered_groups
+from djqueue.storage.transitions import run_and_ack
+from djqueue.worker import registry
+from djqueue.worker.ack_batches import Done
+from djqueue.worker.prefetch import Prefetch
+
+logger = logging.getLogger("djqueue.worker")
+#: Seconds a handler thread's connection may sit idle before it is pinged before use.
+IDLE_CHECK = 1.0
+
+
+def reset_connection() -> None:
+    """Close djqueue's connection in this thread after a database error: the next
+    statement opens a fresh one."""
+    with contextlib.suppress(DatabaseError):
+        connections[dialects.alias()].close()
+
+
+class HandlerCalls:
+    """Calls the handlers of a worker's queues, one message at a time per thread."""
+
+    def __init__(self, worker_id: str, handlers: dict[str, registry.Handler], prefetch: Prefetch) -> None:
+        self.worker_id = worker_id
+        self.handlers = handlers
+        self._prefetch = prefetch
+        self._thread_state = threading.local()
+
+    def exactly_once(self, message: Message) -> bool:
+        entry = self.handlers[message.queue.name]
+        return entry.exactly_once if entry.exactly_once is not None else message.queue.exactly_once
+
+    def execute(self, message: Message) -> Done:
+        entry = self.handlers[message.queue.name]
+        exactly_once = self.exactly_once(message)
+
+        def call() -> None:
+            hooked = entry.in_claim_transaction is not None
+            with registry.hook_runs_after() if hooked else contextlib.nullcontext():
+                if entry.is_async:
+                    asyncio.run(entry.func(message))
+                else:
+                    entry.func(message)
+
+        try:
+            self._check_idle_connection()
+            if message.queue.skip_stale and ordered_groups.is_stale(message):
+                logger.warning("Skipping a stale delivery of message %s: a later message of "
+                               "group %r was acked", message.pk, message.group_key,
+                               extra={"worker": self.worker_id, "message_id": message.pk})
+                return Done(message, lost=True)
+            if exactly_once:
+                run_and_ack(message, call)
+                return Done(message, acked=True)
+            started = time.monotonic()
+            call()
+            self._prefetch.handled(time.monotonic() - started)
+            return Done(message)
+        except NotOwner:
+            return Done(message, lost=True)
+        except BaseException as exc:
+            if isinstance(exc, DatabaseError):
+                reset_connection()
+            return Done(message, error="".join(traceback.format_exception(exc)) or repr(exc))
+        finally:
+            close_old_connections()
+            self._thread_state.last_used = time.monotonic()
+
+    def _check_idle_connection(self) -> None:
+        """Reconnect a handler thread whose connection sat idle and no longer answers.
+
+        Why: the server may have closed it meanwhile (wait_timeout, KILL CONNECTION,
+        a failover or proxy restart), and Django finds out only when a query fails —
+        which would fail the next message's handler, again and again on a worker
+        whose idle connections keep being cut. A ping after IDLE_CHECK seconds of
+        idleness costs nothing on a busy thread.
+        """
+        last_used = getattr(self._thread_state, "last_used", None)
+        if last_used is None or time.monotonic() - last_used < IDLE_CHECK:
+            return
+        conn = connections[dialects.alias()]
+        if conn.connection is not None and not conn.is_usable():
+            conn.close()

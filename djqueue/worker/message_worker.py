@@ -1,0 +1,293 @@
+"""The worker: claims messages in batches and runs their handlers on a pool of threads.
+
+One loop thread claims (prefetching up to ``batch_size`` beyond the busy
+threads), collects results and acks them in batches; a heartbeat thread keeps
+the worker row and its session lock alive. Handlers run outside any
+transaction unless their queue asks for exactly-once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+
+from django.db import DatabaseError
+
+from djqueue import signals
+from djqueue.api.condition_parser import compile_condition
+from djqueue.api.worker_wakeups import WakeSocket
+from djqueue.conf import get_settings
+from djqueue.models import Message
+from djqueue.polling import Backoff, local_wakeup
+from djqueue.processes.base import ProcessBase
+from djqueue.processes.registration import Registration
+from djqueue.processes.thread_switch import switch_interval
+from djqueue.storage.claims import PromotionClock, claim_ready
+from djqueue.storage.queue_lookup import get_queue
+from djqueue.storage.transitions import release
+from djqueue.types import AckHook
+from djqueue.worker import registry
+from djqueue.worker.ack_batches import AckBatches, Done, WorkerStats
+from djqueue.worker.handler_calls import HandlerCalls, reset_connection
+from djqueue.worker.handler_threads import HandlerThreads
+from djqueue.worker.options import WorkerOptions
+from djqueue.worker.prefetch import Prefetch
+
+logger = logging.getLogger("djqueue.worker")
+
+
+class Worker(ProcessBase):
+    logger = logger
+
+    def __init__(self, options: WorkerOptions) -> None:
+        super().__init__()
+        if options.concurrency < 1 or options.batch_size < 1:
+            raise ValueError("concurrency and batch_size must be at least 1.")
+        self.options = options
+        self.settings = get_settings()
+        self.heartbeat_interval = self.settings.HEARTBEAT_INTERVAL
+        self.handlers, self.queues = registry.serving(options.queues)
+        self.where = compile_condition(options.where)
+        self.lock_key = uuid.uuid4().hex
+        self.id = f"{socket.gethostname()[:60]}:{os.getpid()}:{self.lock_key[:8]}"
+        self.stats = WorkerStats()
+        #: Set when stuck handler threads made the worker stop to be started afresh.
+        self.recycle = False
+        self.max_stuck = options.max_stuck or max(4, 2 * options.concurrency)
+        #: Claimed and not yet settled; only the loop thread touches it.
+        self._held: dict[int, Message] = {}
+        #: Each handler's in_claim_transaction hook, with the queues it serves.
+        self._hooks: dict[AckHook, set[str]] = {}
+        for name, entry in self.handlers.items():
+            if entry.in_claim_transaction is not None:
+                self._hooks.setdefault(entry.in_claim_transaction, set()).add(name)
+        self._hook = self._in_claim_transaction if self._hooks else None
+        self._acks = AckBatches(self.id, self.stats, self._forget, self._hook)
+        self._prefetch = Prefetch(options.concurrency, options.batch_size)
+        self._calls = HandlerCalls(self.id, self.handlers, self._prefetch)
+        self._threads: HandlerThreads[Message, Done] = HandlerThreads(
+            self._calls.execute, self._deliver, size=options.concurrency,
+            time_limit=options.time_limit, accepting=lambda: not self.stop_signals.stop.is_set())
+        wake_host = self.settings.WAKE_HOST
+        self.wake_socket = WakeSocket(wake_host) if wake_host is not None else None
+        self.registration = Registration(self.id, self.lock_key, queues=options.queues,
+                                 concurrency=options.concurrency, held=lambda: list(self._held),
+                                 wake_address=self.wake_socket.address if self.wake_socket else "")
+        self._promotion = PromotionClock()
+
+    # Lifecycle (see ProcessBase.run: register, heartbeat, main, shutdown, deregister)
+
+    def run(self) -> int:
+        """Work until stopped or a limit is reached; returns the process exit code."""
+        with switch_interval(self.settings.WORKER_SWITCH_INTERVAL):
+            return super().run()
+
+    def register(self) -> None:
+        self.registration.register()
+        logger.info("Worker %s started on %s", self.id, ", ".join(self.options.queues),
+                    extra={"worker": self.id})
+        if self.wake_socket is not None:
+            threading.Thread(target=self.wake_socket.listen_until, name="djqueue-wake-socket",
+                             daemon=True, args=(self.stop_signals.stop,)).start()
+        self._threads.start()
+        signals.worker_started.send(sender=Worker, worker=self)
+
+    def heartbeat(self) -> None:
+        self.registration.beat()
+
+    def main(self) -> int:
+        try:
+            self._loop()
+        except Exception:
+            logger.exception("Worker loop crashed; shutting down", extra={"worker": self.id})
+            raise
+        return 0
+
+    def deregister(self) -> None:
+        self.registration.deregister()
+        if self.wake_socket is not None:
+            self.wake_socket.close()
+        logger.info("Worker %s stopped: %s", self.id, self.stats, extra={"worker": self.id})
+        signals.worker_stopped.send(sender=Worker, worker=self)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                return self._claim_and_settle()
+            except MemoryError:
+                # A handler thread exhausting the memory limit can make any allocation
+                # fail for a moment; its own MemoryError fails its delivery.
+                logger.error("Out of memory in the worker loop; going on",
+                             extra={"worker": self.id})
+                self.stop_signals.stop.wait(0.2)
+
+    def _claim_and_settle(self) -> None:
+        backoff = Backoff()
+        stop = self.stop_signals.stop
+        idle = False
+        while not stop.is_set():
+            self._give_up_overdue()
+            self._acks.collect()
+            if self._limit_reached():
+                return
+            if self._threads.stuck >= self.max_stuck or self._threads.exhausted:
+                logger.error("%d handler thread(s) stuck past the time limit; stopping so the "
+                             "process starts afresh", self._threads.stuck,
+                             extra={"worker": self.id})
+                self.recycle = True
+                return
+            # Finished messages awaiting their ack make room: the claim settles them.
+            outstanding = len(self._held) - len(self._acks.unflushed)
+            room = self._prefetch.most_held(outstanding) - outstanding
+            want = min(room, self.options.batch_size, self._left())
+            got = 0
+            if want > 0 and (room >= self.options.batch_size or not outstanding):
+                got = self._claim(want, peek=idle)
+            due = self._acks.due(self.options.batch_size)
+            if due is not None and due <= time.monotonic():
+                self._flush()
+            idle = not got and not self._held
+            if got:
+                backoff.reset()
+                continue
+            if self.options.burst and not self._held and not self._acks:
+                return
+            if self._acks.wait_for(self._prefetch.finished_awaited(
+                    len(self._held), len(self._acks.unflushed))):
+                continue
+            backoff.sleep(self._acks.due(self.options.batch_size))
+
+    def _claim(self, limit: int, peek: bool = False) -> int:
+        """Claim up to ``limit``, acking the finished messages in the same transaction."""
+        acks = self._acks.acks()
+        started = time.monotonic()
+        try:
+            acked, messages = claim_ready(
+                [get_queue(q.name) for q in self.queues], limit, owner=self.id,
+                visibility_timeout=self.options.visibility_timeout, clock=self._promotion,
+                where=self.where, peek=peek, acks=acks, hook=self._hook)
+        except DatabaseError:
+            logger.exception("Claim failed; retrying after a pause", extra={"worker": self.id})
+            self._reset_connection()
+            self.stop_signals.stop.wait(1.0)
+            return 0
+        if messages:
+            self._prefetch.claimed(time.monotonic() - started)
+        if acks:
+            self._acks.acked(acks, acked)
+        for message in messages:
+            self._held[message.pk] = message
+        for message in messages:
+            self._threads.submit(message)
+        self.stats.claimed += len(messages)
+        return len(messages)
+
+    def _in_claim_transaction(self, db: str, acks: Sequence[Message],
+                              acked: Sequence[Message]) -> None:
+        everything = set(self.options.queues)
+        for hook, names in self._hooks.items():
+            if names >= everything:  # the usual case: one hook for all the worker's queues
+                hook(db, acks, acked)
+                continue
+            hook(db, *([m for m in group if m.queue.name in names] for group in (acks, acked)))
+
+    def _left(self) -> int:
+        """How many more messages ``--max-messages`` lets this worker claim."""
+        limit = self.options.max_messages
+        if limit is None:
+            return self.options.batch_size
+        return limit - self.stats.processed - len(self._held)
+
+    def _limit_reached(self) -> bool:
+        limit = self.options.max_messages
+        if limit is not None and self.stats.processed >= limit:
+            return True
+        seconds = self.options.max_seconds
+        return seconds is not None and time.monotonic() - self.stats.started >= seconds
+
+    # Handler threads
+
+    def _deliver(self, done: Done) -> None:
+        if self._acks.add(done):
+            local_wakeup.notify()
+
+    def _give_up_overdue(self) -> None:
+        """Fail deliveries whose handler overran the time limit (their threads are replaced).
+
+        An exactly-once handler holds its message's row lock in its open transaction,
+        so its delivery cannot be failed from here: the worker lets go of it, and the
+        lease expiry returns it once that transaction ends.
+        """
+        for message in self._threads.overdue():
+            logger.error("Message %s: handler still running after %g s; thread abandoned",
+                         message.pk, self.options.time_limit,
+                         extra={"worker": self.id, "message_id": message.pk})
+            if self._calls.exactly_once(message):
+                self._acks.add(Done(message, lost=True))
+            else:
+                self._acks.add(Done(message, error=(
+                    f"TimeLimitExceeded: the handler ran longer than "
+                    f"{self.options.time_limit:g} s")))
+
+    # AckBatches
+
+    def _flush(self) -> None:
+        """Settle finished messages now; what a DB error interrupts is kept for later."""
+        try:
+            self._acks.flush()
+        except DatabaseError:
+            logger.exception("Recording results failed; retrying", extra={"worker": self.id})
+            self._reset_connection()
+            self.stop_signals.stop.wait(0.5)
+
+    def _forget(self, message: Message) -> None:
+        self._held.pop(message.pk, None)
+
+    # Shutdown
+
+    def shutdown(self) -> None:
+        """Release unstarted work at once, let running handlers finish within the grace period."""
+        self._release(self._drain_unstarted())
+        grace = (self.options.shutdown_grace if self.options.shutdown_grace is not None
+                 else self.settings.SHUTDOWN_GRACE)
+        deadline = time.monotonic() + grace
+        while True:
+            with contextlib.suppress(Exception):
+                self._flush()
+            self._give_up_overdue()
+            busy = len(self._held) - len(self._acks.unflushed)
+            if busy <= 0 or self.stop_signals.force.is_set() or time.monotonic() >= deadline:
+                break
+            local_wakeup.wait(local_wakeup.generation, 0.05)
+        self._release(self._drain_unstarted())
+        unflushed = {d.message.pk for d in self._acks.unflushed}
+        still_running = [m for pk, m in self._held.items() if pk not in unflushed]
+        if still_running:
+            logger.warning("Releasing %d message(s) whose handlers did not finish in time",
+                           len(still_running), extra={"worker": self.id})
+            self._release(still_running)
+        self._threads.stop()
+
+    def _drain_unstarted(self) -> list[Message]:
+        return self._threads.unstarted()
+
+    def _release(self, messages: list[Message]) -> None:
+        if not messages:
+            return
+        try:
+            self.stats.released += release(messages)
+        except DatabaseError:
+            logger.exception("Could not release %d message(s); their leases will expire",
+                             len(messages), extra={"worker": self.id})
+        for message in messages:
+            self._forget(message)
+
+    @staticmethod
+    def _reset_connection() -> None:
+        reset_connection()

@@ -1,0 +1,166 @@
+"""Which function handles which queue: ``DJQUEUE["HANDLERS"]``, the ``@handler``
+decorator, or a handler source.
+
+A handler source is a feature above the worker that owns some queues and their
+handler: the django.tasks backend (djqueue.tasks) adds one when the app loads, so
+the worker runs task queues without importing anything of the tasks feature.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Protocol
+
+from django.utils.module_loading import autodiscover_modules, import_string
+
+from djqueue.conf import get_settings
+from djqueue.exceptions import HandlerNotFound
+from djqueue.models import Queue
+from djqueue.storage.queue_lookup import create_queue, get_queue
+from djqueue.types import AckHook, HandlerFunc
+
+
+@dataclass(frozen=True)
+class Handler:
+    func: HandlerFunc
+    #: None: follow the queue's ``exactly_once`` option.
+    exactly_once: bool | None = None
+    #: Called by a worker inside each transaction that acks messages of the queue (its
+    #: claim transaction), with (database alias, acks asked for, acked), once the leases
+    #: are checked and before the acked rows are deleted: state the handler keeps beside
+    #: the messages changes with them, and may be copied from their rows (see
+    #: djqueue.tasks.task_handler).
+    in_claim_transaction: AckHook | None = None
+
+    @cached_property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+    @property
+    def path(self) -> str:
+        return f"{self.func.__module__}.{self.func.__qualname__}"
+
+
+class HandlerSource(Protocol):
+    """Handlers of the queues a feature owns; the worker creates those queues on first use."""
+
+    def queue_names(self) -> set[str]:
+        """The queues this source handles now (it may follow settings)."""
+        ...
+
+    def handler(self, queue: str) -> Handler:
+        """The handler of one of :meth:`queue_names`."""
+        ...
+
+
+_registry: dict[str, Handler] = {}
+_sources: list[HandlerSource] = []
+_calling = threading.local()
+
+
+@contextlib.contextmanager
+def hook_runs_after() -> Iterator[None]:
+    """Around a handler call whose ack will run the handler's ``in_claim_transaction``
+    (a worker's), so the handler may leave its writes to that hook."""
+    _calling.hooked = True
+    try:
+        yield
+    finally:
+        _calling.hooked = False
+
+
+def hook_will_run() -> bool:
+    """Inside a handler: whether :func:`hook_runs_after` wraps this call."""
+    return getattr(_calling, "hooked", False)
+
+
+def handler(
+    queue: str, *, exactly_once: bool | None = None,
+) -> Callable[[HandlerFunc], HandlerFunc]:
+    """Register the decorated ``func(message)`` as the handler of ``queue``.
+
+    Modules named ``handlers`` in installed apps are imported when a worker
+    starts, so decorators there register themselves.
+    """
+
+    def register(func: HandlerFunc) -> HandlerFunc:
+        _registry[queue] = Handler(func, exactly_once)
+        return func
+
+    return register
+
+
+def discover() -> None:
+    autodiscover_modules("handlers")
+
+
+def configured_paths() -> dict[str, str]:
+    return dict(get_settings().HANDLERS)
+
+
+def resolve(queue: str) -> Handler:
+    """The handler of ``queue``; settings win over decorators. HandlerNotFound if none.
+
+    A broadcast consumer's queue ``topic:group:consumer`` falls back to the
+    handler of its group, ``topic:group``.
+    """
+    try:
+        return _resolve(queue)
+    except HandlerNotFound:
+        if queue.count(":") >= 2:
+            try:
+                return _resolve(queue.rsplit(":", 1)[0])
+            except HandlerNotFound:
+                pass
+        raise
+
+
+def _resolve(queue: str) -> Handler:
+    path = configured_paths().get(queue)
+    if path is not None:
+        try:
+            func = import_string(path)
+        except ImportError as exc:
+            raise HandlerNotFound(
+                f"Handler {path!r} for queue {queue!r} does not import: {exc}") from None
+        if not callable(func):
+            raise HandlerNotFound(f"Handler {path!r} for queue {queue!r} is not callable.")
+        return Handler(func)
+    if queue in _registry:
+        return _registry[queue]
+    for source in _sources:
+        if queue in source.queue_names():
+            return source.handler(queue)
+    raise HandlerNotFound(
+        f"No handler for queue {queue!r}: add it to DJQUEUE['HANDLERS'] or decorate a "
+        "function with @djqueue.handler().")
+
+
+def add_source(source: HandlerSource) -> None:
+    """Let ``source`` handle its queues (once per source; called as an app loads)."""
+    if source not in _sources:
+        _sources.append(source)
+
+
+def sourced_queues() -> set[str]:
+    """Queues the handler sources handle (the django.tasks backends' queues)."""
+    return set().union(*(source.queue_names() for source in _sources))
+
+
+def known_queues() -> list[str]:
+    return sorted(set(configured_paths()) | set(_registry) | sourced_queues())
+
+
+def serving(queue_names: Sequence[str]) -> tuple[dict[str, Handler], list[Queue]]:
+    """The handler and the Queue of each name, as a worker starts: HandlerNotFound or
+    QueueNotFound for a name it could not work; a sourced queue is created on first use."""
+    discover()
+    found = {name: resolve(name) for name in queue_names}
+    sourced = sourced_queues()
+    return found, [create_queue(name, exist_ok=True) if name in sourced
+                   else get_queue(name, fresh=True) for name in queue_names]

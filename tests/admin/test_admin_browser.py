@@ -1,0 +1,87 @@
+"""The admin in a real browser: Playwright driving Debian's Chromium, headless.
+
+Screenshots of each step go to test-artifacts/ (kept by CI as artefacts).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+
+import djqueue
+from djqueue.models import Message, Queue, State
+from djqueue.monitoring import rollups
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is missing: `scripts/ensure_system.sh browser` installs it")
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the test
+    # makes between page actions are still synchronous.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def count(page, queue: str, state: str) -> int:
+    return int(page.locator(f'tr[data-queue="{queue}"] td[data-count="{state}"]').inner_text())
+
+
+def test_operator_pauses_a_queue_and_redrives_a_dead_letter(browser, live_server):
+    call_command("loaddata", "djqueue_admin_theme", verbosity=0)
+    User.objects.create_superuser("ops", password="s3cret-pw")
+    dead = djqueue.create_queue("web.dead")
+    djqueue.create_queue("web.jobs", max_attempts=1, dead_letter_queue=dead)
+    djqueue.send_batch("web.jobs", [{"n": i} for i in range(4)])
+    [failing] = djqueue.receive("web.jobs")
+    failing.nack(error="RuntimeError: printer on fire")
+    rollups.sample_depth()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{live_server.url}/admin/")
+        page.fill("#id_username", "ops")
+        page.fill("#id_password", "s3cret-pw")
+        page.click("input[type=submit]")
+        page.click("text=Dashboard")
+        page.wait_for_selector("#djqueue-dashboard")
+        page.screenshot(path=ARTIFACTS / "dashboard-1-start.png", full_page=True)
+        assert (count(page, "web.jobs", "ready"), count(page, "web.dead", "dead")) == (3, 1)
+
+        page.click('tr[data-queue="web.jobs"] button[data-op="pause"]')
+        page.wait_for_selector('tr[data-queue="web.jobs"] [data-paused]')
+        assert Queue.objects.get(name="web.jobs").paused
+        assert "Paused web.jobs." in page.inner_text(".messagelist")
+        page.screenshot(path=ARTIFACTS / "dashboard-2-paused.png", full_page=True)
+
+        page.click('tr[data-queue="web.dead"] a[data-op="redrive"]')
+        page.wait_for_selector("#djqueue-confirm")
+        page.screenshot(path=ARTIFACTS / "dashboard-3-confirm-redrive.png", full_page=True)
+        page.click("#djqueue-confirm-button")
+        page.wait_for_selector("#djqueue-dashboard")
+        assert (count(page, "web.jobs", "ready"), count(page, "web.dead", "dead")) == (4, 0)
+        assert Message.objects.get(pk=failing.pk).state == State.READY
+        page.screenshot(path=ARTIFACTS / "dashboard-4-redriven.png", full_page=True)
+
+        page.click(f'a[href$="/admin/djqueue/message/?queue__id__exact={failing.queue_id}"]')
+        page.goto(f"{live_server.url}/admin/djqueue/message/{failing.pk}/change/")
+        assert "RuntimeError: printer on fire" in page.inner_text("#content")
+        page.screenshot(path=ARTIFACTS / "message-detail.png", full_page=True)
+    finally:
+        page.close()

@@ -1,0 +1,160 @@
+"""Topics with consumer groups: cluster and broadcast delivery, replay, lag, body store."""
+
+import threading
+from collections import Counter
+
+import pytest
+from django.utils import timezone
+
+import djqueue
+from djqueue.api.topics import collect_bodies
+from djqueue.exceptions import ConfigurationError, InvalidMessage, QueueNotFound
+from djqueue.models import Body, Message
+from tests.conftest import in_threads, wait_until
+from tests.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TOTAL = 10_000
+
+
+def consume_until(queue: str, done: threading.Event, seen: list, expected_total: int,
+                  counter: Counter, lock: threading.Lock, stop: threading.Event) -> None:
+    while not stop.is_set():
+        got = djqueue.receive(queue, max_messages=100, wait=0.2)
+        if got:
+            seen.extend(m.payload["n"] for m in got)
+            assert len(djqueue.ack_many(got)) == len(got)
+            with lock:
+                counter[queue] += len(got)
+        elif done.is_set():
+            with lock:
+                if counter[queue] >= expected_total:
+                    return
+
+
+def test_cluster_and_broadcast_groups_with_replay_from_a_time():
+    djqueue.create_topic("orders")
+    djqueue.subscribe("orders", "billing", mode="cluster")
+    djqueue.subscribe("orders", "audit", mode="cluster")
+    djqueue.subscribe("orders", "cache", mode="broadcast")
+    broadcast = [djqueue.register_consumer("orders", "cache", f"c{i}").name for i in range(3)]
+    assert broadcast == ["orders:cache:c0", "orders:cache:c1", "orders:cache:c2"]
+    # 3 cluster consumers per cluster group share its queue; each broadcast consumer its own
+    consumers = ["orders:billing"] * 3 + ["orders:audit"] * 3 + broadcast
+    seen: list[list[int]] = [[] for _ in consumers]
+    published = threading.Event()
+    reset_at = {}
+    lock = threading.Lock()
+    counter: Counter = Counter()
+    stop = threading.Event()  # set by in_threads when a thread fails or time is up
+    expected = {"orders:billing": TOTAL, "orders:audit": TOTAL, **dict.fromkeys(broadcast, TOTAL)}
+
+    def role(i: int) -> None:
+        if i == len(consumers):
+            for start in range(0, TOTAL, 1000):
+                djqueue.publish_batch("orders", [{"n": n} for n in range(start, start + 1000)])
+                if start == 5000 - 1000:
+                    reset_at["t"] = timezone.now()
+            published.set()
+            return
+        queue = consumers[i]
+        consume_until(queue, published, seen[i], expected[queue], counter, lock, stop)
+
+    in_threads(role, len(consumers) + 1, timeout=400, stop=stop)
+    everything = set(range(TOTAL))
+    for group in ("orders:billing", "orders:audit"):
+        parts = [s for s, q in zip(seen, consumers, strict=True) if q == group]
+        merged = [n for part in parts for n in part]
+        assert len(merged) == TOTAL and set(merged) == everything, f"{group}: exactly once"
+        assert sum(1 for part in parts if part) >= 2, "work was shared in the cluster group"
+    for i, queue in enumerate(consumers):
+        if queue in broadcast:
+            assert sorted(seen[i]) == list(range(TOTAL)), f"{queue} saw every message"
+    assert Body.objects.count() == TOTAL, "each body stored once"
+    assert [lag.pending for lag in djqueue.group_lag("orders", "cache")] == [0, 0, 0]
+
+    # Replay: reset the audit group to the time taken after the 5th batch of 1,000.
+    made = djqueue.reset_group("orders", "audit", to=reset_at["t"])
+    assert made == 5000
+    [lag] = djqueue.group_lag("orders", "audit")
+    assert lag.pending == 5000 and lag.oldest_published_at >= reset_at["t"]
+    replayed = []
+    while got := djqueue.receive("orders:audit", max_messages=500):
+        replayed.extend(m.payload["n"] for m in got)
+        djqueue.ack_many(got)
+    assert sorted(replayed) == list(range(5000, TOTAL))
+    assert djqueue.receive("orders:billing") == [], "other groups are not replayed"
+
+
+def test_new_group_starts_now_or_from_the_earliest_retained_message():
+    djqueue.create_topic("t")
+    djqueue.subscribe("t", "early")
+    bodies = djqueue.publish_batch("t", [{"n": n} for n in range(5)])
+    djqueue.subscribe("t", "late")
+    djqueue.subscribe("t", "replayer", start="earliest")
+    [late] = djqueue.group_lag("t", "late")
+    [replayer] = djqueue.group_lag("t", "replayer")
+    assert (late.pending, replayer.pending) == (0, 5)
+    djqueue.publish("t", {"n": 5})
+    assert djqueue.group_lag("t", "late")[0].pending == 1
+    assert djqueue.reset_group("t", "late", to=bodies[3].pk) == 3  # ids 3, 4 and 5
+    got = djqueue.receive("t:late", max_messages=10)
+    assert sorted(m.payload["n"] for m in got) == [3, 4, 5]
+
+
+def test_deliveries_reference_one_body_and_unneeded_bodies_are_collected():
+    djqueue.create_topic("gc", retention=0)
+    djqueue.subscribe("gc", "a")
+    djqueue.subscribe("gc", "b")
+    body = djqueue.publish("gc", {"big": "x" * 1000}, headers={"kind": "k"})
+    rows = Message.objects.filter(stored_body=body)
+    assert rows.count() == 2 and set(rows.values_list("body", flat=True)) == {""}
+    [a] = djqueue.receive("gc:a")
+    assert a.payload == {"big": "x" * 1000} and a.headers == {"kind": "k"} and a.size > 1000
+    a.ack()
+    assert collect_bodies() == 0, "group b still needs it"
+    [b] = djqueue.receive("gc:b", where="headers.kind = 'k'")
+    b.ack()
+    assert collect_bodies() == 1 and not Body.objects.exists()
+
+
+def test_unregistering_a_broadcast_consumer_drops_its_queue():
+    djqueue.create_topic("u")
+    djqueue.subscribe("u", "g", mode="broadcast")
+    djqueue.register_consumer("u", "g", "one")
+    djqueue.register_consumer("u", "g", "two")
+    djqueue.publish("u", {})
+    assert djqueue.unregister_consumer("u", "g", "one") == 1
+    assert [q.name for q in djqueue.group_queues("u", "g")] == ["u:g:two"]
+
+
+@pytest.mark.parametrize(("call", "error"), [
+    (lambda: djqueue.subscribe("nope", "g"), QueueNotFound),
+    (lambda: djqueue.subscribe("v", "g", mode="fanout"), ConfigurationError),
+    (lambda: djqueue.subscribe("v", "g", start="yesterday"), ConfigurationError),
+    (lambda: djqueue.subscribe("v", "a:b"), ConfigurationError),
+    (lambda: djqueue.subscribe("v", "dup"), ConfigurationError),
+    (lambda: djqueue.create_topic("bad name"), ConfigurationError),
+    (lambda: djqueue.reset_group("v", "dup", to="now"), InvalidMessage),
+])
+def test_bad_topic_calls_are_refused(call, error):
+    djqueue.create_topic("v")
+    djqueue.subscribe("v", "dup")
+    with pytest.raises(error):
+        call()
+
+
+def test_broadcast_workers_each_process_every_message(spawn):
+    djqueue.create_topic("news")
+    djqueue.subscribe("news", "all", mode="broadcast")
+    workers = [spawn("djqueue_worker", "--subscribe", "news:all", "--consumer-name", name)
+               for name in ("alpha", "beta")]
+    wait_until(lambda: len(djqueue.group_queues("news", "all")) == 2, 30, "both registered")
+    djqueue.publish_batch("news", [{"n": n} for n in range(200)])
+    wait_until(lambda: Effect.objects.count() == 400, 60, "both consumers processed all")
+    per_key = Counter(Effect.objects.values_list("key", flat=True))
+    assert set(per_key) == set(range(200)) and set(per_key.values()) == {2}
+    for worker in workers:
+        worker.signal(15)
+    assert [w.wait(30) for w in workers] == [0, 0]

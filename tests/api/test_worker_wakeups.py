@@ -1,0 +1,76 @@
+"""Senders wake idle workers of other processes through the doorbell (djqueue.api.worker_wakeups)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import djqueue
+from djqueue.api import worker_wakeups
+from djqueue.api.worker_wakeups import WakeSocket
+from djqueue.models import History, Worker
+from djqueue.polling import local_wakeup
+from djqueue.worker.message_worker import Worker as QueueWorker
+from djqueue.worker.options import WorkerOptions
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fresh_directory():
+    worker_wakeups.wake_addresses.forget()
+    yield
+    worker_wakeups.wake_addresses.forget()
+
+
+def test_ring_reaches_the_workers_of_that_queue_only():
+    bell = WakeSocket("127.0.0.1")
+    stop = threading.Event()
+    listener = threading.Thread(target=bell.listen_until, args=(stop,))
+    listener.start()
+    try:
+        Worker.objects.create(id="w1", hostname="h", pid=1, lock_key="k", queues=["t.record"],
+                              wake_address=bell.address)
+        seen = local_wakeup.generation
+        worker_wakeups.wake_workers({"t.other"})
+        assert not local_wakeup.wait(seen, 0.5), "a worker of another queue was woken"
+        worker_wakeups.wake_workers({"t.record"})
+        assert local_wakeup.wait(seen, 10), "the datagram did not wake the listener"
+    finally:
+        stop.set()
+        listener.join(5)
+        bell.close()
+
+
+def test_ring_with_no_listener_or_an_unusable_address_is_harmless():
+    Worker.objects.create(id="w1", hostname="h", pid=1, lock_key="k", queues=["t.record"],
+                          wake_address="127.0.0.1:9")  # the discard port: nobody listens
+    Worker.objects.create(id="w2", hostname="h", pid=2, lock_key="k2", queues=["t.record"],
+                          wake_address="not-an-address")
+    djqueue.create_queue("t.record")
+    worker_wakeups.wake_workers({"t.record"})
+    assert djqueue.send("t.record", {"n": 1}).pk  # a send rings too and still succeeds
+
+
+def test_a_send_wakes_a_worker_that_polls_every_two_minutes(spawn):
+    djqueue.create_queue("t.record")
+    worker = spawn("djqueue_worker", "t.record", env={"DJQUEUE_TEST_POLL": "120"})
+    wait_until(lambda: Worker.objects.exclude(wake_address="").exists(), 60, "the worker")
+    djqueue.send("t.record", {"n": 1})
+    wait_until(lambda: History.objects.count() == 1, 60, "the first message")
+    # Now idle with a 120 s poll: only the doorbell can bring the next one in sooner.
+    sent = time.monotonic()
+    djqueue.send("t.record", {"n": 2})
+    wait_until(lambda: History.objects.count() == 2, 60, f"the doorbell\n{worker.output()}")
+    assert time.monotonic() - sent < 60
+
+
+def test_workers_without_a_doorbell_register_no_address(settings):
+    settings.DJQUEUE = {**settings.DJQUEUE, "WAKE_HOST": None}
+    djqueue.create_queue("t.record")
+
+    worker = QueueWorker(WorkerOptions(queues=["t.record"], burst=True))
+    assert worker.wake_socket is None and worker.registration.wake_address == ""

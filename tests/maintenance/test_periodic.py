@@ -1,0 +1,75 @@
+"""Periodic tasks: one enqueue per tick whatever the number of schedulers, no catch-up burst."""
+
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+
+from djqueue.maintenance.periodic import Scheduler
+from djqueue.models import Message, PeriodicTick
+from tests.conftest import mysql_only
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EVERY_MINUTE = {"beat": {"task": "tests.tasks.add", "cron": "* * * * *", "args": [1, 1]}}
+T0 = datetime(2026, 11, 22, 10, 0, 30, tzinfo=UTC)
+
+
+@override_settings(DJQUEUE={"PERIODIC": EVERY_MINUTE})
+def test_one_enqueue_per_tick_across_schedulers():
+    first, second = Scheduler(), Scheduler()
+    assert first.tick(T0) == 1
+    assert first.tick(T0 + timedelta(seconds=20)) == 0
+    assert second.tick(T0) == 0
+    assert second.tick(T0 + timedelta(minutes=1)) == 1
+    assert Message.objects.count() == 2  # the enqueued tasks, waiting for a worker
+
+
+@override_settings(DJQUEUE={"PERIODIC": EVERY_MINUTE})
+def test_missed_ticks_are_skipped_after_downtime():
+    scheduler = Scheduler()
+    scheduler.tick(T0)
+    assert scheduler.tick(T0 + timedelta(minutes=30)) == 1
+    assert PeriodicTick.objects.count() == 2
+
+
+@override_settings(DJQUEUE={"PERIODIC": {"beat": {**EVERY_MINUTE["beat"], "catch_up": True}}})
+def test_catch_up_runs_missed_ticks_when_asked():
+    scheduler = Scheduler()
+    scheduler.tick(T0)
+    assert scheduler.tick(T0 + timedelta(minutes=5)) == 5
+    minutes = list(PeriodicTick.objects.order_by("tick_at").values_list("tick_at", flat=True))
+    assert [(m - minutes[0]).total_seconds() for m in minutes] == [0, 60, 120, 180, 240, 300]
+
+
+@mysql_only
+@pytest.mark.slow
+def test_three_schedulers_for_three_minutes_enqueue_once_per_tick(spawn):
+    env = {"DJQUEUE_TEST_PERIODIC": "1"}
+    started = timezone.now()
+    reapers = [spawn("djqueue_reaper", env=env) for _ in range(3)]
+    deadline = time.monotonic() + 185
+    while time.monotonic() < deadline:  # the acceptance asks for three minutes of running
+        assert all(r.popen.poll() is None for r in reapers)
+        time.sleep(1)
+    for reaper in reapers:
+        reaper.signal(signal.SIGTERM)
+    assert [r.wait(30) for r in reapers] == [0, 0, 0]
+    ended = timezone.now()
+    ticks = list(PeriodicTick.objects.filter(name="beat").order_by("tick_at"))
+    expected, minute = [], started.replace(second=0, microsecond=0)
+    while minute <= ended:
+        expected.append(minute)
+        minute += timedelta(minutes=1)
+    got = [t.tick_at for t in ticks]
+    # Every minute the schedulers were up, bar perhaps the first and last partial ones.
+    first = expected.index(got[0])
+    assert got == expected[first:first + len(got)], (got, expected)
+    assert len(got) >= max(3, len(expected) - 2), (got, expected)
+    # Each tick enqueued one task; a task's result id is its message's id until it runs.
+    assert {t.task_result_id for t in ticks} == {
+        str(pk) for pk in Message.objects.values_list("pk", flat=True)}
+    assert len(ticks) == Message.objects.count()

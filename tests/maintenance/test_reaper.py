@@ -1,0 +1,113 @@
+"""The reaper: expired leases come back counted; several reapers at once are safe."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+import djqueue
+from djqueue.maintenance.reaper import Reaper
+from djqueue.models import Message, State, Worker
+from tests.conftest import in_threads
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def expire_all() -> None:
+    Message.objects.filter(state=State.CLAIMED).update(
+        visible_at=timezone.now() - timedelta(seconds=1))
+
+
+def test_expired_lease_returns_counted_then_dead_letters():
+    dlq = djqueue.create_queue("jobs.dead")
+    djqueue.create_queue("jobs", max_attempts=2, dead_letter_queue=dlq)
+    sent = djqueue.send("jobs", {"n": 1})
+    [first] = djqueue.receive("jobs", visibility_timeout=60)
+    expire_all()
+    assert Reaper().tick().expired == 1
+    row = Message.objects.get(pk=sent.pk)
+    assert row.state == State.READY and row.attempts == 1
+    assert "lease expired" in row.errors[0]["error"]
+    with pytest.raises(djqueue.exceptions.NotOwner):
+        first.ack()
+    djqueue.receive("jobs")
+    expire_all()
+    Reaper().tick()
+    row = Message.objects.get(pk=sent.pk)
+    assert (row.state, row.queue_id, len(row.errors)) == (State.DEAD, dlq.pk, 2)
+
+
+def test_stale_worker_is_reaped_and_its_claims_return():
+    djqueue.create_queue("jobs")
+    djqueue.send_batch("jobs", [{"n": i} for i in range(5)])
+    Worker.objects.create(id="gone:1:abc", hostname="elsewhere", pid=1, lock_key="f" * 32,
+                          heartbeat_at=timezone.now() - timedelta(hours=1))
+    djqueue.receive("jobs", max_messages=5, owner="gone:1:abc", visibility_timeout=3600)
+    report = Reaper().tick()
+    assert (report.dead_workers, report.returned_from_dead) == (1, 5)
+    assert Message.objects.filter(state=State.READY, attempts=1).count() == 5
+    assert not Worker.objects.exists()
+
+
+@pytest.mark.row_locks
+def test_dead_workers_claims_still_locked_are_returned_by_a_later_pass():
+    """A killed worker's last transaction may still lock some of its rows for a moment
+    (the server has not rolled it back yet). The reaper skips those rows, keeps the
+    worker's row, and returns them on the next pass, not at their lease's expiry."""
+    djqueue.create_queue("jobs")
+    djqueue.send_batch("jobs", [{"n": i} for i in range(3)])
+    Worker.objects.create(id="gone:1:abc", hostname="elsewhere", pid=1, lock_key="f" * 32,
+                          heartbeat_at=timezone.now() - timedelta(hours=1))
+    held = djqueue.receive("jobs", max_messages=3, owner="gone:1:abc", visibility_timeout=3600)
+    locked, release = threading.Event(), threading.Event()
+
+    def dying_transaction(_: int) -> None:
+        with transaction.atomic():
+            Message.objects.select_for_update().filter(pk=held[0].pk).get()
+            locked.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=in_threads, args=(dying_transaction, 1))
+    holder.start()
+    assert locked.wait(30)
+    first = Reaper().tick()
+    assert (first.dead_workers, first.returned_from_dead) == (1, 2)
+    assert Worker.objects.filter(pk="gone:1:abc").exists()
+    release.set()
+    holder.join(30)
+    second = Reaper().tick()
+    assert (second.dead_workers, second.returned_from_dead) == (1, 1)
+    assert Message.objects.filter(state=State.READY, attempts=1).count() == 3
+    assert not Worker.objects.exists()
+
+
+def test_concurrent_reapers_return_each_message_once():
+    djqueue.create_queue("jobs", max_attempts=10)
+    djqueue.send_batch("jobs", [{"n": i} for i in range(1200)])
+    while djqueue.receive("jobs", max_messages=500):
+        pass
+    expire_all()
+    totals = in_threads(lambda _: Reaper().tick().expired, 3)
+    assert sum(totals) == 1200
+    assert Message.objects.filter(state=State.READY).count() == 1200
+    assert {len(m.errors) for m in Message.objects.all()} == {1}
+
+
+def test_heartbeat_after_deregister_does_not_register_the_worker_again():
+    """A worker deregisters before its heartbeat thread is told to stop; a beat in
+    between finds no row and must leave it gone (it used to register the stopping
+    worker again, leaving a stale row for the reaper)."""
+    from djqueue.processes.registration import Registration
+
+    presence = Registration("leaving:1:abc", "e" * 32, queues=["jobs"], concurrency=1,
+                        held=lambda: [])
+    presence.register()
+    assert Worker.objects.filter(pk="leaving:1:abc").exists()
+    presence.deregister()
+    beating = threading.Thread(target=presence.beat)  # on its own thread, as a heartbeat
+    beating.start()
+    beating.join(timeout=30)
+    assert not beating.is_alive()
+    assert not Worker.objects.exists()

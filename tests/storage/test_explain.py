@@ -1,0 +1,96 @@
+"""The hot queries use their indexes: no full scan, no filesort, with 200,000 rows about."""
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+import djqueue
+from djqueue.models import History, Message, Outcome, State
+from djqueue.storage.statements import claim_statements
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROWS = 100_000
+
+
+def capture_queries():
+    return CaptureQueriesContext(connection)
+
+
+def explain_sql(sql: str) -> str:
+    """EXPLAIN a statement the test captured (its values already inlined)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql)
+        columns = [c[0] for c in cursor.description]
+        return "\n".join(" | ".join(f"{k}={v}" for k, v in zip(columns, row, strict=True))
+                         for row in cursor.fetchall())
+
+
+def explain(queryset) -> str:
+    sql, params = queryset.query.sql_with_params()
+    prefix = {"sqlite": "EXPLAIN QUERY PLAN ", "postgresql": "EXPLAIN ",
+              "mysql": "EXPLAIN "}[connection.vendor]
+    with connection.cursor() as cursor:
+        cursor.execute(prefix + sql, params)
+        columns = [c[0] for c in cursor.description]
+        return "\n".join(" | ".join(f"{k}={v}" for k, v in zip(columns, row, strict=True))
+                         for row in cursor.fetchall())
+
+
+@pytest.fixture
+def backlog():
+    """100,000 ready and 100,000 finished messages, plus scheduled and claimed neighbours."""
+    jobs, other = djqueue.create_queue("jobs"), djqueue.create_queue("other")
+    now = timezone.now()
+    batch = 5000
+    with transaction.atomic():
+        for start in range(0, ROWS, batch):
+            Message.objects.bulk_create(
+                Message(queue=jobs, body="{}", priority=i % 3, sent_at=now, visible_at=now)
+                for i in range(start, start + batch))
+            History.objects.bulk_create(
+                History(id=10**9 + i, queue=jobs, outcome=Outcome.ACKED, attempts=1, size=2,
+                        sent_at=now, finished_at=now) for i in range(start, start + batch))
+        Message.objects.bulk_create(
+            [Message(queue=jobs, body="{}", state=State.SCHEDULED, visible_at=now)
+             for _ in range(5000)]
+            + [Message(queue=other, body="{}", visible_at=now) for _ in range(5000)]
+            + [Message(queue=jobs, body="{}", state=State.CLAIMED, visible_at=now)
+               for _ in range(500)])
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("ANALYZE djqueue_message")
+        elif connection.vendor == "mysql":
+            cursor.execute("ANALYZE TABLE djqueue_message")
+            cursor.fetchall()
+        else:
+            cursor.execute("ANALYZE")
+    return jobs
+
+
+def assert_uses_index(plan: str, index: str) -> None:
+    assert index in plan, plan
+    lowered = plan.lower()
+    for bad in ("filesort", "temp b-tree", "seq scan", "type=all", "sort key", "scan djqueue"):
+        assert bad not in lowered, plan
+
+
+def test_hot_queries_use_their_indexes(backlog):
+    ready = Message.objects.filter(queue=backlog, state=State.READY).claim_order()
+    if connection.vendor == "mysql":
+        with transaction.atomic(), capture_queries() as queries:
+            claim_statements.lock_ready("default", backlog.pk, 100)
+        plan = explain_sql(queries[-1]["sql"])
+    elif connection.features.has_select_for_update_skip_locked:
+        with transaction.atomic():
+            plan = explain(ready.select_for_update(skip_locked=True)[:100])
+    else:
+        plan = explain(ready.values("pk")[:100])
+    print(plan)
+    assert_uses_index(plan, "djqueue_msg_claim")
+    now = timezone.now()
+    for query in (Message.objects.due(now), Message.objects.expired(now)):
+        plan = explain(query.order_by("visible_at").values("pk")[:500])
+        print(plan)
+        assert_uses_index(plan, "djqueue_msg_due")

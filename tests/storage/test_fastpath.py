@@ -1,0 +1,155 @@
+"""Each fast path in djqueue.storage.fastpath gives what its plain path (public Django
+APIs only) gives, on every database; and djqueue works end to end on the plain paths,
+as it does on a Django version the fast paths were not verified with."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection, transaction
+from django.db.models.signals import post_init
+from django.utils import timezone
+
+import djqueue
+from djqueue.models import Message, State, TaskRecord
+from djqueue.storage import dialects, fastpath
+from djqueue.storage.statements import message_inserts
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(params=[True, False], ids=["fast", "plain"])
+def paths(request, monkeypatch):
+    """Run the test once with the fast paths and once with the plain ones (the switch
+    djqueue itself turns off on an unverified Django version)."""
+    monkeypatch.setattr(fastpath, "enabled", request.param)
+    return request.param
+
+
+def columns(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+def test_the_verified_versions_include_the_running_django():
+    import django
+
+    assert fastpath.enabled == (django.VERSION[:2] in fastpath.VERIFIED_DJANGO)
+
+
+def test_built_instances_equal_model_init(paths):
+    now = timezone.now()  # the time fields' default is a call: give both the same value
+    shared = {"queue_id": 7, "priority": 2, "headers": {"a": 1}, "sent_at": now,
+              "visible_at": now}
+    built = fastpath.builder(Message, **shared)(body='{"x":1}', group_key="g")
+    plain = Message(**shared, body='{"x":1}', group_key="g")
+    assert columns(built) == columns(plain)
+    assert built._state.adding and built._state.db is None
+    times = {"enqueued_at": now}
+    record = message_inserts.build(TaskRecord, id="r1", task_path="t.p", backend="default",
+                                   **times)
+    assert columns(record) == columns(TaskRecord(id="r1", task_path="t.p", backend="default",
+                                                 **times))
+
+
+def test_rows_become_instances_as_from_db_makes_them(paths):
+    queue = djqueue.create_queue("fp.rows")
+    djqueue.send(queue, {"n": 1}, headers={"h": [1]}, group_key="k")
+    attnames = [f.attname for f in Message._meta.concrete_fields]
+    values = [list(Message.objects.filter(queue=queue).values_list(*attnames).get())]
+    [fast] = fastpath.from_rows(Message, "default", attnames, values)
+    plain = Message.from_db("default", attnames, values[0])
+    assert columns(fast) == columns(plain)
+    assert not fast._state.adding and fast._state.db == "default"
+
+
+def test_from_rows_calls_init_receivers_as_from_db_does(paths):
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Message)
+    try:
+        attnames = ["id", "queue_id", "body"]
+        fastpath.from_rows(Message, "default", attnames, [[1, 2, "{}"]])
+    finally:
+        post_init.disconnect(receiver, sender=Message)
+    assert len(seen) == 1
+
+
+def test_saved_and_unsaved_marks(paths):
+    message = Message(queue_id=1, body="{}")
+    fastpath.mark_saved(message, 41, "default")
+    assert (message.pk, message._state.adding, fastpath.database_of(message)) == (41, False,
+                                                                                   "default")
+    fastpath.mark_unsaved(message)
+    assert message.pk is None and message._state.adding
+
+
+def test_related_cacher_leaves_what_reading_the_key_leaves(paths, django_assert_num_queries):
+    queue = djqueue.create_queue("fp.related")
+    message = Message(queue_id=queue.pk, body="{}")
+    fastpath.related_cacher(Message, "queue")(message, queue)
+    with django_assert_num_queries(0):  # a cached object: nothing is read
+        assert message.queue is queue and message.queue_id == queue.pk
+
+
+def test_json_encoder_writes_what_json_dumps_writes(paths):
+    plain = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    encode = fastpath.json_encoder(plain)
+    for value in [{"a": [1, 2.5, None, True]}, "text ✓", [], {"ω": {"n": -1}}, 10**20]:
+        assert encode(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    with pytest.raises(TypeError):
+        encode({"a": object()})
+    with pytest.raises(ValueError):
+        encode([float("nan")])
+
+
+def test_a_written_out_insert_stores_what_a_cursor_stores(paths):
+    queue = djqueue.create_queue("fp.insert")
+    sent = djqueue.send(queue, {"via": "send"})
+    row = Message.objects.get(pk=sent.pk)
+    assert row.payload == {"via": "send"} and row.state == State.READY
+
+
+def test_the_index_hint_changes_the_plan_not_the_rows(paths):
+    queue = djqueue.create_queue("fp.hint")
+    djqueue.send_batch(queue, [{"n": n} for n in range(5)], priority=1)
+    djqueue.send(queue, {"n": "top"}, priority=9)
+    query = Message.objects.filter(queue=queue, state=State.READY).claim_order()[:3]
+    table = connection.ops.quote_name(Message._meta.db_table)
+    hinted = list(fastpath.with_index_hint(query, table, dialects.claim_index_hint(connection)))
+    assert [m.pk for m in hinted] == [m.pk for m in query]
+
+
+def test_the_mysql_transaction_commits_and_rolls_back_like_atomic(paths):
+    if connection.vendor != "mysql":
+        pytest.skip("the BEGIN shortcut is MySQL/MariaDB's")
+    queue = djqueue.create_queue("fp.txn")
+    committed = []
+    with fastpath.mysql_transaction(connection, "default"):
+        djqueue.send(queue, {"n": 1})
+        transaction.on_commit(lambda: committed.append(1))
+        assert connection.in_atomic_block
+    assert committed == [1]
+    with pytest.raises(RuntimeError), fastpath.mysql_transaction(connection, "default"):
+        djqueue.send(queue, {"n": 2})
+        raise RuntimeError
+    assert Message.objects.filter(queue=queue).count() == 1
+    assert connection.get_autocommit()
+
+
+def test_the_queue_works_end_to_end_on_either_path(paths):
+    """Send, receive, ack, nack and the worker's claim+ack path, on the path chosen."""
+    queue = djqueue.create_queue("fp.e2e", max_attempts=2)
+    djqueue.send_batch(queue, [{"n": n} for n in range(20)])
+    djqueue.send(queue, {"n": 20})
+    got = djqueue.receive(queue, max_messages=21)
+    assert sorted(m.payload["n"] for m in got) == list(range(21))
+    got[0].nack(error="boom", delay=0)
+    assert len(djqueue.ack_many(got[1:])) == 20
+    [again] = djqueue.receive(queue)
+    assert again.attempts == 2 and again.errors[0]["error"] == "boom"
+    again.ack()
+    assert not Message.objects.filter(queue=queue).exists()

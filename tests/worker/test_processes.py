@@ -1,0 +1,209 @@
+"""Real worker, reaper and producer processes receiving real signals."""
+
+import itertools
+import random
+import signal
+import time
+from collections import Counter
+
+import pytest
+from django.db.models import Count
+
+import djqueue
+from djqueue.models import History, Message, State, Worker
+from tests.conftest import kill, wait_until
+from tests.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def effects_per_key(positive_only: bool = True) -> Counter:
+    rows = Effect.objects.filter(key__gte=0) if positive_only else Effect.objects.all()
+    return Counter(dict(rows.values_list("key").annotate(c=Count("id")).values_list("key", "c")))
+
+
+def test_four_producers_four_workers_process_each_message_exactly_once(spawn):
+    djqueue.create_queue("t.record")
+    total, producers = 20_000, 4
+    workers = [spawn("djqueue_worker", "t.record", "-c", "2", "-b", "20") for _ in range(4)]
+    share = total // producers
+    feeds = [spawn("produce", "t.record", "--start", str(i * share), "--count", str(share))
+             for i in range(producers)]
+    for feed in feeds:
+        assert feed.wait(300) == 0, feed.output()
+    wait_until(lambda: History.objects.count() == total, 300, "all messages acked")
+    assert not Message.objects.exists()
+    counts = effects_per_key()
+    assert set(counts) == set(range(total)), "lost messages"
+    assert set(counts.values()) == {1}, "messages processed twice"
+    for worker in workers:
+        assert worker.popen.poll() is None, worker.output()
+        worker.signal(signal.SIGTERM)
+    assert [w.wait(30) for w in workers] == [0, 0, 0, 0]
+    assert not Worker.objects.exists()
+
+
+def test_max_messages_claims_no_more_than_it_may_process(spawn):
+    djqueue.create_queue("t.record")
+    djqueue.send_batch("t.record", [{"n": i} for i in range(300)])
+    worker = spawn("djqueue_worker", "t.record", "-c", "1", "-b", "100", "--max-messages", "150")
+    assert worker.wait(60) == 0, worker.output()
+    assert History.objects.count() == 150
+    # Never claimed, so never released either (a release keeps claimed_at).
+    assert Message.objects.filter(state=State.READY, claimed_at__isnull=True).count() == 150
+
+
+def test_sigterm_finishes_running_handlers_and_releases_the_rest_at_once(spawn):
+    djqueue.create_queue("t.slow", visibility_timeout=300)
+    djqueue.send_batch("t.slow", [{"n": i, "sleep": 3} for i in range(1, 5)])
+    worker = spawn("djqueue_worker", "t.slow", "-c", "2", "-b", "4", "--shutdown-grace", "30")
+    wait_until(lambda: Effect.objects.filter(key__lt=0).count() == 2, 30, "two handlers running")
+    assert Message.objects.filter(state=State.CLAIMED).count() == 4
+    worker.signal(signal.SIGTERM)
+    wait_until(lambda: Message.objects.filter(state=State.READY).count() == 2, 2.5,
+               "unstarted messages released")
+    assert not Effect.objects.filter(key__gte=0).exists(), "released only after handlers ended"
+    assert worker.wait(30) == 0, worker.output()
+    done = effects_per_key()
+    assert len(done) == 2 and set(done.values()) == {1}
+    assert History.objects.count() == 2
+    ready = Message.objects.filter(state=State.READY)
+    assert ready.count() == 2 and {m.attempts for m in ready} == {0}
+    assert not Worker.objects.exists()
+
+
+def test_second_signal_exits_without_waiting_for_handlers(spawn):
+    djqueue.create_queue("t.slow", visibility_timeout=300)
+    djqueue.send("t.slow", {"n": 1, "sleep": 60})
+    worker = spawn("djqueue_worker", "t.slow", "--shutdown-grace", "60")
+    wait_until(lambda: Effect.objects.filter(key=-1).exists(), 30, "the handler to start")
+    worker.signal(signal.SIGTERM)
+    worker.signal(signal.SIGINT)
+    assert worker.wait(15) == 0
+    assert Message.objects.get().state == State.READY
+    assert not Worker.objects.exists()
+
+
+def test_sigkilled_workers_claims_are_processed_by_another_within_10s(spawn):
+    djqueue.create_queue("t.slow", visibility_timeout=600)
+    # First deliveries take 10 minutes: the victim sits on all 50 claims.
+    djqueue.send_batch("t.slow", [{"n": i, "sleep": 600} for i in range(1, 51)])
+    victim = spawn("djqueue_worker", "t.slow", "-c", "1", "-b", "50")
+    wait_until(lambda: Message.objects.filter(state=State.CLAIMED).count() == 50, 30,
+               "the victim to claim 50 messages")
+    owner = Message.objects.filter(state=State.CLAIMED).values_list("owner", flat=True)[0]
+    spawn("djqueue_reaper")
+    rescuer = spawn("djqueue_worker", "t.slow", "-c", "2")
+    wait_until(lambda: Worker.objects.count() == 2, 30, "the rescuer to register")
+    killed_at = time.monotonic()
+    kill(victim)
+    wait_until(lambda: History.objects.count() == 50, 10, "all 50 processed by the rescuer")
+    elapsed = time.monotonic() - killed_at
+    assert set(History.objects.values_list("attempts", flat=True)) == {2}
+    assert not History.objects.filter(worker=owner).exists()
+    assert not Worker.objects.filter(pk=owner).exists()
+    print(f"recovered 50 claims of a SIGKILLed worker in {elapsed:.2f}s")
+    rescuer.signal(signal.SIGTERM)
+    assert rescuer.wait(30) == 0
+
+
+def test_exactly_once_survives_random_sigkills(spawn):
+    djqueue.create_queue("t.exactly", exactly_once=True, visibility_timeout=30,
+                         max_attempts=1000)
+    total = 200
+    djqueue.send_batch("t.exactly", [{"n": i} for i in range(total)])
+    spawn("djqueue_reaper")
+    workers = [spawn("djqueue_worker", "t.exactly", "-c", "2", "-b", "5") for _ in range(2)]
+    rng = random.Random(20261122)
+    kills = 0
+    deadline = time.monotonic() + 240
+    while History.objects.count() < total:
+        assert time.monotonic() < deadline, f"only {History.objects.count()} of {total} done"
+        time.sleep(rng.uniform(0.1, 0.5))  # chaos interval, not a synchronisation
+        slot = rng.randrange(len(workers))
+        kill(workers[slot])
+        kills += 1
+        workers[slot] = spawn("djqueue_worker", "t.exactly", "-c", "2", "-b", "5")
+    counts = effects_per_key()
+    assert kills >= 5
+    assert set(counts) == set(range(total))
+    assert set(counts.values()) == {1}, {k: c for k, c in counts.items() if c != 1}
+    print(f"{kills} SIGKILLs, {total} messages, each side effect exactly once")
+
+
+def test_failing_handler_walks_backoff_to_dead_letters_then_redrive_succeeds(spawn):
+    dlq = djqueue.create_queue("t.flaky.dead")
+    schedule = [0.3, 0.6, 0.9]
+    djqueue.create_queue("t.flaky", backoff=schedule, max_attempts=4, dead_letter_queue=dlq)
+    message = djqueue.send("t.flaky", {"n": 7, "failures": 4})
+    worker = spawn("djqueue_worker", "t.flaky")
+    dead = wait_until(lambda: Message.objects.filter(queue=dlq, state=State.DEAD).first(), 30,
+                      "the message to be dead-lettered")
+    assert dead.pk == message.pk and dead.attempts == 4
+    assert [e["attempt"] for e in dead.errors] == [1, 2, 3, 4]
+    assert all("planned failure" in e["error"] for e in dead.errors)
+    runs = list(Effect.objects.filter(key=7).order_by("attempt"))
+    assert [r.attempt for r in runs] == [1, 2, 3, 4]
+    gaps = [(b.at - a.at).total_seconds() for a, b in itertools.pairwise(runs)]
+    for gap, step in zip(gaps, schedule, strict=True):
+        assert step <= gap < step + 1.5, (gaps, schedule)
+    assert djqueue.redrive("t.flaky.dead") == 1
+    wait_until(lambda: History.objects.filter(pk=message.pk).exists(), 30, "redriven success")
+    assert Effect.objects.filter(key=7).count() == 5
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+
+def lock_holder(key: str):
+    """The connection (MySQL) or backend pid (PostgreSQL) holding session lock ``key``."""
+    from django.db import connection
+
+    from djqueue.storage import session_locks
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute("SELECT IS_USED_LOCK(%s)", [f"djqueue:{key}"])
+        else:
+            unsigned = session_locks._pg_key(key) & (2**64 - 1)
+            cursor.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
+                           "classid = %s AND objid = %s AND objsubid = 1",
+                           [unsigned >> 32, unsigned & (2**32 - 1)])
+        row = cursor.fetchone()
+        return row[0] if row else None
+
+
+def test_live_workers_session_lock_is_held_by_one_connection_across_heartbeats(spawn):
+    from djqueue.storage import session_locks
+
+    if not session_locks.has_session_locks():
+        pytest.skip("SQLite has no session locks")
+    djqueue.create_queue("t.record")
+    spawn("djqueue_worker", "t.record")
+    worker = wait_until(lambda: Worker.objects.first(), 30, "the worker to register")
+    holder = wait_until(lambda: lock_holder(worker.lock_key), 5, "the lock holder")
+    deadline = time.monotonic() + 3  # six heartbeats at HEARTBEAT_INTERVAL = 0.5 s
+    while time.monotonic() < deadline:
+        assert lock_holder(worker.lock_key) == holder, "the lock was re-acquired"
+        assert session_locks.session_lock_free(worker.lock_key) is False
+    assert Worker.objects.get().pk == worker.pk
+
+
+def test_stuck_handler_threads_make_the_worker_restart_its_process_and_carry_on(spawn):
+    """Handlers hanging past --time-limit leave threads Python cannot stop; past
+    --max-stuck of them the worker re-executes itself (same pid) and goes on."""
+    dead = djqueue.create_queue("f.poison.dead")
+    djqueue.create_queue("f.poison", max_attempts=1, dead_letter_queue=dead)
+    djqueue.send_batch("f.poison", [{"n": i, "kind": "hang"} for i in range(3)])
+    worker = spawn("djqueue_worker", "f.poison", "-c", "1", "-b", "1", "--time-limit", "0.3",
+                   "--max-stuck", "2")
+    wait_until(lambda: Message.objects.filter(state=State.DEAD).count() == 3, 60,
+               "three hung deliveries dead-lettered")
+    djqueue.send("f.poison", {"n": 99})
+    wait_until(lambda: History.objects.filter(pk__isnull=False).count() == 1, 60,
+               f"the good message after the restart\n{worker.output()}")
+    assert worker.popen.poll() is None, worker.output()
+    assert worker.output().count("stopping so the process starts afresh") == 1
+    errors = [m.errors[-1]["error"] for m in Message.objects.filter(state=State.DEAD)]
+    assert all("TimeLimitExceeded" in e for e in errors), errors
+    assert Effect.objects.filter(key=99).count() == 1
