@@ -57,8 +57,10 @@ def test_the_wheel_installs_in_a_fresh_venv_and_a_bare_project_passes_check(tmp_
     """))
     env = {"DJANGO_SETTINGS_MODULE": "bare_settings", "PYTHONPATH": str(project),
            "PATH": f"{env_dir / 'bin'}:/usr/bin:/bin"}
-    out = run(python, "-m", "django", "check", "--fail-level", "WARNING", cwd=project, env=env)
-    assert "System check identified no issues" in out
+    # manage.py check passes: no error. (The bare project's SQLite starts transactions
+    # DEFERRED, which djqueue's W002 points out: a warning, as it should be.)
+    out = run(python, "-m", "django", "check", cwd=project, env=env)
+    assert "ERRORS:" not in out and "djqueue.E" not in out, out
     run(python, "-m", "django", "migrate", "-v", "0", cwd=project, env=env)
     # The installed package is the wheel's, not this checkout.
     where = run(python, "-c", "import djqueue, sys; print(djqueue.__file__)", cwd=project, env=env)
