@@ -15,6 +15,7 @@ from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from djqueue import durations
 from djqueue.exceptions import ConfigurationError
 
 #: A MySQL stream queue's stepped retry schedule, in seconds: the delay before
@@ -62,6 +63,9 @@ class Settings:
     RESULT_RETENTION: float = 7 * 24 * 3600.0
     #: Rows deleted per statement when pruning history.
     PRUNE_BATCH: int = 5000
+    #: The largest message a send accepts, payload and headers as stored (JSON, UTF-8),
+    #: unless its queue sets ``max_payload_bytes`` (SQS's limit, 1 MiB).
+    MAX_PAYLOAD_BYTES: int = 1024 * 1024
     #: Periodic django.tasks run by the reaper: name -> {"task", "cron", "args", "kwargs",
     #: "catch_up"}; see djqueue.maintenance.periodic.
     PERIODIC: dict[str, dict] = field(default_factory=dict)
@@ -82,8 +86,29 @@ class Settings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-
             raise ConfigurationError(f"Unknown DJQUEUE setting(s): {', '.join(unknown)}")
+        for name, (high, positive) in _DURATIONS.items():
+            if name in overrides:
+                try:
+                    durations.check(overrides[name], f"DJQUEUE[{name!r}]", high=high,
+                                    positive=positive)
+                except ValueError as exc:
+                    raise ConfigurationError(str(exc)) from None
+        for name, (low, high) in _COUNTS.items():
+            value = overrides.get(name, low)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ConfigurationError(
+                    f"DJQUEUE[{name!r}] must be a whole number from {low} to {high}, "
+                    f"got {value!r}")
+        for step in overrides.get("BACKOFF", ()):
+            try:
+                durations.check(step, "A DJQUEUE['BACKOFF'] step", high=durations.MAX_DELAY,
+                                positive=False)
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
+        if "BACKOFF" in overrides and (isinstance(overrides["BACKOFF"], str | bytes)
+                                       or not overrides["BACKOFF"]):
+            raise ConfigurationError("DJQUEUE['BACKOFF'] must be a non-empty list of seconds")
         _check_seconds(overrides, "WORKER_SWITCH_INTERVAL", "None or a number of seconds in "
                        "(0, 1]", lambda v: v is None or 0 < v <= 1)
         _check_seconds(overrides, "CLAIM_RESCAN", "a number of seconds in [0, 60]",
@@ -91,6 +116,30 @@ class Settings:
         if "BACKOFF" in overrides:
             overrides["BACKOFF"] = tuple(overrides["BACKOFF"])
         return cls(**overrides)
+
+
+#: Duration settings: (upper bound in seconds, whether 0 is refused).
+_DURATIONS = {
+    "VISIBILITY_TIMEOUT": (durations.MAX_LEASE, True),
+    "RETENTION": (durations.MAX_RETENTION, True),
+    "RESULT_RETENTION": (durations.MAX_RETENTION, True),
+    "QUEUE_CACHE_TTL": (durations.HOUR, False),
+    "HEARTBEAT_INTERVAL": (durations.HOUR, True),
+    "WORKER_TIMEOUT": (durations.DAY, True),
+    "POLL_MIN": (durations.MINUTE, True),
+    "POLL_MAX": (durations.MINUTE, True),
+    "PROMOTE_INTERVAL": (durations.HOUR, True),
+    "SHUTDOWN_GRACE": (durations.MAX_PROCESS_WAIT, False),
+    "WAKE_REFRESH": (durations.HOUR, True),
+    "REAPER_INTERVAL": (durations.HOUR, True),
+    "STATS_INTERVAL": (durations.DAY, True),
+}
+#: Whole-number settings: (lowest, highest).
+_COUNTS = {
+    "MAX_ATTEMPTS": (1, 1000),
+    "PRUNE_BATCH": (1, 100_000),
+    "MAX_PAYLOAD_BYTES": (1, 64 * 1024 * 1024),
+}
 
 
 def _check_seconds(overrides: dict[str, Any], name: str, wanted: str,
@@ -102,7 +151,6 @@ def _check_seconds(overrides: dict[str, Any], name: str, wanted: str,
     value = overrides[name]
     number = value is None or (isinstance(value, int | float) and not isinstance(value, bool))
     if not (number and allowed(value)):
-
         raise ConfigurationError(f"DJQUEUE[{name!r}] must be {wanted}, got {value!r}")
 
 

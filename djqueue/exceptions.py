@@ -14,9 +14,14 @@ class ConfigurationError(DjqueueError):
 class QueueNotFound(DjqueueError, LookupError):
     """No queue with that name exists."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"Queue {name!r} does not exist. Create it with djqueue.create_queue().")
+    def __init__(self, name: str, message: str | None = None) -> None:
+        super().__init__(message or
+                         f"Queue {name!r} does not exist. Create it with djqueue.create_queue().")
         self.name = name
+
+
+class TopicNotFound(QueueNotFound):
+    """No topic, or no consumer group of a topic, with that name exists."""
 
 
 class InvalidMessage(DjqueueError, ValueError):
@@ -37,6 +42,16 @@ class NotOwner(DjqueueError):
     Acking or extending it is refused so that a late owner cannot finish a message
     that was already handed to someone else.
     """
+
+
+class UnprocessableMessage(DjqueueError):
+    """Raised by a handler: this message can never be processed (a forged or malformed
+    one, say). The worker dead-letters it at once with this error, without retries."""
+
+
+class UntrustedTask(UnprocessableMessage):
+    """A task message names no task of a djqueue backend serving its queue, or a record
+    that is not its own: it is dead-lettered, and nothing it names is imported or run."""
 
 
 class HandlerNotFound(ConfigurationError):

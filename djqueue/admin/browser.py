@@ -21,7 +21,7 @@ from djqueue.admin.confirm import VisibilityForm, ask, confirmed
 from djqueue.admin.permissions import OperationPermissions
 from djqueue.admin.records import ReadOnlyAdmin
 from djqueue.api import queue_operations
-from djqueue.api.condition_parser import compile_condition
+from djqueue.api.condition_parser import checked_condition
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import Message, State
 from djqueue.storage import trace
@@ -84,7 +84,9 @@ class ConditionFilter(TextFilter):
         if not self.value:
             return queryset
         try:
-            return queryset.filter(compile_condition(self.value))
+            # Checked on the database first: a condition it cannot evaluate is a message
+            # on the page, not a server error when the list renders.
+            return queryset.filter(checked_condition(self.value, queryset.db))
         except InvalidCondition as exc:
             messages.error(request, f"Expression not applied: {exc}")
             return queryset.none()

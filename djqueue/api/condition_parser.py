@@ -11,7 +11,8 @@ with MySQL's operators and precedence::
 Names: ``id``, ``priority``, ``attempts`` (numbers), ``group_key`` (text),
 ``headers.NAME`` (a header value; a number where compared with or computed
 as a number, text where compared with text; a header that is missing or of
-the other type is NULL, so the comparison is false).
+the other type is NULL, so the comparison is false). A header name is one
+key: ``headers.a__b`` reads the key ``a__b``, as a number and as text.
 
 Operators, loosest first: ``or ||``, ``xor``, ``and &&``, ``not``, comparisons
 ``= != <> < <= > >=`` (not chained), ``|``, ``&``, ``<< >>``, ``+ -``,
@@ -20,15 +21,15 @@ floating point, ``div`` truncates toward zero; division or modulo by zero is
 NULL. Literals: integers (to 2**63-1), decimals, ``'text'`` or ``"text"``
 (``\\`` escapes, or a doubled quote), ``true``/``false`` (1/0).
 
-The parser builds Django expressions and ``Q`` objects: values reach the
-database only as query parameters, never as SQL text.
+The parser builds Django expressions and ``Q`` objects (djqueue.api.condition_builder):
+values reach the database only as query parameters, never as SQL text. The
+generated SQL is kept within a budget of terms and nesting as it is built, so
+any input is compiled, or refused with InvalidCondition, within milliseconds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
+from django.db import DatabaseError
 from django.db.models import (
     BigIntegerField,
     CharField,
@@ -37,20 +38,13 @@ from django.db.models import (
     Q,
     Value,
 )
-from django.db.models.expressions import CombinedExpression
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, Mod, NullIf
-from django.db.models.lookups import (
-    Exact,
-    GreaterThan,
-    GreaterThanOrEqual,
-    LessThan,
-    LessThanOrEqual,
-)
 
+from djqueue.api.condition_builder import BOOL, HEADER, NUM, TEXT, ConditionBuilder, Node, arith
 from djqueue.api.condition_tokens import Token, tokenize
 from djqueue.exceptions import InvalidCondition
-from djqueue.storage.statements.condition_functions import IntDiv, NumericHeader
+from djqueue.models import Message
+from djqueue.storage import dialects
+from djqueue.storage.claims import condition_at_fault
 
 MAX_LENGTH = 2000
 MAX_DEPTH = 40
@@ -58,19 +52,7 @@ NUMERIC_FIELDS = {"id", "priority", "attempts"}
 TEXT_FIELDS = {"group_key"}
 HEADER_PREFIXES = {"headers", "h"}
 
-# Typed nodes: what the parser builds.
-
-NUM, TEXT, BOOL, HEADER = "number", "text", "condition", "header"
-
-
-@dataclass
-class Node:
-    type: str
-    value: Any  # an expression (NUM, TEXT), a Q (BOOL) or a header name (HEADER)
-    pos: int
-
-
-class Parser:
+class Parser(ConditionBuilder):
     # Binary operators by precedence level, loosest first.
     LEVELS: list[set[str]] = [
         {"or", "||"},
@@ -119,9 +101,6 @@ class Parser:
         self.i += 1
         return token
 
-    def error(self, message: str, token: Token) -> InvalidCondition:
-        return InvalidCondition(message, token.pos, self.source)
-
     @staticmethod
     def describe(token: Token) -> str:
         return "end of condition" if token.kind == "end" else repr(token.text)
@@ -157,7 +136,7 @@ class Parser:
             self.nested(token)
             operand = self.negation()
             self.depth -= 1
-            return Node(BOOL, ~self.as_condition(operand), token.pos)
+            return self.grown(Node(BOOL, ~self.as_condition(operand), token.pos), operand)
         return self.expression(self.NOT_LEVEL + 1)
 
     def unary(self) -> Node:
@@ -169,14 +148,15 @@ class Parser:
         operand = self.unary()
         self.depth -= 1
         if token.text == "!":
-            return Node(BOOL, ~self.as_condition(operand), token.pos)
+            return self.grown(Node(BOOL, ~self.as_condition(operand), token.pos), operand)
         value = self.as_number(operand, token)
         if token.text == "+":
-            return Node(NUM, value, token.pos)
+            return Node(NUM, value, token.pos, operand.terms, operand.depth)
         if token.text == "-":
-            return Node(NUM, _arith(Value(0), "-", value), token.pos)
+            return self.grown(Node(NUM, arith(Value(0), "-", value), token.pos), operand)
         # ~x == -x - 1 in two's complement, on every database.
-        return Node(NUM, _arith(_arith(Value(0), "-", value), "-", Value(1)), token.pos)
+        return self.grown(Node(NUM, arith(arith(Value(0), "-", value), "-", Value(1)),
+                               token.pos), operand, depth=2)
 
     def primary(self) -> Node:
         token = self.advance()
@@ -206,7 +186,7 @@ class Parser:
             prefix, header = text.split(".", 1)
             if prefix.lower() not in HEADER_PREFIXES:
                 raise self.error(f"Unknown name {text!r}; header values are headers.NAME", token)
-            return Node(HEADER, header, token.pos)
+            return Node(HEADER, header, token.pos, depth=3)  # JSON extraction, typed
         lower = text.lower()
         if lower in NUMERIC_FIELDS:
             return Node(NUM, F(lower), token.pos)
@@ -215,75 +195,23 @@ class Parser:
         known = ", ".join(sorted(NUMERIC_FIELDS | TEXT_FIELDS))
         raise self.error(f"Unknown name {text!r}; use {known} or headers.NAME", token)
 
-    # Typing and building
 
-    def as_number(self, node: Node, where: Token) -> Any:
-        if node.type == NUM:
-            return node.value
-        if node.type == HEADER:
-            return NumericHeader(node.value)
-        raise self.error(f"Expected a number, found {node.type}", where)
-
-    def as_condition(self, node: Node) -> Q:
-        if node.type == BOOL:
-            return node.value
-        if node.type == TEXT:
-            raise InvalidCondition("Text is not a condition; compare it with something",
-                                   node.pos, self.source)
-        number = NumericHeader(node.value) if node.type == HEADER else node.value
-        return ~Q(Exact(number, Value(0, output_field=BigIntegerField())))
-
-    def combine(self, op: Token, left: Node, right: Node) -> Node:
-        text = op.text
-        if text in {"or", "||", "and", "&&", "xor"}:
-            lq, rq = self.as_condition(left), self.as_condition(right)
-            combined = {"or": lq | rq, "||": lq | rq, "and": lq & rq, "&&": lq & rq,
-                        "xor": lq ^ rq}[text]
-            return Node(BOOL, combined, left.pos)
-        if text in self.COMPARISONS:
-            return Node(BOOL, self.compare(op, left, right), left.pos)
-        a, b = self.as_number(left, op), self.as_number(right, op)
-        if text in {"+", "-", "*"}:
-            return Node(NUM, _arith(a, text, b), left.pos)
-        if text == "/":
-            return Node(NUM, CombinedExpression(
-                Cast(a, FloatField()), "/", NullIf(Cast(b, FloatField()), Value(0.0)),
-                output_field=FloatField()), left.pos)
-        if text == "div":
-            return Node(NUM, IntDiv(a, b), left.pos)
-        if text in {"%", "mod"}:
-            return Node(NUM, Mod(a, NullIf(b, Value(0), output_field=FloatField()),
-                                 output_field=FloatField()), left.pos)
-        if text == "^":
-            # a XOR b == (a | b) - (a & b); SQLite has no XOR operator.
-            return Node(NUM, _arith(_arith(a, "|", b), "-", _arith(a, "&", b)), left.pos)
-        return Node(NUM, _arith(a, text, b), left.pos)  # | & << >>
-
-    def compare(self, op: Token, left: Node, right: Node) -> Q:
-        types = {left.type, right.type}
-        if BOOL in types:
-            raise self.error("A condition cannot be compared; use parentheses around the "
-                             "comparison's operands or and/or", op)
-        if TEXT in types and NUM in types:
-            raise self.error("Text cannot be compared with a number", op)
-        if TEXT in types:
-            a, b = (self.as_text(n) for n in (left, right))
-        else:
-            a, b = self.as_number(left, op), self.as_number(right, op)
-        text = op.text
-        if text in {"!=", "<>"}:
-            return ~Q(Exact(a, b))
-        lookup = {"=": Exact, "<": LessThan, "<=": LessThanOrEqual, ">": GreaterThan,
-                  ">=": GreaterThanOrEqual}[text]
-        return Q(lookup(a, b))
-
-    @staticmethod
-    def as_text(node: Node) -> Any:
-        return KT(f"headers__{node.value}") if node.type == HEADER else node.value
-
-
-def _arith(a: Any, op: str, b: Any) -> CombinedExpression:
-    return CombinedExpression(a, op, b, output_field=BigIntegerField())
+def checked_condition(where: Q | str | None, db: str | None = None) -> Q | None:
+    """:func:`compile_condition`, then evaluated once by the database on no rows, so a
+    condition it cannot evaluate (too deep for its parser, operands of the wrong
+    type) is refused with InvalidCondition before it is used: by a worker's
+    ``--where`` as it starts, by the admin's expression filter."""
+    condition = compile_condition(where)
+    if condition is None:
+        return None
+    try:
+        Message.objects.using(db or dialects.alias()).filter(condition).filter(pk=0).exists()
+    except (DatabaseError, RecursionError, OverflowError) as exc:
+        if not condition_at_fault(exc):
+            raise
+        raise InvalidCondition(f"The database cannot evaluate the condition ({exc})", 1,
+                               where if isinstance(where, str) else "") from None
+    return condition
 
 
 def compile_condition(where: Q | str | None) -> Q | None:

@@ -17,7 +17,7 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from djqueue.api.topics import BATCH, START_EARLIEST, START_NOW, check_name, deliver, get_topic
-from djqueue.exceptions import ConfigurationError, InvalidMessage, QueueNotFound
+from djqueue.exceptions import ConfigurationError, InvalidMessage, TopicNotFound
 from djqueue.models import (
     PENDING_STATES,
     Body,
@@ -38,7 +38,7 @@ def get_group(topic: str | Topic, group: str) -> ConsumerGroup:
     t = get_topic(topic)
     found = ConsumerGroup.objects.using(dialects.alias()).filter(topic=t, name=group).first()
     if found is None:
-        raise QueueNotFound(f"Topic {t.name!r} has no consumer group {group!r}.")
+        raise TopicNotFound(group, f"Topic {t.name!r} has no consumer group {group!r}.")
     found.topic = t
     return found
 

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from djqueue import signals
+from djqueue import durations, signals
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State
@@ -21,6 +21,8 @@ from djqueue.storage.transitions import history_row
 
 #: The longest visibility change allowed (SQS allows 12 hours).
 MAX_VISIBILITY = 12 * 3600.0
+#: The most messages one peek() returns.
+MAX_PEEK = 10_000
 
 
 def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
@@ -144,13 +146,19 @@ def _lock_ids(query, limit: int) -> list[int]:
 
 
 def get_message(message_id: int) -> Message | None:
-    """A pending or dead message by id, without claiming it."""
-    return Message.objects.using(dialects.alias()).filter(pk=message_id).first()
+    """A pending or dead message by id, without claiming it. Its lease token is left
+    out: the token is the proof of ownership, which only its receiver holds."""
+    if isinstance(message_id, bool) or not isinstance(message_id, int):
+        raise InvalidMessage(f"get_message() takes a message id, not {message_id!r}.")
+    return _without_lease(Message.objects.using(dialects.alias()).filter(pk=message_id).first())
 
 
 def peek(queue: QueueRef | None = None, *, state: State | None = None,
          older_than: float | timedelta | None = None, limit: int = 100) -> list[Message]:
-    """Messages matching the filters, oldest first, without claiming them."""
+    """Messages matching the filters, oldest first, without claiming them (and without
+    their lease tokens, as :func:`get_message`)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PEEK:
+        raise InvalidMessage(f"limit must be a whole number from 1 to {MAX_PEEK}, got {limit!r}.")
     query = Message.objects.using(dialects.alias()).order_by("id")
     if queue is not None:
         query = query.filter(queue=get_queue(queue))
@@ -158,8 +166,19 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
         query = query.filter(state=State(state))
     if older_than is not None:
         seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
+        try:
+            seconds = durations.check(seconds, "older_than", high=durations.MAX_RETENTION,
+                                      positive=False)
+        except ValueError as exc:
+            raise InvalidMessage(str(exc)) from None
         query = query.filter(sent_at__lte=timezone.now() - timedelta(seconds=seconds))
-    return list(query[:limit])
+    return [_without_lease(m) for m in query[:limit]]
+
+
+def _without_lease(message: Message | None) -> Message | None:
+    if message is not None:
+        message.lease_token = ""
+    return message
 
 
 def delete(message: Message | int, *, only_unclaimed: bool = False) -> bool:

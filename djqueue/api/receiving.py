@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from djqueue import durations
 from djqueue.api.condition_parser import compile_condition
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Message, Queue
@@ -20,6 +21,25 @@ from djqueue.polling import Backoff
 from djqueue.storage.claims import PromotionClock, claim_ready
 from djqueue.storage.queue_lookup import QueueRef, get_queue
 from djqueue.storage.transitions import fail, release, validate_delay
+
+#: The longest receiver name (the message row's owner column).
+MAX_OWNER_CHARS = 100
+
+
+def check_lease(seconds: object) -> float:
+    """A receive's ``visibility_timeout``: above 0 and at most 12 hours (as extend())."""
+    try:
+        return durations.check(seconds, "visibility_timeout", high=durations.MAX_LEASE)
+    except ValueError as exc:
+        raise InvalidMessage(str(exc)) from None
+
+
+def check_owner(owner: object) -> str:
+    """A receiver's name, as the message rows store it."""
+    if not isinstance(owner, str) or not owner or len(owner) > MAX_OWNER_CHARS:
+        raise InvalidMessage(f"owner must be a non-empty string of at most {MAX_OWNER_CHARS} "
+                             f"characters, got {owner!r}.")
+    return owner
 
 
 def default_owner() -> str:
@@ -52,11 +72,10 @@ def receive(
         raise InvalidMessage("receive() needs at least one queue.")
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
         raise InvalidMessage(f"max_messages must be a positive integer, got {max_messages!r}.")
-    if visibility_timeout is not None and not (
-            isinstance(visibility_timeout, int | float) and visibility_timeout > 0):
-        raise InvalidMessage(f"visibility_timeout must be positive, got {visibility_timeout!r}.")
+    if visibility_timeout is not None:
+        visibility_timeout = check_lease(visibility_timeout)
     wait = validate_delay(wait) or 0.0
-    owner = owner or default_owner()
+    owner = default_owner() if owner is None else check_owner(owner)
     deadline = time.monotonic() + wait
     backoff = Backoff()
     while True:

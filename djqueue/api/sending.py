@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from djqueue import signals
 from djqueue.api import worker_wakeups
+from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage, PayloadTooLarge, QueueFull
 from djqueue.models import Event, History, Message, Queue, State
 from djqueue.polling import Backoff, local_wakeup
@@ -77,6 +78,7 @@ def send_batch(
     ``group_key`` applies to every message; ``group_keys`` gives one per payload.
     """
     q = get_queue(queue)
+    check_payloads(payloads)
     payloads = list(payloads)
     if group_keys is not None:
         group_keys = list(group_keys)
@@ -156,6 +158,7 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
     """Validate and build unsaved messages; the shared options are checked once."""
     validate_priority(priority)
     headers = check_headers(headers)
+    headers_bytes = len(json.dumps(headers, ensure_ascii=False).encode()) if headers else 0
     now = timezone.now()
     visible_at = _visible_at(delay, now)
     shared = {"queue_id": queue.pk, "priority": priority, "headers": headers,
@@ -165,16 +168,17 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
     many = len(payloads) > 1
     make = fastpath.builder(Message, **shared) if many else fastpath.builder(Message)
     own = {} if many else shared
-    limit = queue.max_payload_bytes
+    limit = payload_limit(queue)
     messages = []
     for payload, group_key in zip(payloads, group_keys, strict=True):
         body = encode_payload(payload)
         if group_key is not None:
             validate_group_key(group_key)
-        if limit is not None and len(body.encode()) > limit:
+        size = len(body.encode()) + headers_bytes
+        if size > limit:
             raise PayloadTooLarge(
-                f"Payload of {len(body.encode())} bytes exceeds queue {queue.name!r}'s limit "
-                f"of {limit} bytes.")
+                f"Message of {size} bytes (payload and headers) exceeds queue "
+                f"{queue.name!r}'s limit of {limit} bytes.")
         message = make(body=body, group_key=group_key, **own)
         _cache_queue(message, queue)
         message._payload = payload
@@ -196,14 +200,39 @@ def validate_priority(priority: Any) -> None:
                              f" got {priority!r}.")
 
 
+def check_payloads(payloads: object) -> None:
+    """Refuse what is not a collection of payloads: a string would be sent one message
+    per character, a dict one per key."""
+    if isinstance(payloads, str | bytes | bytearray | dict) or not isinstance(payloads, Iterable):
+        raise InvalidMessage(f"A batch takes an iterable of payloads (a list, say), not "
+                             f"{type(payloads).__name__}.")
+
+
+def payload_limit(queue: Queue) -> int:
+    """The most bytes a message of ``queue`` may take: its ``max_payload_bytes``, else
+    DJQUEUE["MAX_PAYLOAD_BYTES"]."""
+    return queue.max_payload_bytes or get_settings().MAX_PAYLOAD_BYTES
+
+
 def encode_payload(payload: Any) -> str:
     try:
-        return _encode(payload)
+        body = _encode(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidMessage(f"Payload is not JSON-serialisable: {exc}") from None
     except RecursionError:
         raise InvalidMessage("Payload is not JSON-serialisable: it contains itself "
                              "(or is nested too deeply).") from None
+    _check_utf8(body, "Payload")
+    return body
+
+
+def _check_utf8(text: str, what: str) -> None:
+    """Refuse text with a lone surrogate (no UTF-8 encoding exists for it)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidMessage(f"{what} is not valid Unicode text: {exc.reason} at position "
+                             f"{exc.start}.") from None
 
 
 def check_headers(headers: Any) -> dict[str, Any] | None:
@@ -212,9 +241,12 @@ def check_headers(headers: Any) -> dict[str, Any] | None:
     if not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers):
         raise InvalidMessage("headers must be a dict with string keys.")
     try:
-        json.dumps(headers, allow_nan=False)
+        text = json.dumps(headers, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidMessage(f"headers are not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidMessage("headers contain themselves (or are nested too deeply).") from None
+    _check_utf8(text, "headers")
     return headers
 
 

@@ -11,6 +11,7 @@ so a group can be reset to an earlier point and replay them
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,12 +24,14 @@ from django.utils import timezone
 from djqueue.api.sending import (
     announce,
     check_headers,
+    check_payloads,
     encode_payload,
     reserve_depth,
     validate_group_key,
     validate_priority,
 )
-from djqueue.exceptions import ConfigurationError, QueueNotFound
+from djqueue.conf import get_settings
+from djqueue.exceptions import ConfigurationError, PayloadTooLarge, TopicNotFound
 from djqueue.models import (
     Body,
     Event,
@@ -59,8 +62,6 @@ def create_topic(name: str, *, retention: float | None = None, exist_ok: bool = 
         topic.full_clean()
     except ValidationError as exc:
         raise ConfigurationError(f"Invalid topic {name!r}: {exc.message_dict}") from None
-    if topic.retention < 0:
-        raise ConfigurationError("A topic's retention must not be negative.")
     topic.save(using=db)
     return topic
 
@@ -70,7 +71,8 @@ def get_topic(topic: str | Topic) -> Topic:
         return topic
     found = Topic.objects.using(dialects.alias()).filter(name=topic).first()
     if found is None:
-        raise QueueNotFound(f"No topic named {topic!r}.")
+        raise TopicNotFound(str(topic), f"Topic {topic!r} does not exist. Create it with "
+                            "djqueue.create_topic().")
     return found
 
 
@@ -88,9 +90,17 @@ def publish_batch(topic: str | Topic, payloads: Iterable[Any], *,
     t = get_topic(topic)
     validate_priority(priority)
     validate_group_key(group_key)
+    check_payloads(payloads)
+    headers = check_headers(headers)
+    extra = len(json.dumps(headers, ensure_ascii=False).encode()) if headers else 0
+    limit = get_settings().MAX_PAYLOAD_BYTES
     now = timezone.now()
-    bodies = [Body(topic=t, body=encode_payload(p), headers=check_headers(headers),
+    bodies = [Body(topic=t, body=encode_payload(p), headers=headers,
                    priority=priority, group_key=group_key, published_at=now) for p in payloads]
+    for body in bodies:
+        if len(body.body.encode()) + extra > limit:
+            raise PayloadTooLarge(f"Message of {len(body.body.encode()) + extra} bytes "
+                                  f"(payload and headers) exceeds the limit of {limit} bytes.")
     if not bodies:
         return []
     db = dialects.alias()
@@ -139,7 +149,7 @@ def collect_bodies(now: datetime | None = None, batch: int = 5000) -> int:
     now = now or timezone.now()
     removed = 0
     for topic_id, retention in Topic.objects.using(db).values_list("pk", "retention"):
-        cutoff = now - timedelta(seconds=retention)
+        cutoff = now - timedelta(seconds=Topic(retention=retention).retention_seconds())
         while True:
             ids = list(Body.objects.using(db).filter(topic_id=topic_id, published_at__lt=cutoff)
                        .exclude(Exists(Message.objects.filter(stored_body=OuterRef("pk"))))

@@ -6,6 +6,7 @@ statement, so a large backlog of expired rows never holds a long transaction.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from django.db.models import Exists, OuterRef
@@ -24,7 +25,9 @@ from djqueue.models import (
     TraceEvent,
 )
 from djqueue.monitoring import rollups
-from djqueue.storage import dedup, dialects
+from djqueue.storage import dedup, dialects, queue_lookup
+
+logger = logging.getLogger("djqueue.reaper")
 
 
 def prune_history(now: datetime | None = None) -> int:
@@ -33,16 +36,13 @@ def prune_history(now: datetime | None = None) -> int:
     db = dialects.alias()
     now = now or timezone.now()
     removed = 0
-    for queue_id, retention in Queue.objects.using(db).values_list("pk", "retention"):
-        cutoff = now - timedelta(seconds=retention)
-        removed += _delete_in_batches(History.objects.using(db).filter(
-            queue_id=queue_id, finished_at__lt=cutoff))
-        removed += _delete_in_batches(TraceEvent.objects.using(db).filter(
-            queue_id=queue_id, at__lt=cutoff))
-        removed += _delete_in_batches(MessageGroup.objects.using(db).filter(
-            queue_id=queue_id, touched_at__lt=cutoff).exclude(
-            Exists(Message.objects.filter(queue_id=OuterRef("queue_id"),
-                                          group_key=OuterRef("key")))))
+    for queue in Queue.objects.using(db).only("pk", "name", "retention"):
+        try:
+            removed += _prune_queue(db, queue, now)
+        except Exception as exc:  # one queue's absurd row must not stop the others
+            logger.exception("Pruning queue %s failed; going on with the other queues",
+                             queue.name, extra={"queue": queue.name})
+            queue_lookup.note_error(queue.pk, f"pruning: {type(exc).__name__}: {exc}")
     removed += dedup.prune(db, now)
     removed += rollups.prune(db, now)
     removed += collect_bodies(now)
@@ -51,6 +51,17 @@ def prune_history(now: datetime | None = None) -> int:
         status__in=FINISHED_STATUSES, finished_at__lt=cutoff))
     removed += _delete_in_batches(PeriodicTick.objects.using(db).filter(tick_at__lt=cutoff))
     return removed
+
+
+def _prune_queue(db: str, queue: Queue, now: datetime) -> int:
+    cutoff = now - timedelta(seconds=queue.retention_seconds())
+    removed = _delete_in_batches(History.objects.using(db).filter(
+        queue_id=queue.pk, finished_at__lt=cutoff))
+    removed += _delete_in_batches(TraceEvent.objects.using(db).filter(
+        queue_id=queue.pk, at__lt=cutoff))
+    return removed + _delete_in_batches(MessageGroup.objects.using(db).filter(
+        queue_id=queue.pk, touched_at__lt=cutoff).exclude(
+        Exists(Message.objects.filter(queue_id=OuterRef("queue_id"), group_key=OuterRef("key")))))
 
 
 def _delete_in_batches(query) -> int:

@@ -5,14 +5,16 @@ locks its rows with SKIP LOCKED and is idempotent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
 from djqueue.conf import get_settings
@@ -22,7 +24,7 @@ from djqueue.models import Message, Queue
 from djqueue.models import Worker as WorkerRecord
 from djqueue.monitoring import alarms, rollups
 from djqueue.processes.base import ProcessBase
-from djqueue.storage import dialects, ordered_groups
+from djqueue.storage import dialects, ordered_groups, queue_lookup
 from djqueue.storage.session_locks import session_lock_free
 from djqueue.storage.transitions import promote_due, return_claims
 
@@ -88,19 +90,31 @@ class Reaper(ProcessBase):
                 WorkerRecord.objects.using(dialects.alias()).filter(pk=worker.pk).delete()
         report.expired = self._drain(
             Message.objects.expired(timezone.now()), "lease expired (held by {owner})")
-        report.promoted = promote_due()
+        report.promoted = self._step("promotion", promote_due)
         if self.scheduler is not None:
-            report.periodic = self.scheduler.tick()
+            report.periodic = self._step("periodic tasks", self.scheduler.tick)
         if time.monotonic() - self._last_stats >= get_settings().STATS_INTERVAL:
             self._last_stats = time.monotonic()
-            report.counted = rollups.roll_up()
-            rollups.sample_depth()
-            report.alarms = len(alarms.evaluate())
+            report.counted = self._step("statistics", rollups.roll_up)
+            self._step("depth snapshot", rollups.sample_depth)
+            report.alarms = self._step("alarms", lambda: len(alarms.evaluate()))
         if time.monotonic() - self._last_prune >= PRUNE_EVERY:
             self._last_prune = time.monotonic()
-            report.pruned = prune_history()
-            report.groups_repaired = self.repair_groups()
+            report.pruned = self._step("pruning", prune_history)
+            report.groups_repaired = self._step("ordered groups", self.repair_groups)
         return report
+
+    def _step(self, name: str, work: Callable[[], int]) -> int:
+        """One step of a pass; an error in it is logged and the pass goes on (a database
+        error closes the connection, so the next step starts on a fresh one)."""
+        try:
+            return work()
+        except Exception as exc:
+            logger.exception("Reaper step %s failed; going on", name)
+            if isinstance(exc, DatabaseError):
+                with contextlib.suppress(DatabaseError):
+                    connections[dialects.alias()].close()
+            return 0
 
     @staticmethod
     def repair_groups() -> int:
@@ -113,6 +127,24 @@ class Reaper(ProcessBase):
             return ordered_groups.repair(db, ordered)
 
     def _drain(self, query, error: str) -> int:
+        """Return the claims of ``query``, queue by queue: an error serving one queue
+        (an absurd value in its row, say) is logged and counted on the queue
+        (queue_lookup.note_error), and the others are still served."""
+        db = dialects.alias()
+        total = 0
+        for queue_id in sorted(set(query.using(db).values_list("queue_id", flat=True))):
+            try:
+                total += self._drain_queue(query.filter(queue_id=queue_id), error)
+            except Exception as exc:
+                name = Queue.objects.using(db).filter(pk=queue_id).values_list(
+                    "name", flat=True).first()
+                logger.exception("Reaper: returning claims of queue %s failed; going on with "
+                                 "the other queues", name, extra={"queue": name})
+                queue_lookup.note_error(queue_id, f"reaper: {type(exc).__name__}: {exc}")
+        return total
+
+    @staticmethod
+    def _drain_queue(query, error: str) -> int:
         total = 0
         while True:
             count = return_claims(query, error, RETURN_BATCH)

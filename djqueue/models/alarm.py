@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
+
+from djqueue import durations
+
+#: The largest threshold a policy may have (a depth, an age in seconds, a lag).
+MAX_THRESHOLD = 1e15
 
 
 class Metric(models.TextChoices):
@@ -41,10 +48,16 @@ class AlarmPolicy(models.Model):
         return self.name
 
     def clean(self) -> None:
-        if self.threshold is not None and self.threshold < 0:
-            raise ValidationError({"threshold": "Must not be negative."})
-        if self.cooldown is not None and self.cooldown < 0:
-            raise ValidationError({"cooldown": "Must not be negative."})
+        if self.threshold is not None and not (
+                math.isfinite(self.threshold) and 0 <= self.threshold <= MAX_THRESHOLD):
+            raise ValidationError(
+                {"threshold": f"Must be a number from 0 to {MAX_THRESHOLD:g}."})
+        if self.cooldown is not None:
+            try:
+                durations.check(self.cooldown, "cooldown", high=durations.MAX_RETENTION,
+                                positive=False)
+            except ValueError as exc:
+                raise ValidationError({"cooldown": str(exc)}) from None
         if self.consumer_group_id is not None and self.metric != Metric.GROUP_LAG:
             raise ValidationError({"consumer_group": "Only group-lag policies name a group."})
 

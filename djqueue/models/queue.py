@@ -8,7 +8,13 @@ from datetime import timedelta
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from djqueue import durations
 from djqueue.conf import get_settings
+
+#: Steps a backoff schedule may have (the last one repeats).
+MAX_BACKOFF_STEPS = 100
+#: Deliveries a queue may allow before dead-lettering.
+MAX_ATTEMPTS = 1000
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 
@@ -24,10 +30,14 @@ def validate_queue_name(name: str) -> None:
 def validate_backoff(value: object) -> None:
     if not isinstance(value, list) or not value:
         raise ValidationError("The backoff schedule must be a non-empty list of seconds.")
+    if len(value) > MAX_BACKOFF_STEPS:
+        raise ValidationError("The backoff schedule has at most %(n)d steps.",
+                              params={"n": MAX_BACKOFF_STEPS})
     for step in value:
-        if isinstance(step, bool) or not isinstance(step, int | float) or step < 0:
-            raise ValidationError("Backoff steps must be non-negative numbers, got %(s)r.",
-                                  params={"s": step})
+        try:
+            durations.check(step, "A backoff step", high=durations.MAX_DELAY, positive=False)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
 
 
 def default_visibility_timeout() -> float:
@@ -84,6 +94,13 @@ class Queue(models.Model):
         default=False,
         help_text="Workers run the handler and the ack in one database transaction.")
     created_at = models.DateTimeField(auto_now_add=True)
+    #: Exceptions a worker or the reaper met while serving this queue alone (an absurd
+    #: value in its row, say): each is logged and counted, and the process goes on
+    #: with the other queues. The dashboard shows them.
+    errors_seen = models.PositiveIntegerField(
+        default=0, editable=False,
+        help_text="Errors a worker or the reaper met serving this queue alone.")
+    last_error = models.TextField(blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -97,20 +114,46 @@ class Queue(models.Model):
         return self.name
 
     def clean(self) -> None:
-        if self.visibility_timeout is not None and self.visibility_timeout <= 0:
-            raise ValidationError({"visibility_timeout": "Must be positive."})
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ValidationError({"max_attempts": "Must be at least 1."})
-        if self.dedup_window is not None and self.dedup_window <= 0:
-            raise ValidationError({"dedup_window": "Must be positive (or empty)."})
+        checks = [("visibility_timeout", durations.MAX_LEASE, False),
+                  ("retention", durations.MAX_RETENTION, False),
+                  ("dedup_window", durations.MAX_RETENTION, True)]
+        for name, high, optional in checks:
+            value = getattr(self, name)
+            if value is None and (optional or name == "visibility_timeout"):
+                continue
+            try:
+                durations.check(value, name, high=high)
+            except ValueError as exc:
+                raise ValidationError({name: str(exc)}) from None
+        if self.max_attempts is not None and not 1 <= self.max_attempts <= MAX_ATTEMPTS:
+            raise ValidationError({"max_attempts": f"Must be 1 to {MAX_ATTEMPTS}."})
         if self.dead_letter_queue_id is not None and self.dead_letter_queue_id == self.pk:
             raise ValidationError(
                 {"dead_letter_queue": "A queue cannot be its own dead-letter queue."})
 
     def retry_delay(self, attempt: int) -> timedelta:
         """Delay before the retry that follows failed delivery number ``attempt`` (1-based)."""
-        steps = self.backoff or [0]
-        return timedelta(seconds=float(steps[min(max(attempt, 1), len(steps)) - 1]))
+        steps = self.backoff if isinstance(self.backoff, list) and self.backoff else [0]
+        step = steps[min(max(attempt, 1), len(steps)) - 1]
+        return timedelta(seconds=durations.clamp(step, high=durations.MAX_DELAY, default=0.0))
+
+    # The stored durations as they may be used: a row written past validation (an old
+    # version's, or one edited by hand) is clamped here, so no worker or reaper pass
+    # fails on it (see djqueue.durations).
+
+    def lease_seconds(self) -> float:
+        return durations.clamp(self.visibility_timeout, high=durations.MAX_LEASE,
+                               default=get_settings().VISIBILITY_TIMEOUT)
+
+    def retention_seconds(self) -> float:
+        return durations.clamp(self.retention, high=durations.MAX_RETENTION,
+                               default=get_settings().RETENTION)
+
+    def dedup_seconds(self) -> float | None:
+        if self.dedup_window is None:
+            return None
+        return durations.clamp(self.dedup_window, high=durations.MAX_RETENTION,
+                               default=get_settings().RETENTION)
 
 
 class Dashboard(Queue):

@@ -9,9 +9,12 @@ small delivery row per subscription that references it.
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
+from djqueue import durations
+from djqueue.conf import get_settings
 from djqueue.models.queue import default_retention, validate_queue_name
 
 
@@ -27,6 +30,17 @@ class Topic(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        try:
+            durations.check(self.retention, "retention", high=durations.MAX_RETENTION)
+        except ValueError as exc:
+            raise ValidationError({"retention": str(exc)}) from None
+
+    def retention_seconds(self) -> float:
+        """The retention as it may be used (see Queue.retention_seconds)."""
+        return durations.clamp(self.retention, high=durations.MAX_RETENTION,
+                               default=get_settings().RETENTION)
 
 
 class Body(models.Model):

@@ -41,6 +41,7 @@ from djqueue.models import (
 )
 from djqueue.storage import dialects
 from djqueue.storage.claim_engines import engine_for
+from djqueue.storage.statements import vendor_sql
 from djqueue.storage.statements.stat_counters import (
     COUNTERS,
     HISTOGRAMS,
@@ -179,7 +180,7 @@ def _count_published(db: str, cursor: StatsCursor, *, not_before: datetime) -> i
                            conn.ops.adapt_datetimefield_value(minute_of(row["minute"])), row["n"]])
             counted += row["n"]
         if params:
-            sql = dialects.add_counters_sql(TopicStat._meta.db_table, ["topic_id", "period", "start"],
+            sql = vendor_sql.add_counters_sql(TopicStat._meta.db_table, ["topic_id", "period", "start"],
                                           ["topic_id", "period", "start", "published"],
                                           ["published"])
             with conn.cursor() as db_cursor:
@@ -201,7 +202,7 @@ def _recompute(db: str, model: type[models.Model], owner: str, low: datetime,
             fields = [f for f in (*COUNTERS, *HISTOGRAMS, "published")
                       if any(f == m.name for m in model._meta.fields)]
             model.objects.using(db).bulk_create(
-                totals, **dialects.upsert_options([owner.removesuffix("_id"), "period", "start"],
+                totals, **vendor_sql.upsert_options([owner.removesuffix("_id"), "period", "start"],
                                                 fields))
 
 
@@ -257,7 +258,7 @@ def sample_depth(queue_ids: list[int] | None = None) -> int:
     fields = ["ready", "scheduled", "in_flight", "waiting", "dead", "oldest_ready_at",
               "oldest_claimed_at", "sampled_at"]
     QueueDepth.objects.using(db).bulk_create(
-        list(depths.values()), **dialects.upsert_options(["queue"], fields))
+        list(depths.values()), **vendor_sql.upsert_options(["queue"], fields))
     return len(depths)
 
 

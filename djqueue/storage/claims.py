@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django.db import DataError, IntegrityError
+from django.db import DatabaseError, DataError, IntegrityError
 from django.db.models import Q
 from django.utils import timezone
 
@@ -96,7 +96,7 @@ def _claim_queue(db: str, queue: Queue, want: int, *, engine: ClaimEngine, owner
                  token: str, now: datetime, where: Q | None,
                  visibility_timeout: float | None, ends: list[_ClaimEnd]) -> list[Message]:
     stamp = _Stamp(owner, token, now + timedelta(
-        seconds=visibility_timeout or queue.visibility_timeout), now)
+        seconds=visibility_timeout or queue.lease_seconds()), now)
     if engine.resumes_claims and where is None and not queue.ordered:
         rows = _claim_resuming(db, queue, want, stamp, ends)
     else:
@@ -192,12 +192,25 @@ def claim_ready(
         return _claim_ready(acks, active, limit, owner=owner,
                             visibility_timeout=visibility_timeout, clock=clock, where=where,
                             peek=peek, hook=hook)
-    except (DataError, IntegrityError) as exc:
-        if where is None:
+    except (DatabaseError, RecursionError, OverflowError) as exc:
+        if where is None or not condition_at_fault(exc):
             raise
-        # Why IntegrityError too: Django's MySQL backend reports error 1690
-        # (arithmetic out of range) as one; a claim writes no constrained column.
         raise InvalidCondition(f"The condition cannot be evaluated ({exc})", 1, "") from None
+
+
+def condition_at_fault(exc: BaseException) -> bool:
+    """Whether an error raised by a conditional claim is the condition's: Python could
+    not build it (RecursionError, OverflowError), the database refused its values
+    (DataError; MySQL reports arithmetic out of range as an IntegrityError, and a
+    claim writes no constrained column), or the same database still answers a
+    plain query (so the error was not the connection's)."""
+    if isinstance(exc, RecursionError | OverflowError | DataError | IntegrityError):
+        return True
+    try:
+        Message.objects.using(dialects.alias()).filter(pk=0).exists()
+    except DatabaseError:
+        return False
+    return True
 
 
 def _claim_ready(acks: list[Message], active: Sequence[Queue], limit: int, *, owner: str,

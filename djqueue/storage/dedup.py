@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import PENDING_STATES, DedupKey, History, Message, Queue
-from djqueue.storage import dialects
+from djqueue.storage.statements import vendor_sql
 
 MAX_KEY_CHARS = 200
 
@@ -35,7 +35,7 @@ def take(db: str, queue: Queue, key: str) -> Message | History | None:
     """
     DedupKey.objects.using(db).bulk_create(
         [DedupKey(queue=queue, key=key, message_id=0)],
-        **dialects.upsert_options(["queue", "key"], ["key"]))
+        **vendor_sql.upsert_options(["queue", "key"], ["key"]))
     row = DedupKey.objects.using(db).get(queue=queue, key=key)
     if row.message_id == 0:
         return None
@@ -51,8 +51,8 @@ def take(db: str, queue: Queue, key: str) -> Message | History | None:
 
 def assign(db: str, queue: Queue, key: str, message: Message) -> None:
     now = timezone.now()
-    expires = (now + timedelta(seconds=queue.dedup_window)
-               if queue.dedup_window is not None else None)
+    window = queue.dedup_seconds()
+    expires = now + timedelta(seconds=window) if window is not None else None
     DedupKey.objects.using(db).filter(queue=queue, key=key).update(
         message_id=message.pk, created_at=now, expires_at=expires)
 

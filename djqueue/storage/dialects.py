@@ -1,5 +1,7 @@
-"""Every difference between the database vendors, each with the reason for it (the
-session locks' own statements are in djqueue.storage.session_locks)."""
+"""Every difference between the database vendors in how djqueue connects, locks and
+transacts, each with the reason for it. The SQL fragments that differ per vendor
+are in djqueue.storage.statements.vendor_sql, the session locks' statements in
+djqueue.storage.session_locks."""
 
 from __future__ import annotations
 
@@ -172,97 +174,6 @@ def primary_key_hint(conn: BaseDatabaseWrapper) -> str:
     through it locks every claimed message, other workers' included.
     """
     return " FORCE INDEX (PRIMARY)" if conn.vendor == "mysql" else ""
-
-
-def json_number_sql(vendor_name: str, key: str) -> tuple[str, str]:
-    """SQL for "the JSON value at ``key`` of {column} if it is a number, else NULL",
-    and the key parameter it takes twice.
-
-    Why per vendor: each database names its JSON type test differently, and a
-    plain cast of a non-numeric value fails on PostgreSQL but yields 0 on MySQL.
-    ``key`` is an identifier (the parser allows nothing else) and still goes
-    in as a parameter.
-    """
-    if vendor_name == "mysql":
-        return ("(CASE WHEN JSON_TYPE(JSON_EXTRACT({column}, %s)) IN "
-                "('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL') "
-                "THEN JSON_EXTRACT({column}, %s) + 0 END)"), f'$."{key}"'
-    if vendor_name == "postgresql":
-        return ("(CASE WHEN jsonb_typeof({column} -> %s) = 'number' "
-                "THEN ({column} ->> %s)::double precision END)"), key
-    return ("(CASE WHEN json_type({column}, %s) IN ('integer', 'real') "
-            "THEN json_extract({column}, %s) END)"), f'$."{key}"'
-
-
-def int_div_sql(vendor_name: str) -> str:
-    """SQL for MySQL's ``a DIV b`` (truncating toward zero; NULL when b is 0).
-
-    Why per vendor: only MySQL has DIV; PostgreSQL's integer ``/`` errors on a
-    zero divisor, and SQLite's ``/`` keeps the fraction of a real operand.
-    """
-    if vendor_name == "mysql":
-        return "(({a}) DIV NULLIF(({b}), 0))"
-    if vendor_name == "postgresql":
-        return "TRUNC(({a})::numeric / NULLIF(({b})::numeric, 0))"
-    return "CAST(((({a}) * 1.0) / NULLIF(({b}), 0)) AS INTEGER)"
-
-
-def byte_length_sql(vendor_name: str) -> str:
-    """SQL for the length in bytes of the text ``{}``.
-
-    Why per vendor: LENGTH counts characters on PostgreSQL and SQLite (bytes on
-    MySQL); OCTET_LENGTH counts bytes on MySQL and PostgreSQL but SQLite has it
-    only from 3.43, and Debian 12's Python links 3.40.
-    """
-    if vendor_name == "sqlite":
-        return "LENGTH(CAST({} AS BLOB))"
-    return "OCTET_LENGTH({})"
-
-
-def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
-    """``bulk_create`` options for an insert that, on a duplicate key, updates instead.
-
-    Why per vendor: MySQL's ON DUPLICATE KEY UPDATE applies to every unique key
-    and cannot name one, so Django refuses ``unique_fields`` there; PostgreSQL
-    and SQLite need them for ON CONFLICT (...).
-    """
-    options: dict = {"update_conflicts": True, "update_fields": update_fields}
-    if connection().vendor != "mysql":
-        options["unique_fields"] = unique_fields
-    return options
-
-
-def upsert_clause(conn: BaseDatabaseWrapper, key: str, columns: list[str]) -> str:
-    """What follows an INSERT so that a row whose ``key`` exists gets ``columns`` from
-    the inserted row instead. Why per vendor: MySQL says ON DUPLICATE KEY UPDATE
-    (applying to every unique key, see :func:`upsert_options`), the others ON CONFLICT."""
-    q = conn.ops.quote_name
-    if conn.vendor == "mysql":
-        return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{q(c)} = VALUES({q(c)})" for c in columns)
-    return (f"ON CONFLICT ({q(key)}) DO UPDATE SET "
-            + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in columns))
-
-
-def add_counters_sql(table: str, keys: list[str], columns: list[str], counters: list[str]) -> str:
-    """An INSERT of one row (``columns``, keys first) that, when a row with the same
-    ``keys`` exists, adds its ``counters`` to that row's instead.
-
-    Why: incrementing a row that may not exist yet is one atomic statement this
-    way; update-then-insert races, and insert-ignore-then-update deadlocks on
-    InnoDB (both inserters take a shared lock, then both want the exclusive
-    one). Why per vendor: MySQL says ON DUPLICATE KEY UPDATE and ``VALUES(c)``,
-    PostgreSQL and SQLite ON CONFLICT (...) and ``excluded.c``. Names are
-    djqueue's own; values are parameters.
-    """
-    conn = connection()
-    q = conn.ops.quote_name
-    head = (f"INSERT INTO {q(table)} ({', '.join(q(c) for c in columns)}) "
-            f"VALUES ({', '.join(['%s'] * len(columns))})")
-    if conn.vendor == "mysql":
-        sets = ", ".join(f"{q(c)} = {q(c)} + VALUES({q(c)})" for c in counters)
-        return f"{head} ON DUPLICATE KEY UPDATE {sets}"
-    sets = ", ".join(f"{q(c)} = {q(table)}.{q(c)} + excluded.{q(c)}" for c in counters)
-    return f"{head} ON CONFLICT ({', '.join(q(k) for k in keys)}) DO UPDATE SET {sets}"
 
 
 def is_deadlock(exc: BaseException) -> bool:

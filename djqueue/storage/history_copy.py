@@ -21,6 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import Body, History, Message, Outcome, State
 from djqueue.storage import dialects
+from djqueue.storage.statements import vendor_sql
 from djqueue.storage.statements.prepared_values import id_list
 
 #: History columns and, for each, the SQL (over message ``m`` and body ``b``) that fills it.
@@ -81,7 +82,7 @@ def _sql(conn: BaseDatabaseWrapper, ids: list[int], leased: str = "") -> str:
 
 def _build_sql(conn: BaseDatabaseWrapper, count: int, leased: str) -> str:
     q = conn.ops.quote_name
-    length = dialects.byte_length_sql(conn.vendor)
+    length = vendor_sql.byte_length_sql(conn.vendor)
     names = {f.name: q(f.column) for f in Message._meta.concrete_fields}
     names.update({f.attname: q(f.column) for f in Message._meta.concrete_fields})
     names["message_size"] = length.format(f"m.{names['body']}")

@@ -27,6 +27,7 @@ from djqueue.models import GROUP_HOLDING_STATES, Message, MessageGroup, State
 from djqueue.polling import local_wakeup
 from djqueue.storage import dialects
 from djqueue.storage.queue_lookup import get_queue_by_id
+from djqueue.storage.statements import vendor_sql
 
 GroupId = tuple[int, str]
 
@@ -54,7 +55,7 @@ def lock_groups(db: str, groups: Iterable[GroupId]) -> None:
     now = timezone.now()
     MessageGroup.objects.using(db).bulk_create(
         [MessageGroup(queue_id=q, key=k, touched_at=now) for q, k in keys],
-        **dialects.upsert_options(["queue", "key"], ["touched_at"]))
+        **vendor_sql.upsert_options(["queue", "key"], ["touched_at"]))
 
 
 def held_groups(db: str, groups: Iterable[GroupId]) -> set[GroupId]:

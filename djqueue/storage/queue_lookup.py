@@ -7,12 +7,14 @@ QUEUE_CACHE_TTL seconds per process, and a change saved through the ORM
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DatabaseError, transaction
+from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
@@ -22,6 +24,9 @@ from djqueue.models import Queue
 from djqueue.storage import dialects
 
 QueueRef = str | Queue
+logger = logging.getLogger("djqueue")
+#: The longest error text a queue row keeps.
+MAX_ERROR_CHARS = 2000
 
 _cache: dict[tuple[str, str], tuple[float, Queue]] = {}
 _cache_by_id: dict[tuple[str, int], tuple[float, Queue]] = {}
@@ -74,7 +79,8 @@ def create_queue(name: str, *, exist_ok: bool = False, **options: Any) -> Queue:
     dlq = options.get("dead_letter_queue")
     if isinstance(dlq, str):
         options["dead_letter_queue"] = get_queue(dlq, fresh=True)
-    unknown = set(options) - {f.name for f in Queue._meta.get_fields()}
+    unknown = set(options) - {f.name for f in Queue._meta.get_fields()
+                              if getattr(f, "editable", False) and f.name not in {"id", "name"}}
     if unknown:
         raise ConfigurationError(f"Unknown queue option(s): {', '.join(sorted(unknown))}")
     db = dialects.alias()
@@ -100,6 +106,16 @@ def create_queue(name: str, *, exist_ok: bool = False, **options: Any) -> Queue:
 
 def _option_names() -> list[str]:
     return [f.attname for f in Queue._meta.concrete_fields if f.name not in {"id", "name"}]
+
+
+def note_error(queue_id: int, error: str) -> None:
+    """Count an error that a worker or the reaper met serving this queue alone, and keep
+    its text (the dashboard shows both). Best effort: a database error is logged."""
+    try:
+        Queue.objects.using(dialects.alias()).filter(pk=queue_id).update(
+            errors_seen=F("errors_seen") + 1, last_error=error[:MAX_ERROR_CHARS])
+    except DatabaseError:
+        logger.exception("Could not count an error of queue %s", queue_id)
 
 
 def forget_cached() -> None:

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from djqueue import signals
+from djqueue import durations, signals
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Event, History, Message, Outcome, Queue, State
 from djqueue.storage import dialects, fastpath, ordered_groups, trace
@@ -110,8 +110,10 @@ def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
     return dialects.retry_deadlocks(releasing)
 
 
-def fail(message: Message, error: str, *, delay: float | None = None) -> Message:
-    """Record a failed delivery; retry after ``delay`` (default: backoff) or dead-letter."""
+def fail(message: Message, error: str, *, delay: float | None = None,
+         dead_letter: bool = False) -> Message:
+    """Record a failed delivery; retry after ``delay`` (default: backoff) or dead-letter
+    (at once with ``dead_letter``: the message can never be processed)."""
     delay = validate_delay(delay)
     db = dialects.alias()
     with transaction.atomic(using=db):
@@ -120,14 +122,15 @@ def fail(message: Message, error: str, *, delay: float | None = None) -> Message
                .first())
         if row is None:
             raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
-        record_failure(row, error, timezone.now(), retry_delay=delay)
+        record_failure(row, error, timezone.now(), retry_delay=delay, give_up=dead_letter)
     message.state, message.errors, message.queue_id = row.state, row.errors, row.queue_id
     return row
 
 
 def record_failure(row: Message, error: str, now: datetime, *,
-                   retry_delay: float | None = None) -> None:
-    """On a locked row: append ``error``, then schedule the retry or dead-letter it."""
+                   retry_delay: float | None = None, give_up: bool = False) -> None:
+    """On a locked row: append ``error``, then schedule the retry or dead-letter it (at
+    once with ``give_up``)."""
     queue = get_queue_by_id(row.queue_id)
     error = str(error)[:MAX_ERROR_CHARS]
     row.errors = [*(row.errors or []), {
@@ -135,8 +138,9 @@ def record_failure(row: Message, error: str, now: datetime, *,
     db = fastpath.database_of(row) or dialects.alias()
     trace.record(db, [row], Event.NACKED, at=now, detail=error)
     row.owner = row.lease_token = ""
-    stat_counters.count_failure(db, queue.pk, now, dead=row.attempts >= queue.max_attempts)
-    if row.attempts >= queue.max_attempts:
+    give_up = give_up or row.attempts >= queue.max_attempts
+    stat_counters.count_failure(db, queue.pk, now, dead=give_up)
+    if give_up:
         dead_letter(row, queue, now)
     else:
         wait = queue.retry_delay(row.attempts) if retry_delay is None else timedelta(
@@ -163,10 +167,8 @@ def dead_letter(row: Message, queue: Queue, now: datetime) -> None:
     signals.message_dead_lettered.send(sender=Message, message=row)
 
 
-#: The longest lease extend() grants at once (SQS's visibility limit, 12 hours).
-MAX_LEASE = 12 * 3600.0
-#: The longest delay a send or retry may ask for (ten years).
-MAX_DELAY = 10 * 365 * 86400.0
+MAX_LEASE = durations.MAX_LEASE
+MAX_DELAY = durations.MAX_DELAY
 
 
 def extend(message: Message, seconds: float) -> None:
@@ -260,7 +262,8 @@ class _MessageTransitions:
 
     def nack(self, message: Message, delay: float | None, error: str | None) -> None:
         if error is None:
-            release([message], delay=delay)
+            if not release([message], delay=delay):
+                raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
         else:
             fail(message, error, delay=delay)
 

@@ -37,6 +37,7 @@ from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
 from djqueue.storage import dialects
 from djqueue.storage.queue_lookup import create_queue, get_queue
 from djqueue.storage.statements import message_inserts
+from djqueue.tasks import known_tasks
 from djqueue.tasks.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -98,6 +99,13 @@ class QueueBackend(BaseTaskBackend):
         #: alias: for projects whose djqueue DATABASE is not the one they write to
         #: (on the same database a send is transactional anyway).
         self.enqueue_on_commit = self.options.get("ENQUEUE_ON_COMMIT")
+        #: Modules of tasks outside the installed apps' ``tasks`` modules: workers import
+        #: them at start, since a message's task path is never imported (known_tasks).
+        self.task_modules = tuple(self.options.get("TASK_MODULES", ()))
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        known_tasks.remember(task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)

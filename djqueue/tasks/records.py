@@ -14,12 +14,13 @@ from functools import lru_cache
 from typing import Any
 
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
+from djqueue.exceptions import UntrustedTask
 from djqueue.models import Message, State, TaskRecord, TaskStatus
 from djqueue.storage import dialects, fastpath
 from djqueue.storage.statements import message_inserts
-from djqueue.tasks.compat import InvalidTask, Task, TaskError, TaskResult
+from djqueue.tasks import known_tasks
+from djqueue.tasks.compat import Task, TaskError, TaskResult
 
 
 def record_id(message: Message) -> str:
@@ -32,7 +33,14 @@ def record_from_message(message: Message) -> TaskRecord:
     """An unsaved READY record of a task message."""
     payload = message.payload
     if "task_result_id" in payload:  # enqueued before results moved to the message
-        return TaskRecord.objects.using(dialects.alias()).get(pk=payload["task_result_id"])
+        # Only the record made for this message: a message naming another task's
+        # record id must not run that task or overwrite its record.
+        record = TaskRecord.objects.using(dialects.alias()).filter(
+            pk=str(payload["task_result_id"])[:64], message_id=message.pk).first()
+        if record is None:
+            raise UntrustedTask(f"Message {message.pk} names task record "
+                                f"{str(payload['task_result_id'])[:64]!r}, which is not its own.")
+        return record
     run_after = payload.get("run_after")
     return message_inserts.build(
         TaskRecord, id=record_id(message), task_path=payload["task"], backend=payload["backend"],
@@ -87,9 +95,7 @@ def load_task(record: TaskRecord) -> Task:
 @lru_cache(maxsize=4096)
 def _task(path: str, priority: int, queue_name: str, run_after: datetime | None,
           backend: str) -> Task:
-    task = import_string(path)
-    if not isinstance(task, Task):
-        raise InvalidTask(f"{path} is not a task.")
+    task = known_tasks.find(path)  # looked up, never imported: see known_tasks
     return task.using(priority=priority, queue_name=queue_name, run_after=run_after,
                       backend=backend)
 

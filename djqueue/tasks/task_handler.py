@@ -17,13 +17,15 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.db import connections
 
-from djqueue.exceptions import TaskCancelled, TaskTimeout
+from djqueue.exceptions import TaskCancelled, TaskTimeout, UntrustedTask
 from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
+from djqueue.tasks import known_tasks
 from djqueue.tasks.backend import QueueBackend, QueueTask, task_queue_names
 from djqueue.tasks.compat import TaskContext, normalize_json, task_backends, task_finished, task_started
 from djqueue.tasks.records import (
@@ -97,9 +99,9 @@ def is_task(message: Message) -> bool:
 
 def run_task(message: Message) -> None:
     db = dialects.alias()
-    if not is_task(message):
-        return
+    _check_task_message(message)
     record = _record(db, message)
+    _check_backend(message, record.backend)
     if record.status in FINISHED_STATUSES:
         return  # a repeated delivery of a finished task
     batched = registry.hook_will_run() and not connections[db].in_atomic_block
@@ -136,11 +138,44 @@ def run_task(message: Message) -> None:
 
 def _record(db: str, message: Message) -> TaskRecord:
     """The RUNNING record of this delivery. A first delivery has none stored; a retried
-    or cancelled task, or one enqueued on commit, has."""
+    or cancelled task, or one enqueued on commit, has. Only the message's own record:
+    one made for another message is never run or overwritten (UntrustedTask)."""
     stored = None
     if message.attempts > 1 or "task" not in message.payload or "result_id" in message.payload:
         stored = TaskRecord.objects.using(db).filter(pk=record_id(message)).first()
+        if stored is not None and stored.message_id != message.pk:
+            raise UntrustedTask(f"Message {message.pk} names task record "
+                                f"{record_id(message)!r}, which is not its own.")
     return running_record(message, stored or record_from_message(message))
+
+
+#: A task message's fields and their types (``task_result_id``: older messages).
+_FIELDS = {"task": str, "backend": str, "args": list, "kwargs": dict, "run_after": str,
+           "result_id": str, "task_result_id": str}
+
+
+def _check_task_message(message: Message) -> None:
+    """Refuse (UntrustedTask, so the message is dead-lettered) a message that is not a
+    task message of a djqueue backend serving its queue."""
+    payload = message.payload
+    if not is_task(message):
+        raise UntrustedTask(f"Message {message.pk} on task queue {message.queue.name!r} is "
+                            "not a task message.")
+    wrong = [name for name, kind in _FIELDS.items()
+             if name in payload and not isinstance(payload[name], kind)]
+    if "task_result_id" not in payload:
+        wrong += [name for name in ("task", "backend", "args", "kwargs") if name not in payload]
+    if wrong:
+        raise UntrustedTask(f"Message {message.pk} is not a well-formed task message "
+                            f"(fields {', '.join(sorted(set(wrong)))}).")
+
+
+def _check_backend(message: Message, alias: str) -> None:
+    """Refuse a task whose backend is not a djqueue backend serving the message's queue."""
+    backend = task_backends[alias] if alias in (getattr(settings, "TASKS", {}) or {}) else None
+    if not isinstance(backend, QueueBackend) or message.queue.name not in backend.queues:
+        raise UntrustedTask(f"Message {message.pk} names backend {str(alias)[:100]!r}, which "
+                            f"is not a djqueue backend serving queue {message.queue.name!r}.")
 
 
 def _finish(message: Message, record: TaskRecord, batched: bool, status: str,
@@ -195,6 +230,7 @@ class TaskHandlers:
         return task_queue_names()
 
     def handler(self, queue: str) -> registry.Handler:
+        known_tasks.discover()  # as the worker starts: the project's task modules, once
         return registry.Handler(run_task, in_claim_transaction=in_claim_transaction)
 
 

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from django.db import DatabaseError
+
 from djqueue.exceptions import NotOwner
 from djqueue.models import Message
 from djqueue.storage.claims import ack_and_claim
@@ -35,6 +37,8 @@ class Done:
     #: The lease was lost before the handler could run (exactly-once mode), or the
     #: delivery was stale and skipped (``Queue.skip_stale``).
     lost: bool = False
+    #: The handler raised UnprocessableMessage: dead-letter it now, without retries.
+    dead: bool = False
     at: float = field(default_factory=time.monotonic)
 
     @property
@@ -49,6 +53,8 @@ class WorkerStats:
     failed: int = 0
     released: int = 0
     lost: int = 0
+    #: Claims that failed (the worker logged each, paused and went on).
+    claim_errors: int = 0
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -125,7 +131,7 @@ class AckBatches:
         while self.unflushed:
             done = self.unflushed[0]
             if done.error is not None:
-                self._record_failure(done.message, done.error)
+                self._record_failure(done.message, done.error, dead=done.dead)
             elif done.acked:
                 self.stats.acked += 1
             else:
@@ -133,12 +139,21 @@ class AckBatches:
             self.unflushed.pop(0)
             self._forget(done.message)
 
-    def _record_failure(self, message: Message, error: str) -> None:
+    def _record_failure(self, message: Message, error: str, *, dead: bool = False) -> None:
         try:
-            fail(message, error)
+            fail(message, error, dead_letter=dead)
             self.stats.failed += 1
         except NotOwner:
             self.stats.lost += 1
+        except DatabaseError:
+            raise  # kept: the flush is tried again
+        except Exception:
+            # Not this message's to decide here: its lease expires and the reaper
+            # returns it (an error there is counted on its queue).
+            logger.exception("Recording the failure of message %s failed", message.pk,
+                             extra={"worker": self.worker_id, "message_id": message.pk})
+            self.stats.lost += 1
+            return
         logger.warning("Message %s failed (attempt %s)", message.pk, message.attempts,
                        extra={"worker": self.worker_id, "message_id": message.pk,
                               "error": error[-500:]})

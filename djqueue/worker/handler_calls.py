@@ -18,7 +18,7 @@ import traceback
 
 from django.db import DatabaseError, close_old_connections, connections
 
-from djqueue.exceptions import NotOwner
+from djqueue.exceptions import NotOwner, UnprocessableMessage
 from djqueue.models import Message
 from djqueue.storage import dialects, ordered_groups
 from djqueue.storage.transitions import run_and_ack
@@ -79,6 +79,8 @@ class HandlerCalls:
             return Done(message)
         except NotOwner:
             return Done(message, lost=True)
+        except UnprocessableMessage as exc:
+            return Done(message, error="".join(traceback.format_exception(exc)), dead=True)
         except BaseException as exc:
             if isinstance(exc, DatabaseError):
                 reset_connection()

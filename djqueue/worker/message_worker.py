@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from django.db import DatabaseError
 
 from djqueue import signals
-from djqueue.api.condition_parser import compile_condition
+from djqueue.api.condition_parser import checked_condition
 from djqueue.api.worker_wakeups import WakeSocket
 from djqueue.conf import get_settings
 from djqueue.models import Message
@@ -47,13 +47,11 @@ class Worker(ProcessBase):
 
     def __init__(self, options: WorkerOptions) -> None:
         super().__init__()
-        if options.concurrency < 1 or options.batch_size < 1:
-            raise ValueError("concurrency and batch_size must be at least 1.")
         self.options = options
         self.settings = get_settings()
         self.heartbeat_interval = self.settings.HEARTBEAT_INTERVAL
         self.handlers, self.queues = registry.serving(options.queues)
-        self.where = compile_condition(options.where)
+        self.where = checked_condition(options.where)
         self.lock_key = uuid.uuid4().hex
         self.id = f"{socket.gethostname()[:60]}:{os.getpid()}:{self.lock_key[:8]}"
         self.stats = WorkerStats()
@@ -172,9 +170,11 @@ class Worker(ProcessBase):
                 [get_queue(q.name) for q in self.queues], limit, owner=self.id,
                 visibility_timeout=self.options.visibility_timeout, clock=self._promotion,
                 where=self.where, peek=peek, acks=acks, hook=self._hook)
-        except DatabaseError:
+        except Exception as exc:  # the worker outlives any one failed claim
             logger.exception("Claim failed; retrying after a pause", extra={"worker": self.id})
-            self._reset_connection()
+            self.stats.claim_errors += 1
+            if isinstance(exc, DatabaseError):
+                self._reset_connection()
             self.stop_signals.stop.wait(1.0)
             return 0
         if messages:
@@ -241,9 +241,10 @@ class Worker(ProcessBase):
         """Settle finished messages now; what a DB error interrupts is kept for later."""
         try:
             self._acks.flush()
-        except DatabaseError:
+        except Exception as exc:  # kept, and tried again: nothing finished is lost
             logger.exception("Recording results failed; retrying", extra={"worker": self.id})
-            self._reset_connection()
+            if isinstance(exc, DatabaseError):
+                self._reset_connection()
             self.stop_signals.stop.wait(0.5)
 
     def _forget(self, message: Message) -> None:

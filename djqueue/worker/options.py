@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from djqueue import durations
+from djqueue.exceptions import ConfigurationError
+
 
 @dataclass
 class WorkerOptions:
@@ -23,3 +26,24 @@ class WorkerOptions:
     #: Abandoned (still running) handler threads past which the worker recycles its
     #: process; default: twice the concurrency, at least 4.
     max_stuck: int | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse options no worker could run with (ConfigurationError), before it starts."""
+        for name, high, positive in (
+                ("max_seconds", durations.MAX_RETENTION, True),
+                ("visibility_timeout", durations.MAX_LEASE, True),
+                ("shutdown_grace", durations.MAX_PROCESS_WAIT, False),
+                ("time_limit", durations.MAX_PROCESS_WAIT, True)):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    setattr(self, name, durations.check(value, name, high=high,
+                                                        positive=positive))
+                except ValueError as exc:
+                    raise ConfigurationError(str(exc)) from None
+        for name in ("concurrency", "batch_size", "max_messages", "max_stuck"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ConfigurationError(f"{name} must be a whole number of at least 1, "
+                                         f"got {value!r}.")

@@ -3,6 +3,7 @@ queries, the message browser, and every operation's permission check."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -141,6 +142,26 @@ def test_message_browser_filters_by_expression_group_key_and_age(superuser, worl
     response = superuser.get(f"{changelist}?where=priority+%3E%3E%3E+1")
     assert response.context["cl"].result_list.count() == 0
     assert "Expression not applied" in response.content.decode()
+
+
+def test_expressions_the_database_cannot_evaluate_are_a_message_not_a_500(superuser, world):
+    """A staff user's filter is compiled within its budget and checked on the database:
+    too complex, or operands of the wrong type (PostgreSQL), show why on the page."""
+    from urllib.parse import quote
+
+    changelist = reverse("admin:djqueue_message_changelist")
+    djqueue.send(world["jobs"], {"n": 1}, headers={"x": 2})
+    expressions = ["priority" + " ^ 1" * 300, "~" * 39 + "priority = 0", "headers.x | 1.5 > 0",
+                   " xor ".join(["priority = 1"] * 100)]
+    for expression in expressions:
+        started = time.monotonic()
+        response = superuser.get(f"{changelist}?where={quote(expression)}")
+        assert response.status_code == 200
+        assert time.monotonic() - started < 2.0
+        page = response.content.decode()
+        if expression != "headers.x | 1.5 > 0" or connection.vendor == "postgresql":
+            assert "Expression not applied" in page, expression
+            assert response.context["cl"].result_list.count() == 0
 
 
 def test_message_detail_shows_payload_headers_errors_and_trace(superuser, world):

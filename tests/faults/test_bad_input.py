@@ -9,6 +9,8 @@ database is exactly as it was. Runs on the suite's test database.
 
 from __future__ import annotations
 
+import math
+import time
 import traceback
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,9 +36,12 @@ FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 
+#: Numbers that found holes: non-finite, huge, tiny, negative, past 64 bits.
+absurd_numbers = st.sampled_from([math.inf, -math.inf, math.nan, 1e300, -1e300, 1e-300, -1,
+                                  -0.0, 0, 2**63, 2**64 + 1, -(2**63) - 1, 10**30])
 anything = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=40),
+    st.floats(allow_nan=True, allow_infinity=True), absurd_numbers, st.text(max_size=40),
     st.sampled_from(["jobs", "jobs.dead", "", "nope", "x" * 300, "a b", "news", "-1", "1e9"]),
     st.binary(max_size=8), st.lists(st.integers(-5, 5), max_size=3),
     st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
@@ -64,13 +69,18 @@ def clear(exc: BaseException) -> bool:
     return False
 
 
-def attempt(call) -> None:
+def attempt(call, within: float | None = None) -> None:
+    """``call`` succeeds or fails with a clear error and the database unchanged; with
+    ``within``, either way in at most that many seconds."""
     before = snapshot()
+    started = time.monotonic()
     try:
         call()
     except Exception as exc:
         assert clear(exc), "".join(traceback.format_exception(exc))
         assert snapshot() == before, f"{type(exc).__name__}: {exc} changed the database"
+    if within is not None:
+        assert time.monotonic() - started <= within, f"took longer than {within} s"
 
 
 @pytest.fixture
@@ -108,7 +118,7 @@ def test_send_batch(world, queue, payloads, options):
 @given(queues=anything, options=st.fixed_dictionaries({
     "max_messages": maybe, "visibility_timeout": maybe, "owner": maybe, "where": maybe}))
 def test_receive(world, queues, options):
-    attempt(lambda: djqueue.receive(queues, **kwargs_of(options)))
+    attempt(lambda: djqueue.receive(queues, **kwargs_of(options)), within=1.0)
 
 
 @FUZZ
@@ -117,7 +127,18 @@ def test_receive(world, queues, options):
                      "max_payload_bytes", "ordered", "dedup_window", "paused", "no_such_option",
                      "dead_letter_queue"]), anything, max_size=3))
 def test_create_queue(world, name, options):
-    attempt(lambda: djqueue.create_queue(name, **options))
+    attempt(lambda: djqueue.create_queue(name, **options), within=1.0)
+    created = Queue.objects.filter(name=name).first() if isinstance(name, str) else None
+    if created is not None and name not in {"jobs", "jobs.dead"}:
+        usable(created)
+
+
+def usable(queue: Queue) -> None:
+    """An accepted queue's every duration is one a worker and the reaper can use."""
+    for value, high in ((queue.visibility_timeout, 12 * 3600), (queue.retention, 1e10),
+                        (queue.dedup_window or 1, 1e10)):
+        assert math.isfinite(value) and 0 < value <= high, (queue.name, value)
+    assert all(math.isfinite(step) and 0 <= step <= 1e9 for step in queue.backoff)
 
 
 @FUZZ
@@ -141,7 +162,9 @@ def test_lease_operations(world, seconds, delay, error):
 @FUZZ
 @given(topic=anything, group=anything, payload=anything, mode=maybe, start=maybe, to=anything)
 def test_topics(world, topic, group, payload, mode, start, to):
-    attempt(lambda: djqueue.publish(topic, payload))
+    attempt(lambda: djqueue.publish(topic, payload), within=1.0)
+    attempt(lambda: djqueue.create_topic(f"t{abs(hash(repr(to))) % 1000}", retention=to),
+            within=1.0)
     attempt(lambda: djqueue.subscribe(topic, group, **kwargs_of({"mode": mode, "start": start})))
     attempt(lambda: djqueue.reset_group("news", "all", to=to))
 
@@ -214,3 +237,32 @@ def test_reset_group_rejects_naive_and_far_times(world):
     attempt(lambda: djqueue.reset_group("news", "all", to=timedelta(1)))
     with pytest.raises(DjqueueError):
         djqueue.reset_group("news", "all", to=datetime(2026, 1, 1))
+
+
+# Conditions built from every operator, nested to the parser's limits: each receive is
+# accepted or refused with InvalidCondition within a second, nothing else.
+
+NUMERIC_OPS = ["+", "-", "*", "/", "div", "%", "mod", "&", "|", "^", "<<", ">>"]
+BOOLEAN_OPS = ["and", "or", "xor", "&&", "||"]
+COMPARISONS = ["=", "!=", "<>", "<", "<=", ">", ">="]
+leaves = st.sampled_from(["priority", "attempts", "id", "headers.x", "headers.a__b", "1", "-1",
+                          "0", "9223372036854775807", "0.5", "1e308", "true"])
+numeric = st.recursive(leaves, lambda inner: st.one_of(
+    st.tuples(inner, st.sampled_from(NUMERIC_OPS), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+    st.tuples(st.sampled_from(["-", "~", "+"]), inner).map("".join)), max_leaves=300)
+comparison = st.tuples(numeric, st.sampled_from(COMPARISONS), numeric).map(" ".join)
+conditions = st.recursive(st.one_of(comparison, numeric), lambda inner: st.one_of(
+    st.tuples(inner, st.sampled_from(BOOLEAN_OPS), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+    st.tuples(st.sampled_from(["not ", "!"]), inner).map("".join)), max_leaves=100)
+chains = st.tuples(st.sampled_from(["priority ^ 1", "priority + 1", "1 xor 0", "priority = 0 or",
+                                    "~", "-", "not ", "("]),
+                   st.integers(1, 320)).map(lambda t: (
+                       t[0] * t[1] + "1" + ")" * t[1] if t[0] == "(" else
+                       t[0] * t[1] + "priority" if t[0] in {"~", "-", "not "} else
+                       " ".join([t[0]] * t[1]) + (" 1" if t[0].endswith("or") else "")))
+
+
+@FUZZ
+@given(expression=st.one_of(conditions, chains))
+def test_conditions_of_every_operator_to_the_limits(world, expression):
+    attempt(lambda: djqueue.receive("jobs", where=expression, max_messages=10), within=1.0)

@@ -4,6 +4,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from djqueue.exceptions import DjqueueError
+from djqueue.management.arguments import whole_number
 
 
 def moment(text: str) -> datetime:
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--format", default="parquet", choices=["parquet", "csv", "json"])
         parser.add_argument("--master", default="local[*]",
                             help="Spark master: local[*], spark://host:7077, yarn, ...")
-        parser.add_argument("--partitions", type=int, default=4,
+        parser.add_argument("--partitions", type=whole_number(1, 1000), default=4,
                             help="Parallel JDBC reads, split on the primary key.")
         parser.add_argument("--report", action="store_true", help="Also write report datasets.")
         parser.add_argument("--incremental", action="store_true",

@@ -1,8 +1,10 @@
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
+from djqueue import durations
 from djqueue.maintenance.reaper import Reaper
+from djqueue.management.arguments import seconds
 
 
 class Command(BaseCommand):
@@ -11,12 +13,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="Do one pass and exit.")
-        parser.add_argument("--interval", type=float, default=None,
+        parser.add_argument("--interval", type=seconds(durations.HOUR), default=None,
                             help="Seconds between passes (default: DJQUEUE['REAPER_INTERVAL']).")
 
     def handle(self, *args: Any, once: bool, interval: float | None, **options: Any) -> None:
-        if interval is not None and interval <= 0:
-            raise CommandError("--interval must be positive.")
         reaper = Reaper(interval=interval)
         if once:
             report = reaper.tick()

@@ -7,28 +7,16 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from djqueue.api.condition_parser import compile_condition
+from djqueue import durations
+from djqueue.api.condition_parser import checked_condition
 from djqueue.api.consumer_groups import register_consumer
 from djqueue.exceptions import DjqueueError
+from djqueue.management.arguments import seconds, whole_number
 from djqueue.processes.memory_limit import limit_memory
 from djqueue.worker import registry
 from djqueue.worker.message_worker import Worker
 from djqueue.worker.options import WorkerOptions
 from djqueue.worker.supervisor import Supervisor, is_supervised
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError(text)
-    return value
 
 
 class Command(BaseCommand):
@@ -38,25 +26,28 @@ class Command(BaseCommand):
         parser.add_argument("queues", nargs="*",
                             help="Queues to work, earlier ones first (default: every queue "
                                  "with a handler).")
-        parser.add_argument("-c", "--concurrency", type=positive_int, default=1,
+        parser.add_argument("-c", "--concurrency", type=whole_number(1, 1000), default=1,
                             help="Handler threads (default 1).")
-        parser.add_argument("-p", "--processes", type=positive_int, default=1,
+        parser.add_argument("-p", "--processes", type=whole_number(1, 256), default=1,
                             help="Worker processes, each with --concurrency threads "
                                  "(default 1). Above 1 this process supervises them: it "
                                  "replaces any that exits (one that reached --max-messages "
                                  "or --max-seconds too) and passes SIGTERM/SIGINT on.")
-        parser.add_argument("-b", "--batch-size", type=positive_int, default=10,
+        parser.add_argument("-b", "--batch-size", type=whole_number(1, 10_000), default=10,
                             help="Messages claimed per transaction; also the prefetch "
                                  "(default 10).")
-        parser.add_argument("--max-messages", type=positive_int, default=None,
+        parser.add_argument("--max-messages", type=whole_number(), default=None,
                             help="Exit after processing this many messages.")
-        parser.add_argument("--max-seconds", type=positive_float, default=None,
+        parser.add_argument("--max-seconds", type=seconds(durations.MAX_RETENTION),
+                            default=None,
                             help="Exit after this many seconds.")
         parser.add_argument("--burst", action="store_true",
                             help="Drain the queues, then exit.")
-        parser.add_argument("--visibility-timeout", type=positive_float, default=None,
+        parser.add_argument("--visibility-timeout", type=seconds(durations.MAX_LEASE),
+                            default=None,
                             help="Lease length in seconds (default: each queue's).")
-        parser.add_argument("--shutdown-grace", type=float, default=None,
+        parser.add_argument("--shutdown-grace", default=None,
+                            type=seconds(durations.MAX_PROCESS_WAIT, positive=False),
                             help="Seconds in-flight handlers may finish after SIGTERM.")
         parser.add_argument("--subscribe", action="append", default=[], metavar="TOPIC:GROUP",
                             help="Consume a topic's consumer group (repeatable); in a "
@@ -64,14 +55,17 @@ class Command(BaseCommand):
                                  "--consumer-name.")
         parser.add_argument("--consumer-name", default=None,
                             help="Broadcast consumer name (default: this host's name).")
-        parser.add_argument("--time-limit", type=positive_float, default=None,
+        parser.add_argument("--time-limit", type=seconds(durations.MAX_PROCESS_WAIT),
+                            default=None,
                             help="Seconds a handler may run; past it the delivery fails "
                                  "(retried or dead-lettered) and the thread is replaced.")
-        parser.add_argument("--max-stuck", type=positive_int, default=None, metavar="N",
+        parser.add_argument("--max-stuck", type=whole_number(1, 10_000), default=None,
+                            metavar="N",
                             help="Handler threads left running past --time-limit after which "
                                  "the worker restarts its process (default: twice the "
                                  "concurrency, at least 4).")
-        parser.add_argument("--max-memory", type=positive_int, default=None, metavar="MB",
+        parser.add_argument("--max-memory", type=whole_number(1, 1 << 30), default=None,
+                            metavar="MB",
                             help="Cap this process's address space, so a handler allocating "
                                  "past it fails with MemoryError instead of the OOM killer "
                                  "ending the worker.")
@@ -114,7 +108,7 @@ class Command(BaseCommand):
         """Check what every child would check at its start, then run the children."""
         try:
             registry.serving(queues)
-            compile_condition(options["where"])
+            checked_condition(options["where"])
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
         connections.close_all()

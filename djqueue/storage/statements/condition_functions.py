@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from django.db.models import BigIntegerField, F, FloatField, Func
 
-from djqueue.storage.dialects import int_div_sql, json_number_sql
+from djqueue.storage.statements.vendor_sql import bit_xor_sql, int_div_sql, json_number_sql
 
 
 class NumericHeader(Func):
-    """A header's value if it is a JSON number, else NULL (see dialects.json_number_sql)."""
+    """A header's value if it is a JSON number, else NULL (see vendor_sql.json_number_sql)."""
 
     output_field = FloatField()
 
@@ -36,3 +36,14 @@ class IntDiv(Func):
     def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
         (a, a_params), (b, b_params) = (compiler.compile(e) for e in self.source_expressions)
         return int_div_sql(connection.vendor).format(a=a, b=b), (*a_params, *b_params)
+
+
+class BitXor(Func):
+    """Bitwise XOR of two integers, each operand written once (see vendor_sql.bit_xor_sql)."""
+
+    output_field = BigIntegerField()
+    arity = 2
+
+    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
+        (a, a_params), (b, b_params) = (compiler.compile(e) for e in self.source_expressions)
+        return bit_xor_sql(connection.vendor).format(a=a, b=b), (*a_params, *b_params)

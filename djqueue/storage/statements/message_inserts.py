@@ -26,7 +26,7 @@ from django.db.models.options import Options
 
 from djqueue.models import Message
 from djqueue.storage import dialects, fastpath
-from djqueue.storage.statements import prepared_values
+from djqueue.storage.statements import prepared_values, vendor_sql
 
 M = TypeVar("M", bound=models.Model)
 
@@ -134,7 +134,7 @@ def _message_preparers(conn: BaseDatabaseWrapper) -> list[Callable]:
 def upsert(db: str, objs: Sequence[models.Model], update_fields: Sequence[str],
            rendered: Sequence[str] | None = None) -> None:
     """INSERT ``objs`` of one model (primary keys set) in one statement; where a row with
-    the same key exists, update its ``update_fields`` instead (see dialects.upsert_clause).
+    the same key exists, update its ``update_fields`` instead (see vendor_sql.upsert_clause).
     ``rendered``: the rows as :func:`render_row` made them, in the order of ``objs``."""
     if not objs:
         return
@@ -195,7 +195,7 @@ def _upsert_sql(conn: BaseDatabaseWrapper, meta: Options, update_fields: tuple[s
     quote = conn.ops.quote_name
     head = (f"INSERT INTO {quote(meta.db_table)} "
             f"({', '.join(quote(f.column) for f in meta.concrete_fields)}) VALUES ")
-    tail = " " + dialects.upsert_clause(conn, meta.pk.column,
+    tail = " " + vendor_sql.upsert_clause(conn, meta.pk.column,
                                       [meta.get_field(n).column for n in update_fields])
     _upserts[key] = head, tail
     return head, tail

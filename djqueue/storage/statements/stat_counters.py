@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from django.db import connections
 
 from djqueue.models import Period, QueueStat
-from djqueue.storage import dialects
+from djqueue.storage.statements import vendor_sql
 
 COUNTERS = ["sent", "acked", "deleted", "failed", "dead_lettered", "wait_total", "run_total"]
 HISTOGRAMS = ["wait_hist", "run_hist"]
@@ -32,7 +32,7 @@ def add_to_minutes(db: str, additions: dict[tuple[int, datetime], dict[str, floa
     """Add each (queue id, minute) entry's counters to that minute's statistics row."""
     if not additions:
         return
-    sql = dialects.add_counters_sql(QueueStat._meta.db_table, ["queue_id", "period", "start"],
+    sql = vendor_sql.add_counters_sql(QueueStat._meta.db_table, ["queue_id", "period", "start"],
                                     _STAT_COLUMNS, COUNTERS)
     conn = connections[db]
     params = [[queue_id, Period.MINUTE, conn.ops.adapt_datetimefield_value(start),

@@ -23,7 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import Message, Queue, TaskRecord, TaskStatus
 from djqueue.storage import dialects
-from djqueue.storage.statements import prepared_values
+from djqueue.storage.statements import prepared_values, vendor_sql
 
 #: Rows per statement.
 CHUNK = 500
@@ -112,7 +112,7 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
             f"FROM {q(Message._meta.db_table)} m JOIN {q(Queue._meta.db_table)} q "
             f"ON q.{q(Queue._meta.pk.column)} = {m['queue_id']} "
             f"WHERE {m['id']} IN ({{ids}})")
-    tail = " " + dialects.upsert_clause(conn, TaskRecord._meta.pk.column,
+    tail = " " + vendor_sql.upsert_clause(conn, TaskRecord._meta.pk.column,
                                       [TaskRecord._meta.get_field(n).column for n in update_fields])
     _statements[key] = head, tail
     return head, tail

@@ -1,0 +1,116 @@
+"""The SQL fragments that differ per database vendor, each with the reason for it.
+
+Connection, locking and transaction differences are in djqueue.storage.dialects.
+"""
+
+from __future__ import annotations
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from djqueue.storage import dialects
+
+
+def json_number_sql(vendor_name: str, key: str) -> tuple[str, str]:
+    """SQL for "the JSON value at ``key`` of {column} if it is a number, else NULL",
+    and the key parameter it takes twice.
+
+    Why per vendor: each database names its JSON type test differently, and a
+    plain cast of a non-numeric value fails on PostgreSQL but yields 0 on MySQL.
+    ``key`` is an identifier (the parser allows nothing else) and still goes
+    in as a parameter.
+    """
+    if vendor_name == "mysql":
+        return ("(CASE WHEN JSON_TYPE(JSON_EXTRACT({column}, %s)) IN "
+                "('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL') "
+                "THEN JSON_EXTRACT({column}, %s) + 0 END)"), f'$."{key}"'
+    if vendor_name == "postgresql":
+        return ("(CASE WHEN jsonb_typeof({column} -> %s) = 'number' "
+                "THEN ({column} ->> %s)::double precision END)"), key
+    return ("(CASE WHEN json_type({column}, %s) IN ('integer', 'real') "
+            "THEN json_extract({column}, %s) END)"), f'$."{key}"'
+
+
+def int_div_sql(vendor_name: str) -> str:
+    """SQL for MySQL's ``a DIV b`` (truncating toward zero; NULL when b is 0).
+
+    Why per vendor: only MySQL has DIV; PostgreSQL's integer ``/`` errors on a
+    zero divisor, and SQLite's ``/`` keeps the fraction of a real operand.
+    """
+    if vendor_name == "mysql":
+        return "(({a}) DIV NULLIF(({b}), 0))"
+    if vendor_name == "postgresql":
+        return "TRUNC(({a})::numeric / NULLIF(({b})::numeric, 0))"
+    return "CAST(((({a}) * 1.0) / NULLIF(({b}), 0)) AS INTEGER)"
+
+
+def bit_xor_sql(vendor_name: str) -> str:
+    """SQL for the bitwise XOR of the integers ``{a}`` and ``{b}``, each written once.
+
+    Why per vendor: MySQL spells it ``^``, PostgreSQL ``#``, and SQLite has no XOR
+    operator; there ``(a | b) - (a & b)`` names each operand twice, so a chain of
+    XORs would grow exponentially, and a subquery names each once (SQLite lets a
+    subquery in FROM refer to the outer row).
+    """
+    if vendor_name == "mysql":
+        return "(({a}) ^ ({b}))"
+    if vendor_name == "postgresql":
+        return "(({a}) # ({b}))"
+    return "(SELECT (x | y) - (x & y) FROM (SELECT ({a}) AS x, ({b}) AS y))"
+
+
+def byte_length_sql(vendor_name: str) -> str:
+    """SQL for the length in bytes of the text ``{}``.
+
+    Why per vendor: LENGTH counts characters on PostgreSQL and SQLite (bytes on
+    MySQL); OCTET_LENGTH counts bytes on MySQL and PostgreSQL but SQLite has it
+    only from 3.43, and Debian 12's Python links 3.40.
+    """
+    if vendor_name == "sqlite":
+        return "LENGTH(CAST({} AS BLOB))"
+    return "OCTET_LENGTH({})"
+
+
+def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
+    """``bulk_create`` options for an insert that, on a duplicate key, updates instead.
+
+    Why per vendor: MySQL's ON DUPLICATE KEY UPDATE applies to every unique key
+    and cannot name one, so Django refuses ``unique_fields`` there; PostgreSQL
+    and SQLite need them for ON CONFLICT (...).
+    """
+    options: dict = {"update_conflicts": True, "update_fields": update_fields}
+    if dialects.connection().vendor != "mysql":
+        options["unique_fields"] = unique_fields
+    return options
+
+
+def upsert_clause(conn: BaseDatabaseWrapper, key: str, columns: list[str]) -> str:
+    """What follows an INSERT so that a row whose ``key`` exists gets ``columns`` from
+    the inserted row instead. Why per vendor: MySQL says ON DUPLICATE KEY UPDATE
+    (applying to every unique key, see :func:`upsert_options`), the others ON CONFLICT."""
+    q = conn.ops.quote_name
+    if conn.vendor == "mysql":
+        return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{q(c)} = VALUES({q(c)})" for c in columns)
+    return (f"ON CONFLICT ({q(key)}) DO UPDATE SET "
+            + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in columns))
+
+
+def add_counters_sql(table: str, keys: list[str], columns: list[str], counters: list[str]) -> str:
+    """An INSERT of one row (``columns``, keys first) that, when a row with the same
+    ``keys`` exists, adds its ``counters`` to that row's instead.
+
+    Why: incrementing a row that may not exist yet is one atomic statement this
+    way; update-then-insert races, and insert-ignore-then-update deadlocks on
+    InnoDB (both inserters take a shared lock, then both want the exclusive
+    one). Why per vendor: MySQL says ON DUPLICATE KEY UPDATE and ``VALUES(c)``,
+    PostgreSQL and SQLite ON CONFLICT (...) and ``excluded.c``. Names are
+    djqueue's own; values are parameters.
+    """
+    conn = dialects.connection()
+    q = conn.ops.quote_name
+    head = (f"INSERT INTO {q(table)} ({', '.join(q(c) for c in columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))})")
+    if conn.vendor == "mysql":
+        sets = ", ".join(f"{q(c)} = {q(c)} + VALUES({q(c)})" for c in counters)
+        return f"{head} ON DUPLICATE KEY UPDATE {sets}"
+    sets = ", ".join(f"{q(c)} = {q(table)}.{q(c)} + excluded.{q(c)}" for c in counters)
+    return f"{head} ON CONFLICT ({', '.join(q(k) for k in keys)}) DO UPDATE SET {sets}"
