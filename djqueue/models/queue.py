@@ -114,15 +114,16 @@ class Queue(models.Model):
         return self.name
 
     def clean(self) -> None:
-        checks = [("visibility_timeout", durations.MAX_LEASE, False),
+        # (name, upper bound, whether 0 is refused): retention 0 keeps no history.
+        checks = [("visibility_timeout", durations.MAX_LEASE, True),
                   ("retention", durations.MAX_RETENTION, False),
                   ("dedup_window", durations.MAX_RETENTION, True)]
-        for name, high, optional in checks:
+        for name, high, positive in checks:
             value = getattr(self, name)
-            if value is None and (optional or name == "visibility_timeout"):
+            if value is None and name != "retention":
                 continue
             try:
-                durations.check(value, name, high=high)
+                durations.check(value, name, high=high, positive=positive)
             except ValueError as exc:
                 raise ValidationError({name: str(exc)}) from None
         if self.max_attempts is not None and not 1 <= self.max_attempts <= MAX_ATTEMPTS:

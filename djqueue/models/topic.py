@@ -33,7 +33,8 @@ class Topic(models.Model):
 
     def clean(self) -> None:
         try:
-            durations.check(self.retention, "retention", high=durations.MAX_RETENTION)
+            durations.check(self.retention, "retention", high=durations.MAX_RETENTION,
+                            positive=False)
         except ValueError as exc:
             raise ValidationError({"retention": str(exc)}) from None
 

@@ -79,6 +79,8 @@ def create_queue(name: str, *, exist_ok: bool = False, **options: Any) -> Queue:
     dlq = options.get("dead_letter_queue")
     if isinstance(dlq, str):
         options["dead_letter_queue"] = get_queue(dlq, fresh=True)
+    elif dlq is not None and not isinstance(dlq, Queue):
+        raise ConfigurationError(f"dead_letter_queue is a queue's name or a Queue, not {dlq!r}.")
     unknown = set(options) - {f.name for f in Queue._meta.get_fields()
                               if getattr(f, "editable", False) and f.name not in {"id", "name"}}
     if unknown:
