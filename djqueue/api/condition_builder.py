@@ -89,14 +89,14 @@ class ConditionBuilder:
                                    "levels deep in SQL", node.pos, self.source)
         return node
 
-    #: Operators that compile to one level of SQL; the others (division, modulo,
-    #: XOR, comparisons of headers) wrap their operands in up to three.
-    FLAT = {"+", "-", "*", "|", "&", "<<", ">>", "or", "||", "and", "&&", "=", "!=", "<>",
-            "<", "<=", ">", ">="}
+    #: How deep each operator nests its operands in the generated SQL, in units of a
+    #: plain ``(a + b)``: measured as SQLite's parser stack, the first to overflow
+    #: (a chain of n ``+`` overflows it near n = 90, of ``xor`` near 18, of ``^`` near 7).
+    DEPTH = {"/": 3, "%": 3, "mod": 3, "div": 5, "xor": 5, "^": 12}
 
     def combine(self, op: Token, left: Node, right: Node) -> Node:
         return self.grown(self._combine(op, left, right), left, right,
-                          depth=1 if op.text in self.FLAT else 3)
+                          depth=self.DEPTH.get(op.text, 1))
 
     def _combine(self, op: Token, left: Node, right: Node) -> Node:
         text = op.text

@@ -153,10 +153,11 @@ class Parser(ConditionBuilder):
         if token.text == "+":
             return Node(NUM, value, token.pos, operand.terms, operand.depth)
         if token.text == "-":
-            return self.grown(Node(NUM, arith(Value(0), "-", value), token.pos), operand)
+            return self.grown(Node(NUM, arith(Value(0), "-", value), token.pos), operand,
+                              depth=3)
         # ~x == -x - 1 in two's complement, on every database.
         return self.grown(Node(NUM, arith(arith(Value(0), "-", value), "-", Value(1)),
-                               token.pos), operand, depth=2)
+                               token.pos), operand, depth=4)
 
     def primary(self) -> Node:
         token = self.advance()
