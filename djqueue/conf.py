@@ -89,11 +89,7 @@ class Settings:
             raise ConfigurationError(f"Unknown DJQUEUE setting(s): {', '.join(unknown)}")
         for name, (high, positive) in _DURATIONS.items():
             if name in overrides:
-                try:
-                    durations.check(overrides[name], f"DJQUEUE[{name!r}]", high=high,
-                                    positive=positive)
-                except ValueError as exc:
-                    raise ConfigurationError(str(exc)) from None
+                _check_duration(overrides[name], f"DJQUEUE[{name!r}]", high, positive)
         for name, (low, high) in _COUNTS.items():
             value = overrides.get(name, low)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -101,11 +97,7 @@ class Settings:
                     f"DJQUEUE[{name!r}] must be a whole number from {low} to {high}, "
                     f"got {value!r}")
         for step in overrides.get("BACKOFF", ()):
-            try:
-                durations.check(step, "A DJQUEUE['BACKOFF'] step", high=durations.MAX_DELAY,
-                                positive=False)
-            except ValueError as exc:
-                raise ConfigurationError(str(exc)) from None
+            _check_duration(step, "A DJQUEUE['BACKOFF'] step", durations.MAX_DELAY, False)
         if "BACKOFF" in overrides and (isinstance(overrides["BACKOFF"], str | bytes)
                                        or not overrides["BACKOFF"]):
             raise ConfigurationError("DJQUEUE['BACKOFF'] must be a non-empty list of seconds")
@@ -140,6 +132,13 @@ _COUNTS = {
     "PRUNE_BATCH": (1, 100_000),
     "MAX_PAYLOAD_BYTES": (1, 64 * 1024 * 1024),
 }
+
+
+def _check_duration(value: object, name: str, high: float, positive: bool) -> None:
+    try:
+        durations.check(value, name, high=high, positive=positive)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 def _check_seconds(overrides: dict[str, Any], name: str, wanted: str,

@@ -21,6 +21,7 @@ from djqueue.polling import Backoff, local_wakeup
 from djqueue.storage import dedup, dialects, fastpath, ordered_groups, trace
 from djqueue.storage.claim_resume import resume_points
 from djqueue.storage.payloads import encode as _encode
+from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import QueueRef, get_queue
 from djqueue.storage.statements.message_inserts import insert_messages
 from djqueue.storage.transitions import validate_delay
@@ -98,8 +99,7 @@ def _with_flow_control(insert, *, block: bool, timeout: float | None):
     Inside an outer transaction the queue row stays locked by the first try,
     so other senders to this queue wait too; consumers are not affected.
     """
-    if timeout is not None:
-        timeout = validate_delay(timeout)
+    timeout = validate_delay(timeout)  # None stays None
     if not block:
         return insert()
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -108,7 +108,7 @@ def _with_flow_control(insert, *, block: bool, timeout: float | None):
         try:
             return insert()
         except QueueFull:
-            if not block or (deadline is not None and time.monotonic() >= deadline):
+            if deadline is not None and time.monotonic() >= deadline:
                 raise
         backoff.sleep(deadline)
 
@@ -174,7 +174,7 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
         body = encode_payload(payload)
         if group_key is not None:
             validate_group_key(group_key)
-        size = len(body.encode()) + headers_bytes
+        size = utf8_size(body) + headers_bytes
         if size > limit:
             raise PayloadTooLarge(
                 f"Message of {size} bytes (payload and headers) exceeds queue "
@@ -201,16 +201,14 @@ def validate_priority(priority: Any) -> None:
 
 
 def check_payloads(payloads: object) -> None:
-    """Refuse what is not a collection of payloads: a string would be sent one message
-    per character, a dict one per key."""
+    """Refuse a string (one message per character), a dict or a non-iterable."""
     if isinstance(payloads, str | bytes | bytearray | dict) or not isinstance(payloads, Iterable):
         raise InvalidMessage(f"A batch takes an iterable of payloads (a list, say), not "
                              f"{type(payloads).__name__}.")
 
 
 def payload_limit(queue: Queue) -> int:
-    """The most bytes a message of ``queue`` may take: its ``max_payload_bytes``, else
-    DJQUEUE["MAX_PAYLOAD_BYTES"]."""
+    """A message's most bytes: the queue's ``max_payload_bytes``, else the setting's."""
     return queue.max_payload_bytes or get_settings().MAX_PAYLOAD_BYTES
 
 
@@ -227,7 +225,9 @@ def encode_payload(payload: Any) -> str:
 
 
 def _check_utf8(text: str, what: str) -> None:
-    """Refuse text with a lone surrogate (no UTF-8 encoding exists for it)."""
+    """Refuse a lone surrogate (no UTF-8 exists for it); ASCII text is not encoded."""
+    if text.isascii():
+        return
     try:
         text.encode()
     except UnicodeEncodeError as exc:

@@ -43,6 +43,7 @@ from djqueue.models import (
 )
 from djqueue.models.queue import validate_queue_name
 from djqueue.storage import dialects, ordered_groups, trace
+from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import get_queue_by_id
 
 BATCH = 1000
@@ -98,8 +99,8 @@ def publish_batch(topic: str | Topic, payloads: Iterable[Any], *,
     bodies = [Body(topic=t, body=encode_payload(p), headers=headers,
                    priority=priority, group_key=group_key, published_at=now) for p in payloads]
     for body in bodies:
-        if len(body.body.encode()) + extra > limit:
-            raise PayloadTooLarge(f"Message of {len(body.body.encode()) + extra} bytes "
+        if (size := utf8_size(body.body) + extra) > limit:
+            raise PayloadTooLarge(f"Message of {size} bytes "
                                   f"(payload and headers) exceeds the limit of {limit} bytes.")
     if not bodies:
         return []
