@@ -62,7 +62,7 @@ class Process:
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
                "DJQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
-               "PYTHONUNBUFFERED": "1", **(env or {})}
+               "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", **(env or {})}
         self.log = log
         self._log_file = log.open("wb")
         self.popen = subprocess.Popen(
@@ -80,11 +80,16 @@ class Process:
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
+            # SIGABRT makes faulthandler (PYTHONFAULTHANDLER) print every thread's stack,
+            # so a hang is reported with where it hangs.
+            self.popen.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(5)
             pytest.fail(f"process {self.pid} still running after {timeout}s:\n{self.output()}")
 
     def output(self) -> str:
         self._log_file.flush()
-        return self.log.read_text(errors="replace")[-4000:]
+        return self.log.read_text(errors="replace")[-8000:]
 
     def stop(self) -> None:
         """Kill it and its children (a supervisor's workers would otherwise stop gracefully,

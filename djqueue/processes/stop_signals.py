@@ -1,9 +1,19 @@
 """Two-stage SIGTERM/SIGINT handling for long-running processes.
 
 The first signal asks for a graceful stop, the second for an immediate one.
-The handler only records the signal and sets events (waking sleepers in this
-process, and, where asked, a file descriptor a ``select`` loop waits on); the
-process's own loop does the work. Handlers are restored on exit.
+The handler only records the signal and writes a byte to a pipe; a small
+thread reads the pipe and sets the events that wake sleepers in this process
+(and, where asked, Python writes a file descriptor a ``select`` loop waits
+on). The process's own loop does the work. Handlers are restored on exit.
+
+Why the thread: a Python signal handler runs in the main thread between two
+bytecodes, wherever that thread is, even inside ``Event.wait`` holding the
+event's lock, which ``Event.set`` would then wait for forever; and a second
+signal's handler can run nested inside the first one's, so a handler that
+tested "already stopping?" could see "no" twice and never force the stop
+(a worker given SIGTERM then SIGINT at once waited out its whole grace
+period about one run in fifteen). The handler takes no lock, and the thread
+counts the signals in order.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ class StopSignals:
         self.received: list[int] = []
         #: With ``installed(wakeup_fd=True)``: readable after each signal.
         self.wakeup_fd: int | None = None
+        self._pipe: tuple[int, int] | None = None
 
     def request(self) -> None:
         """Ask for a graceful stop, as a first signal would (e.g. from another thread)."""
@@ -37,10 +48,28 @@ class StopSignals:
         local_wakeup.notify()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        # list.append and os.write take no lock a nested or interrupted caller may hold.
         self.received.append(signum)
-        if self.stop.is_set():
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._pipe[1], b"\0")
+
+    def _apply_signals(self, count: int) -> None:
+        """``count`` more stop signals arrived (on the watcher thread, in order): one
+        stops, one more (or one after ``request``) forces."""
+        if count > 1 or self.stop.is_set():
             self.force.set()
         self.request()
+
+    def _watch(self, read_end: int) -> None:
+        while True:
+            try:
+                data = os.read(read_end, 64)
+            except OSError:
+                return
+            if not data:  # the write end was closed: the handlers are gone
+                return
+            self._apply_signals(len(data))
 
     @contextlib.contextmanager
     def installed(self, *, wakeup_fd: bool = False) -> Iterator[StopSignals]:
@@ -50,6 +79,11 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
+        self._pipe = os.pipe()
+        os.set_blocking(self._pipe[1], False)
+        watcher = threading.Thread(target=self._watch, args=(self._pipe[0],), daemon=True,
+                                   name="djqueue-stop-signals")
+        watcher.start()
         previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
         pipe = previous_fd = None
         if wakeup_fd:
@@ -63,6 +97,11 @@ class StopSignals:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
+            read_end, write_end = self._pipe
+            self._pipe = None
+            os.close(write_end)  # ends the watcher once it has read what was written
+            watcher.join(timeout=5)
+            os.close(read_end)
             if pipe is not None:
                 signal.set_wakeup_fd(previous_fd)
                 self.wakeup_fd = None
