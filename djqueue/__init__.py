@@ -21,6 +21,7 @@ _EXPORTS = {
     "delete": "djqueue.api.queue_operations", "finished": "djqueue.api.queue_operations",
     "create_queue": "djqueue.api.queues", "get_queue": "djqueue.api.queues",
     "pause": "djqueue.api.queues", "resume": "djqueue.api.queues",
+    "set_limits": "djqueue.api.queues",
     "handler": "djqueue.worker.registry",
     "is_stale": "djqueue.storage.ordered_groups", "message_trace": "djqueue.storage.trace",
     "create_topic": "djqueue.api.topics", "subscribe": "djqueue.api.consumer_groups",

@@ -5,7 +5,7 @@ import random
 import time
 
 from djqueue.models import Message
-from tests.models import Effect
+from tests.models import Effect, Run
 
 
 def record(message: Message) -> None:
@@ -65,3 +65,14 @@ def lease_test(message: Message) -> None:
             while not redelivered.exists() and time.monotonic() < deadline + 60:
                 time.sleep(0.2)
     record(message)
+
+
+def timed_run(message: Message) -> None:
+    """Works ``sleep`` seconds (on the first delivery only if ``first_only``) and records
+    its start and finish (a Run row)."""
+    started = time.time()
+    payload = message.payload
+    if message.attempts == 1 or not payload.get("first_only"):
+        time.sleep(payload.get("sleep", 0))
+    Run.objects.create(key=payload["n"], group=message.group_key or "", started=started,
+                       finished=time.time(), pid=os.getpid())

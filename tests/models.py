@@ -20,3 +20,16 @@ class SignalLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.signal} {self.task_id}"
+
+
+class Run(models.Model):
+    """One handler run, timed on the worker's clock (epoch seconds), for the limit tests."""
+
+    key = models.BigIntegerField()
+    group = models.CharField(max_length=50, blank=True, default="")
+    started = models.FloatField()
+    finished = models.FloatField()
+    pid = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"run of {self.key}"

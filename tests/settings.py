@@ -38,6 +38,13 @@ DJQUEUE = {
         "t.exactly": "tests.handlers.exactly_once_record",
         "t.flaky": "tests.handlers.fail_then_succeed",
         "news:all": "tests.handlers.record",
+        # the limit tests (tests/limits)
+        "l.rate": "tests.handlers.timed_run",
+        "l.conc": "tests.handlers.timed_run",
+        "l.keys": "tests.handlers.timed_run",
+        "l.keyrate": "tests.handlers.timed_run",
+        "l.change": "tests.handlers.timed_run",
+        "l.kill": "tests.handlers.timed_run",
         # the fault tests (tests/faults), on their private MariaDB
         "f.work": "tests.handlers.record",
         "f.exactly": "tests.handlers.exactly_once_record",

@@ -154,7 +154,7 @@ def _replay(sub: Subscription, bodies_query) -> int:
         with transaction.atomic(using=db):
             made += len(deliver(db, queue, batch))
         last_id = batch[-1].pk
-    if queue.ordered:
+    if queue.group_holders is not None:
         with transaction.atomic(using=db):
             ordered_groups.repair(db, [queue.pk])
     return made

@@ -86,7 +86,7 @@ def purge(queue: QueueRef) -> int:
         removed += len(ids)
         if len(ids) < batch:
             break
-    if q.ordered:
+    if q.group_holders is not None:
         with transaction.atomic(using=db):
             ordered_groups.repair(db, [q.pk])
     return removed

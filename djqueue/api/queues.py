@@ -1,12 +1,23 @@
-"""Managing queues: create, look up, pause and resume."""
+"""Managing queues: create, look up, pause and resume, change limits."""
 
 from __future__ import annotations
 
-from djqueue.models import Queue
-from djqueue.storage import dialects, queue_lookup
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from djqueue.exceptions import ConfigurationError
+from djqueue.models import MessageGroup, Queue, QueueLimiter
+from djqueue.storage import dialects, ordered_groups, queue_lookup
 from djqueue.storage.queue_lookup import QueueRef, create_queue, get_queue
 
-__all__ = ["create_queue", "get_queue", "pause", "resume", "set_paused"]
+__all__ = ["LIMIT_FIELDS", "create_queue", "get_queue", "limits_changed", "pause", "resume",
+           "set_limits", "set_paused"]
+
+#: The queue options that limit claims (see djqueue.storage.claim_limits).
+LIMIT_FIELDS = ("rate_limit", "rate_burst", "concurrency_limit", "group_concurrency",
+                "group_rate_limit", "group_rate_burst")
 
 
 def set_paused(ref: QueueRef, paused: bool) -> Queue:
@@ -24,3 +35,53 @@ def pause(ref: QueueRef) -> Queue:
 
 def resume(ref: QueueRef) -> Queue:
     return set_paused(ref, False)
+
+
+def set_limits(ref: QueueRef, **limits: Any) -> Queue:
+    """Change a queue's limits while workers run: ``rate_limit`` ("50/s", "300/m",
+    "1000/h"; "" for none), ``rate_burst``, ``concurrency_limit`` (None for none, 0 to
+    start nothing), ``group_concurrency``, ``group_rate_limit``, ``group_rate_burst``.
+
+    Claims read a limited queue's limits afresh, so a changed limit holds from the
+    next claim; a queue that gains or loses its first limit is seen within
+    QUEUE_CACHE_TTL. A raised ``group_concurrency`` lets waiting messages into the
+    new places at once.
+    """
+    unknown = set(limits) - set(LIMIT_FIELDS)
+    if unknown:
+        raise ConfigurationError(f"Unknown limit(s): {', '.join(sorted(unknown))}; "
+                                 f"limits are {', '.join(LIMIT_FIELDS)}.")
+    db = dialects.alias()
+    with transaction.atomic(using=db):
+        queue = Queue.objects.using(db).select_for_update().get(pk=get_queue(ref).pk)
+        before = Queue(**{f: getattr(queue, f) for f in LIMIT_FIELDS})
+        for name, value in limits.items():
+            setattr(queue, name, "" if value is None and name.endswith("rate_limit") else value)
+        try:
+            queue.full_clean(validate_unique=False)
+        except ValidationError as exc:
+            raise ConfigurationError(f"Invalid limits for {queue.name!r}: "
+                                     f"{exc.message_dict}") from None
+        queue.save(using=db, update_fields=list(limits))
+        limits_changed(db, before, queue)
+    return queue
+
+
+def limits_changed(db: str, before: Queue, queue: Queue) -> None:
+    """After ``queue``'s limits changed from ``before``'s (in the transaction that saved
+    them; the admin's form calls this too): start the queue's limiter row, start a
+    changed rate with full buckets (and forget the keys' marks of the old one), and
+    fill new per-key places."""
+    if queue.limits_claims:
+        QueueLimiter.objects.using(db).bulk_create([QueueLimiter(queue_id=queue.pk)],
+                                                   ignore_conflicts=True)
+    full = {"tokens": 0.0, "refilled_at": 0.0}  # filled from the epoch: as full as allowed
+    if (before.rate_limit, before.rate_burst) != (queue.rate_limit, queue.rate_burst):
+        QueueLimiter.objects.using(db).filter(queue_id=queue.pk).update(**full)
+    if (before.group_rate_limit, before.group_rate_burst) != (queue.group_rate_limit,
+                                                                queue.group_rate_burst):
+        MessageGroup.objects.using(db).filter(queue_id=queue.pk).update(
+            throttled_until=None, **full)
+    queue_lookup.forget(queue.name)
+    if before.group_concurrency != queue.group_concurrency:
+        ordered_groups.repair(db, [queue.pk])

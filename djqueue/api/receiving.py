@@ -18,6 +18,7 @@ from djqueue.api.condition_parser import compile_condition
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Message, Queue
 from djqueue.polling import Backoff
+from djqueue.storage.claim_limits import LimitWait
 from djqueue.storage.claims import PromotionClock, claim_ready
 from djqueue.storage.queue_lookup import QueueRef, get_queue
 from djqueue.storage.transitions import fail, release, validate_delay
@@ -78,13 +79,15 @@ def receive(
     owner = default_owner() if owner is None else check_owner(owner)
     deadline = time.monotonic() + wait
     backoff = Backoff()
+    limited = LimitWait()
     while True:
         _, messages = claim_ready([get_queue(r) for r in refs], max_messages, owner=owner,
                                   visibility_timeout=visibility_timeout, clock=_promotion,
-                                  where=condition)
+                                  where=condition, wait=limited)
         if messages or time.monotonic() >= deadline:
             return messages
-        backoff.sleep(deadline)
+        backoff.sleep(deadline if limited.seconds is None
+                      else min(deadline, time.monotonic() + limited.seconds))
 
 
 @contextlib.contextmanager

@@ -116,7 +116,8 @@ def _with_flow_control(insert, *, block: bool, timeout: float | None):
 def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = None) -> list:
     db = dialects.alias()
     if (len(messages) == 1 and queue.max_depth is None and not queue.trace
-            and dedup_key is None and not (queue.ordered and messages[0].group_key)):
+            and dedup_key is None
+            and not (queue.group_holders is not None and messages[0].group_key)):
         conn = connections[db]
         dialects.retry_deadlocks(lambda: insert_messages(db, messages, conn))
         announce(messages, conn)

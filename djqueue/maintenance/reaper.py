@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import DatabaseError, connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from djqueue.conf import get_settings
@@ -118,9 +119,11 @@ class Reaper(ProcessBase):
 
     @staticmethod
     def repair_groups() -> int:
-        """Safety net for ordered queues: hand on groups left with no holder."""
+        """Safety net for ordered queues and per-key concurrency: hand on groups left with
+        free places (and take a raised ``group_concurrency`` into account)."""
         db = dialects.alias()
-        ordered = list(Queue.objects.using(db).filter(ordered=True).values_list("pk", flat=True))
+        ordered = list(Queue.objects.using(db).filter(
+            Q(ordered=True) | Q(group_concurrency__isnull=False)).values_list("pk", flat=True))
         if not ordered:
             return 0
         with transaction.atomic(using=db):

@@ -3,6 +3,7 @@ from djqueue.models.dedup import DedupKey
 from djqueue.models.export import ExportRun
 from djqueue.models.group import MessageGroup
 from djqueue.models.history import History, Outcome
+from djqueue.models.limiter import QueueLimiter
 from djqueue.models.message import (
     GROUP_HOLDING_STATES,
     PENDING_STATES,
@@ -41,6 +42,7 @@ __all__ = [
     "PeriodicTick",
     "Queue",
     "QueueDepth",
+    "QueueLimiter",
     "QueueStat",
     "State",
     "StatsCursor",

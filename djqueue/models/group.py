@@ -7,7 +7,8 @@ from django.utils import timezone
 
 
 class MessageGroup(models.Model):
-    """Every change to which message of a group may be delivered locks this row first.
+    """Every change to which message of a group may be delivered locks this row first,
+    and so does every claim under a per-key rate.
 
     ``last_acked_id`` is the newest message of the group acked so far; the
     consumer-side guard (``Queue.skip_stale``) compares deliveries against it.
@@ -17,6 +18,12 @@ class MessageGroup(models.Model):
     key = models.CharField(max_length=200)
     last_acked_id = models.BigIntegerField(null=True, blank=True)
     touched_at = models.DateTimeField(default=timezone.now)
+    #: The key's token bucket under the queue's ``group_rate_limit``: tokens as of
+    #: ``refilled_at`` (epoch seconds on the database's clock), and until when the key
+    #: has none left (claims pass its messages over until then).
+    tokens = models.FloatField(default=0.0)
+    refilled_at = models.FloatField(default=0.0)
+    throttled_until = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["queue", "key"],

@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from djqueue import durations
+from djqueue import durations, rates
 from djqueue.conf import get_settings
 
 #: Steps a backoff schedule may have (the last one repeats).
@@ -38,6 +38,22 @@ def validate_backoff(value: object) -> None:
             durations.check(step, "A backoff step", high=durations.MAX_DELAY, positive=False)
         except ValueError as exc:
             raise ValidationError(str(exc)) from None
+
+
+def validate_rate(value: object) -> None:
+    if value in ("", None):
+        return
+    try:
+        rates.parse_rate(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def validate_burst(value: object) -> None:
+    try:
+        rates.check_burst(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 def default_visibility_timeout() -> float:
@@ -93,6 +109,30 @@ class Queue(models.Model):
     exactly_once = models.BooleanField(
         default=False,
         help_text="Workers run the handler and the ack in one database transaction.")
+    # Limits (djqueue.storage.claim_limits): enforced in the claim's transaction, so they
+    # hold across every worker, process and host.
+    rate_limit = models.CharField(
+        max_length=20, blank=True, default="", validators=[validate_rate],
+        help_text="At most this many messages start a period, e.g. 50/s, 300/m, 1000/h; "
+                  "empty: no limit.")
+    rate_burst = models.PositiveIntegerField(
+        null=True, blank=True, validators=[validate_burst],
+        help_text="Starts allowed at once after a quiet spell (1: evenly spaced); empty: "
+                  "a tenth of a second's worth, at least 1.")
+    concurrency_limit = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="At most this many messages claimed at once; empty: no limit, 0: none.")
+    group_concurrency = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="At most this many messages of one group key in flight at once "
+                  "(ordered queues: 1, in order).")
+    group_rate_limit = models.CharField(
+        max_length=20, blank=True, default="", validators=[validate_rate],
+        help_text="At most this many messages of one group key start a period, e.g. 5/s.")
+    group_rate_burst = models.PositiveIntegerField(
+        null=True, blank=True, validators=[validate_burst],
+        help_text="Starts of one group key allowed at once after a quiet spell; empty: a "
+                  "tenth of a second's worth, at least 1.")
     created_at = models.DateTimeField(auto_now_add=True)
     #: Exceptions a worker or the reaper met while serving this queue alone (an absurd
     #: value in its row, say): each is logged and counted, and the process goes on
@@ -128,9 +168,43 @@ class Queue(models.Model):
                 raise ValidationError({name: str(exc)}) from None
         if self.max_attempts is not None and not 1 <= self.max_attempts <= MAX_ATTEMPTS:
             raise ValidationError({"max_attempts": f"Must be 1 to {MAX_ATTEMPTS}."})
+        if self.group_concurrency == 0:
+            raise ValidationError({"group_concurrency": "Must be at least 1 (or empty)."})
+        if self.ordered and self.group_concurrency not in (None, 1):
+            raise ValidationError({"group_concurrency": "An ordered queue runs one message of "
+                                   "a group key at a time: leave this empty or 1."})
         if self.dead_letter_queue_id is not None and self.dead_letter_queue_id == self.pk:
             raise ValidationError(
                 {"dead_letter_queue": "A queue cannot be its own dead-letter queue."})
+
+    # Limits as the claim uses them. A stored rate that no longer parses (a row edited
+    # by hand) holds the queue back rather than let it run unlimited.
+
+    @property
+    def limits_claims(self) -> bool:
+        """Whether a claim from this queue must consult its limits (False: the plain path)."""
+        return bool(self.rate_limit or self.group_rate_limit
+                    or self.concurrency_limit is not None)
+
+    def rate(self) -> rates.Rate | None:
+        return _stored_rate(self.rate_limit)
+
+    def group_rate(self) -> rates.Rate | None:
+        return _stored_rate(self.group_rate_limit)
+
+    def burst(self) -> int:
+        return _stored_burst(self.rate_burst, self.rate())
+
+    def group_burst(self) -> int:
+        return _stored_burst(self.group_rate_burst, self.group_rate())
+
+    @property
+    def group_holders(self) -> int | None:
+        """How many messages of one group key may hold it (ready, scheduled or claimed) at
+        once: 1 in an ordered queue, ``group_concurrency`` where set, else no limit."""
+        if self.ordered:
+            return 1
+        return self.group_concurrency or None
 
     def retry_delay(self, attempt: int) -> timedelta:
         """Delay before the retry that follows failed delivery number ``attempt`` (1-based)."""
@@ -155,6 +229,24 @@ class Queue(models.Model):
             return None
         return durations.clamp(self.dedup_window, high=durations.MAX_RETENTION,
                                default=get_settings().RETENTION)
+
+
+def _stored_rate(text: str) -> rates.Rate | None:
+    if not text:
+        return None
+    try:
+        return rates.parse_rate(text)
+    except ValueError:
+        return rates.Rate(0, 1.0)
+
+
+def _stored_burst(value: object, rate: rates.Rate | None) -> int:
+    if value is None:
+        return rates.default_burst(rate)
+    try:
+        return rates.check_burst(value)
+    except ValueError:
+        return 1
 
 
 class Dashboard(Queue):

@@ -54,10 +54,28 @@ class ClaimEngine(Protocol):
         """Claim up to ``want`` ready messages of ``queue``, in claim order."""
         ...
 
+    def candidates(self, db: str, queue: Queue, want: int, where: Q | None) -> list[Message]:
+        """The next ``want`` ready messages of ``queue``, in claim order, held for this
+        transaction (locked where rows lock) so that the caller may stamp any of them."""
+        ...
+
+    def stamp(self, db: str, rows: list[Message], stamp: Stamp) -> None:
+        """Stamp ``rows`` (from :meth:`candidates`) claimed, in the database and on the
+        instances."""
+        ...
+
     def skipping_locked(self, query: T) -> T:
         """``query``, locking its rows for this transaction and passing over rows that
         another transaction holds (maintenance and operations use it)."""
         ...
+
+
+def _stamp_instances(rows: list[Message], stamp: Stamp) -> None:
+    for message in rows:
+        message.state, message.owner, message.lease_token = (
+            State.CLAIMED, stamp.owner, stamp.token)
+        message.visible_at, message.claimed_at = stamp.lease_end, stamp.now
+        message.attempts += 1
 
 
 class RowLockingEngine:
@@ -73,6 +91,15 @@ class RowLockingEngine:
             stamp_claimed(db, [m.pk for m in rows], owner=stamp.owner, token=stamp.token,
                           lease_end=stamp.lease_end, now=stamp.now)
         return rows
+
+    def candidates(self, db: str, queue: Queue, want: int, where: Q | None) -> list[Message]:
+        return lock_ready(db, queue.pk, want, where)
+
+    def stamp(self, db: str, rows: list[Message], stamp: Stamp) -> None:
+        if rows:
+            stamp_claimed(db, [m.pk for m in rows], owner=stamp.owner, token=stamp.token,
+                          lease_end=stamp.lease_end, now=stamp.now)
+            _stamp_instances(rows, stamp)
 
     def skipping_locked(self, query: T) -> T:
         return query.select_for_update(skip_locked=True)
@@ -97,6 +124,19 @@ class SerialEngine:
             return []
         return list(Message.objects.using(db).filter(
             state=State.CLAIMED, lease_token=stamp.token, queue=queue).claim_order())
+
+    def candidates(self, db: str, queue: Queue, want: int, where: Q | None) -> list[Message]:
+        ready = Message.objects.using(db).filter(queue=queue, state=State.READY)
+        if where is not None:
+            ready = ready.filter(where)
+        return list(ready.claim_order()[:want])  # this transaction is the only writer
+
+    def stamp(self, db: str, rows: list[Message], stamp: Stamp) -> None:
+        if rows:
+            Message.objects.using(db).filter(pk__in=[m.pk for m in rows]).update(
+                attempts=F("attempts") + 1, state=State.CLAIMED, owner=stamp.owner,
+                lease_token=stamp.token, visible_at=stamp.lease_end, claimed_at=stamp.now)
+            _stamp_instances(rows, stamp)
 
     def skipping_locked(self, query: T) -> T:
         return query  # one writer at a time: there is nothing to skip

@@ -24,6 +24,7 @@ from djqueue.exceptions import InvalidCondition
 from djqueue.models import Body, Event, Message, Queue, State
 from djqueue.storage import dialects, fastpath, trace
 from djqueue.storage.claim_engines import ROW_LOCKING, ClaimEngine, engine_for
+from djqueue.storage.claim_limits import LimitWait, claim_limited
 from djqueue.storage.claim_resume import ResumePoint, resume_points
 from djqueue.storage.statements.claim_statements import lock_ready, lock_ready_after, stamp_claimed
 from djqueue.storage.transitions import ack_locked, promote_due
@@ -45,10 +46,12 @@ def ack_and_claim(
     visibility_timeout: float | None = None,
     where: Q | None = None,
     hook: AckHook | None = None,
+    wait: LimitWait | None = None,
 ) -> tuple[list[Message], list[Message]]:
     """Ack ``acks`` (see ``ack_many``) and claim up to ``limit`` in one transaction, so a
     worker settles its finished batch and takes the next with a single commit.
-    ``hook(db, acks, acked)`` runs in the ack (see lifecycle.ack_locked).
+    ``hook(db, acks, acked)`` runs in the ack (see lifecycle.ack_locked). ``wait``
+    learns how soon a limited queue may let more start (see claim_limits).
     Returns (acked, claimed)."""
     db = dialects.alias()
     conn = dialects.connection()
@@ -63,10 +66,20 @@ def ack_and_claim(
         with dialects.claim_isolation(conn), dialects.short_transaction(db):
             acked = ack_locked(db, acks, now, hook) if acks else []
             claimed: list[Message] = []
+            limiters_locked = 0
             for queue in queues:
                 want = limit - len(claimed)
                 if want <= 0:
                     break
+                if queue.limits_claims:
+                    rows = claim_limited(
+                        db, queue, want, engine=engine, stamp=_stamp(queue, owner, token, now,
+                                                                     visibility_timeout),
+                        where=where, wait=wait, first_lock=not limiters_locked)
+                    limiters_locked += 1
+                    _claimed_from(db, queue, rows, now)
+                    claimed += rows
+                    continue
                 claimed += _claim_queue(db, queue, want, engine=engine, owner=owner,
                                         token=token, now=now, where=where,
                                         visibility_timeout=visibility_timeout, ends=ends)
@@ -92,12 +105,24 @@ class _ClaimEnd(NamedTuple):
     since: ResumePoint | None
 
 
+def _stamp(queue: Queue, owner: str, token: str, now: datetime,
+           visibility_timeout: float | None) -> _Stamp:
+    return _Stamp(owner, token, now + timedelta(
+        seconds=visibility_timeout or queue.lease_seconds()), now)
+
+
+def _claimed_from(db: str, queue: Queue, rows: list[Message], now: datetime) -> None:
+    for message in rows:
+        cache_queue(message, queue)
+    if rows:
+        trace.record(db, rows, Event.CLAIMED, at=now, queue_id=queue.pk)
+
+
 def _claim_queue(db: str, queue: Queue, want: int, *, engine: ClaimEngine, owner: str,
                  token: str, now: datetime, where: Q | None,
                  visibility_timeout: float | None, ends: list[_ClaimEnd]) -> list[Message]:
-    stamp = _Stamp(owner, token, now + timedelta(
-        seconds=visibility_timeout or queue.lease_seconds()), now)
-    if engine.resumes_claims and where is None and not queue.ordered:
+    stamp = _stamp(queue, owner, token, now, visibility_timeout)
+    if engine.resumes_claims and where is None and queue.group_holders is None:
         rows = _claim_resuming(db, queue, want, stamp, ends)
     else:
         rows = engine.claim(db, queue, want, stamp, where)
@@ -108,9 +133,7 @@ def _claim_queue(db: str, queue: Queue, want: int, *, engine: ClaimEngine, owner
             message.state, message.owner, message.lease_token = State.CLAIMED, owner, token
             message.visible_at, message.claimed_at = stamp.lease_end, now
             message.attempts += 1
-    for message in rows:
-        cache_queue(message, queue)
-    trace.record(db, rows, Event.CLAIMED, at=now, queue_id=queue.pk)
+    _claimed_from(db, queue, rows, now)
     return rows
 
 
@@ -178,12 +201,16 @@ def claim_ready(
     peek: bool = False,
     acks: list[Message] | None = None,
     hook: AckHook | None = None,
+    wait: LimitWait | None = None,
 ) -> tuple[list[Message], list[Message]]:
     """Claim from the unpaused ``queues``; if that comes up short, promote due scheduled
     messages (throttled by ``clock``) and claim the rest. ``peek`` (for a receiver
     that found nothing last time) checks for ready messages before opening a claim.
     ``acks`` are acked in the first transaction, ``hook`` running in the ack (see
-    :func:`ack_and_claim`). Returns (acked, claimed)."""
+    :func:`ack_and_claim`). ``wait`` is cleared, then learns how soon a limited
+    queue may let more start. Returns (acked, claimed)."""
+    if wait is not None:
+        wait.clear()
     acks = acks or []
     active = [q for q in queues if not q.paused]
     if not active:
@@ -191,7 +218,7 @@ def claim_ready(
     try:
         return _claim_ready(acks, active, limit, owner=owner,
                             visibility_timeout=visibility_timeout, clock=clock, where=where,
-                            peek=peek, hook=hook)
+                            peek=peek, hook=hook, wait=wait)
     except (DatabaseError, RecursionError, OverflowError) as exc:
         if where is None or not condition_at_fault(exc):
             raise
@@ -215,17 +242,18 @@ def condition_at_fault(exc: BaseException) -> bool:
 
 def _claim_ready(acks: list[Message], active: Sequence[Queue], limit: int, *, owner: str,
                  visibility_timeout: float | None, clock: PromotionClock,
-                 where: Q | None, peek: bool,
-                 hook: AckHook | None) -> tuple[list[Message], list[Message]]:
+                 where: Q | None, peek: bool, hook: AckHook | None,
+                 wait: LimitWait | None) -> tuple[list[Message], list[Message]]:
     acked: list[Message] = []
     messages: list[Message] = []
     if acks or not peek or _any_ready(active, where):
         acked, messages = ack_and_claim(acks, active, limit, owner=owner,
                                         visibility_timeout=visibility_timeout, where=where,
-                                        hook=hook)
+                                        hook=hook, wait=wait)
     if len(messages) < limit and clock.due() and promote_due([q.pk for q in active]):
         messages += ack_and_claim([], active, limit - len(messages), owner=owner,
-                                  visibility_timeout=visibility_timeout, where=where)[1]
+                                  visibility_timeout=visibility_timeout, where=where,
+                                  wait=wait)[1]
     return acked, messages
 
 

@@ -1,4 +1,4 @@
-"""Ordered groups (EMQ TopicQueue, SQS FIFO message groups).
+"""Ordered groups (EMQ TopicQueue, SQS FIFO message groups), and per-key concurrency.
 
 In a queue with ``ordered`` on, at most one message of a group key *holds* the
 group (ready, scheduled or claimed); the rest wait in state WAITING, in id
@@ -6,6 +6,13 @@ order. The holder's retries keep holding it. When it leaves (acked, dead-
 lettered, deleted) the next waiting message takes over. So the claim query,
 which only sees READY rows, can never hand two messages of a group to two
 workers, and needs no per-row "is my group busy" check.
+
+``group_concurrency = K`` is the same with K holders instead of one (and no
+promise of order between them): at most K messages of a key are ready,
+scheduled or claimed, so at most K are in flight, whatever the number of
+workers. A holder waiting for its retry keeps its place, as in an ordered
+queue. Changing K takes effect as the reaper's repair pass (or
+djqueue.api.queues.set_limits) promotes waiting messages into new places.
 
 Every change of holder happens with the group's :class:`MessageGroup` row
 locked: a sender deciding "hold or wait" and an ack handing the group on
@@ -19,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from django.db import transaction
-from django.db.models import BigIntegerField, Case, F, Min, Value, When
+from django.db.models import BigIntegerField, Case, Count, F, Min, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
@@ -41,6 +48,25 @@ def ordered_group(message: Message) -> GroupId | None:
     return (message.queue_id, message.group_key)
 
 
+def holding_group(message: Message) -> GroupId | None:
+    """The (queue, key) group ``message`` belongs to, if its queue limits how many
+    messages of a key may hold it (ordered, or ``group_concurrency``)."""
+    if not message.group_key:
+        return None
+    if get_queue_by_id(message.queue_id).group_holders is None:
+        return None
+    return (message.queue_id, message.group_key)
+
+
+#: The places of a group whose queue no longer limits them (its waiting messages all go).
+UNLIMITED = 10**9
+
+
+def places(group: GroupId) -> int:
+    """How many messages may hold ``group`` at once."""
+    return get_queue_by_id(group[0]).group_holders or UNLIMITED
+
+
 def lock_groups(db: str, groups: Iterable[GroupId]) -> None:
     """Create-or-lock the group rows, in a fixed order, until the transaction ends.
 
@@ -58,33 +84,43 @@ def lock_groups(db: str, groups: Iterable[GroupId]) -> None:
         **vendor_sql.upsert_options(["queue", "key"], ["touched_at"]))
 
 
-def held_groups(db: str, groups: Iterable[GroupId]) -> set[GroupId]:
-    """Which of ``groups`` (already locked) have a holding message."""
+def holders(db: str, groups: Iterable[GroupId]) -> dict[GroupId, int]:
+    """How many messages hold each of ``groups`` (already locked); absent: none."""
     by_queue: dict[int, set[str]] = defaultdict(set)
     for queue_id, key in groups:
         by_queue[queue_id].add(key)
-    held: set[GroupId] = set()
+    held: dict[GroupId, int] = {}
     for queue_id, keys in by_queue.items():
         rows = (Message.objects.using(db)
                 .filter(queue_id=queue_id, group_key__in=sorted(keys),
                         state__in=GROUP_HOLDING_STATES)
-                .values_list("group_key", flat=True).distinct())
-        held.update((queue_id, key) for key in rows)
+                .values("group_key").annotate(n=Count("id")).values_list("group_key", "n"))
+        held.update(((queue_id, key), n) for key, n in rows)
     return held
 
 
+def free_places(db: str, groups: Iterable[GroupId]) -> dict[GroupId, int]:
+    """The groups among ``groups`` (already locked) with room for more holders, and how
+    much."""
+    groups = set(groups)
+    held = holders(db, groups)
+    room = {g: places(g) - held.get(g, 0) for g in groups}
+    return {g: n for g, n in room.items() if n > 0}
+
+
 def enqueue_states(db: str, messages: list[Message]) -> None:
-    """Before inserting ``messages`` (in send order): make all but the first of each free
-    group, and all of each held group, wait. Must run in the inserting transaction."""
-    grouped = [(m, g) for m in messages if (g := ordered_group(m)) is not None]
+    """Before inserting ``messages`` (in send order): make each one that finds its group's
+    places taken wait. Must run in the inserting transaction."""
+    grouped = [(m, g) for m in messages if (g := holding_group(m)) is not None]
     if not grouped:
         return
     lock_groups(db, (g for _, g in grouped))
-    taken = held_groups(db, (g for _, g in grouped))
+    held = holders(db, (g for _, g in grouped))
     for message, group in grouped:
-        if group in taken:
+        if held.get(group, 0) >= places(group):
             message.state = State.WAITING
-        taken.add(group)
+        else:
+            held[group] = held.get(group, 0) + 1
 
 
 def hand_on(db: str, left: Iterable[Message], *, acked: Iterable[Message] = ()) -> int:
@@ -97,12 +133,12 @@ def hand_on(db: str, left: Iterable[Message], *, acked: Iterable[Message] = ()) 
         group = ordered_group(message)
         if group is not None:
             acked_top[group] = max(acked_top.get(group, 0), message.pk)
-    groups = {g for m in left if (g := ordered_group(m)) is not None} | set(acked_top)
+    groups = {g for m in left if (g := holding_group(m)) is not None} | set(acked_top)
     if not groups:
         return 0
     lock_groups(db, groups)
     _raise_last_acked(db, acked_top)
-    return _promote_next(db, groups - held_groups(db, groups))
+    return _promote_next(db, free_places(db, groups))
 
 
 def _raise_last_acked(db: str, acked_top: dict[GroupId, int]) -> None:
@@ -116,12 +152,19 @@ def _raise_last_acked(db: str, acked_top: dict[GroupId, int]) -> None:
             last_acked_id=Greatest(Coalesce(F("last_acked_id"), Value(0)), newest))
 
 
-def _promote_next(db: str, free: set[GroupId]) -> int:
-    """Make the oldest waiting message of each of the ``free`` (locked) groups hold it."""
+def _promote_next(db: str, free: dict[GroupId, int]) -> int:
+    """Make the oldest waiting messages of the ``free`` (locked) groups hold them, as many
+    as each has room for: one statement a queue for groups with one free place (the
+    usual case), one a group for the others."""
     by_queue: dict[int, list[str]] = defaultdict(list)
-    for queue_id, key in free:
-        by_queue[queue_id].append(key)
     heads: list[int] = []
+    for (queue_id, key), room in sorted(free.items()):
+        if room == 1:
+            by_queue[queue_id].append(key)
+        else:
+            heads += (Message.objects.using(db)
+                      .filter(queue_id=queue_id, group_key=key, state=State.WAITING)
+                      .order_by("id").values_list("id", flat=True)[:room])
     for queue_id, keys in by_queue.items():
         heads += (Message.objects.using(db)
                   .filter(queue_id=queue_id, group_key__in=sorted(keys), state=State.WAITING)
@@ -150,7 +193,7 @@ def rejoin(db: str, message_ids: list[int]) -> None:
                 .only("pk", "queue_id", "group_key", "state"))
     by_group: dict[GroupId, list[Message]] = defaultdict(list)
     for row in rows:
-        group = ordered_group(row)
+        group = holding_group(row)
         if group is not None:
             by_group[group].append(row)
     if not by_group:
@@ -162,18 +205,20 @@ def rejoin(db: str, message_ids: list[int]) -> None:
         mine = {m.pk for m in members}
         others_hold = (Message.objects.using(db)
                        .filter(queue_id=queue_id, group_key=key, state__in=GROUP_HOLDING_STATES)
-                       .exclude(pk__in=mine).exists())
+                       .exclude(pk__in=mine).count())
         members.sort(key=lambda m: m.pk)
-        waiting = [m.pk for m in (members if others_hold else members[1:])]
+        room = max(0, places((queue_id, key)) - others_hold)
+        waiting = [m.pk for m in members[room:]]
         if waiting:
             Message.objects.using(db).filter(pk__in=waiting).update(state=State.WAITING)
 
 
 def repair(db: str, queue_ids: Iterable[int]) -> int:
-    """Promote the head of every group that has waiting messages but no holder.
+    """Promote the heads of every group that has waiting messages and free places.
 
     Normal operation never leaves such a group; a purge racing with a send can,
-    so purge calls this and the reaper runs it now and then as a safety net.
+    and so does raising a queue's ``group_concurrency``; so purge and set_limits
+    call this, and the reaper runs it now and then as a safety net.
     """
     groups: set[GroupId] = set()
     for queue_id in queue_ids:
@@ -183,7 +228,7 @@ def repair(db: str, queue_ids: Iterable[int]) -> int:
     if not groups:
         return 0
     lock_groups(db, groups)
-    return _promote_next(db, groups - held_groups(db, groups))
+    return _promote_next(db, free_places(db, groups))
 
 
 def is_stale(message: Message) -> bool:

@@ -28,6 +28,7 @@ from djqueue.polling import Backoff, local_wakeup
 from djqueue.processes.base import ProcessBase
 from djqueue.processes.registration import Registration
 from djqueue.processes.thread_switch import switch_interval
+from djqueue.storage.claim_limits import LimitWait
 from djqueue.storage.claims import PromotionClock, claim_ready
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.storage.transitions import release
@@ -78,6 +79,8 @@ class Worker(ProcessBase):
                                  concurrency=options.concurrency, held=lambda: list(self._held),
                                  wake_address=self.wake_socket.address if self.wake_socket else "")
         self._promotion = PromotionClock()
+        #: How soon a limited queue may let more start (claim_limits): the idle sleep's cap.
+        self._limit_wait = LimitWait()
 
     # Lifecycle (see ProcessBase.run: register, heartbeat, main, shutdown, deregister)
 
@@ -159,7 +162,8 @@ class Worker(ProcessBase):
             if self._acks.wait_for(self._prefetch.finished_awaited(
                     len(self._held), len(self._acks.unflushed))):
                 continue
-            backoff.sleep(self._acks.due(self.options.batch_size))
+            backoff.sleep(_soonest(self._acks.due(self.options.batch_size),
+                                   self._limit_wait.seconds))
 
     def _claim(self, limit: int, peek: bool = False) -> int:
         """Claim up to ``limit``, acking the finished messages in the same transaction."""
@@ -169,7 +173,8 @@ class Worker(ProcessBase):
             acked, messages = claim_ready(
                 [get_queue(q.name) for q in self.queues], limit, owner=self.id,
                 visibility_timeout=self.options.visibility_timeout, clock=self._promotion,
-                where=self.where, peek=peek, acks=acks, hook=self._hook)
+                where=self.where, peek=peek, acks=acks, hook=self._hook,
+                wait=self._limit_wait)
         except Exception as exc:  # the worker outlives any one failed claim
             logger.exception("Claim failed; retrying after a pause", extra={"worker": self.id})
             self.stats.claim_errors += 1
@@ -292,3 +297,11 @@ class Worker(ProcessBase):
     @staticmethod
     def _reset_connection() -> None:
         reset_connection()
+
+
+def _soonest(deadline: float | None, seconds: float | None) -> float | None:
+    """The earlier of a monotonic ``deadline`` and ``seconds`` from now (either may be None)."""
+    if seconds is None:
+        return deadline
+    at = time.monotonic() + seconds
+    return at if deadline is None else min(deadline, at)

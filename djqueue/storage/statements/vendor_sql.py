@@ -70,6 +70,22 @@ def byte_length_sql(vendor_name: str) -> str:
     return "OCTET_LENGTH({})"
 
 
+def clock_sql(vendor_name: str) -> str:
+    """SQL for the database server's clock now, in seconds since the epoch (a double).
+
+    Why the database's clock: limits are shared by workers on several hosts, whose
+    clocks differ; the server's is the one they all read. Why per vendor: each
+    names it differently. MySQL's NOW(6) is the statement's start, PostgreSQL's
+    clock_timestamp() the moment it is read; SQLite's 'now' is fixed for a
+    statement, to the millisecond (its writers are serialised, so that is enough).
+    """
+    if vendor_name == "mysql":
+        return "(UNIX_TIMESTAMP(NOW(6)) + 0e0)"
+    if vendor_name == "postgresql":
+        return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+    return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
 def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
     """``bulk_create`` options for an insert that, on a duplicate key, updates instead.
 

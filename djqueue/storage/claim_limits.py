@@ -1,0 +1,242 @@
+"""Claiming from a queue with limits: its rate, its concurrency, and a rate per group key.
+
+Every limit is decided inside the claim's own short transaction, on rows that
+the claim locks first, so that claimers on any number of threads, processes
+and hosts decide one after another and none can claim past a limit.
+
+A queue's rate and concurrency (``rate_limit``, ``concurrency_limit``)::
+
+    SELECT tokens, refilled_at, <database clock> FROM djqueue_queuelimiter
+     WHERE queue_id = %s FOR UPDATE;               -- claimers of the queue queue up here
+    SELECT COUNT(*) FROM djqueue_message
+     WHERE queue_id = %s AND state = 3;             -- claimed now (index djqueue_msg_claim)
+    -- claim min(want, limit - claimed, whole tokens) as an unlimited claim would
+    UPDATE djqueue_queuelimiter SET tokens = %s, refilled_at = %s WHERE queue_id = %s;
+    COMMIT;                                          -- the next claimer counts our claims
+
+The count is exact because the lock is taken before it and held until the
+claims are committed, and every claim statement reads committed rows (READ
+COMMITTED, see dialects.claim_isolation; SQLite has one writer at a time). The
+concurrency limit keeps no counter of its own: the claimed rows are the count,
+so a worker killed while holding messages leaks nothing, and its slots come
+back when the reaper returns its claims. The rate is a token bucket
+(djqueue.rates) on the database server's clock, which every host shares.
+
+A rate per group key (``group_rate_limit``): each key's bucket is in its
+MessageGroup row, and a key with no token left is marked ``throttled_until``
+the next one::
+
+    SELECT ... FROM djqueue_message m
+     WHERE queue_id = %s AND state = 1
+       AND NOT EXISTS (SELECT 1 FROM djqueue_messagegroup g
+                        WHERE g.queue_id = m.queue_id AND g.key = m.group_key
+                          AND g.throttled_until > <database clock>)
+     ORDER BY priority DESC, id LIMIT %s FOR UPDATE SKIP LOCKED;
+    INSERT INTO djqueue_messagegroup ... ON CONFLICT/DUPLICATE KEY UPDATE ...;  -- lock the keys
+    -- per key, in claim order: a message starts if the key's bucket has a token
+    UPDATE djqueue_messagegroup SET tokens = CASE ..., throttled_until = CASE ... ;
+
+A flooding key's messages are passed over by the filter while it waits for a
+token, so the other keys' messages behind them are claimed at once; the
+filter reads committed marks only as a shortcut, and the decision is made on
+the locked rows.
+
+At most so many messages of one key in flight (``group_concurrency``) is not
+decided here: like an ordered queue's "one at a time", a key's messages past
+its limit wait in state WAITING (djqueue.storage.ordered_groups), so the
+claim, which sees READY rows only, needs no check at all.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import NamedTuple
+
+from django.db import connections
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+from djqueue import rates
+from djqueue.models import Message, MessageGroup, Queue, QueueLimiter, State
+from djqueue.storage.claim_engines import ClaimEngine, Stamp
+from djqueue.storage.ordered_groups import lock_groups
+from djqueue.storage.statements import vendor_sql
+
+#: The longest a key is marked throttled before a claim looks at its bucket again.
+MARK_AT_MOST = 3600.0
+#: How soon a claimer that found another one deciding a limited queue looks again.
+BUSY_RETRY = 0.005
+
+
+class LimitWait:
+    """What a claim learnt of its queues' limits: the soonest one may let more start.
+
+    A worker whose claim came up short sleeps no longer than this, so a rate
+    limit is used to the full without polling faster than its tokens arrive.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: float | None = None
+
+    def clear(self) -> None:
+        self.seconds = None
+
+    def note(self, seconds: float) -> None:
+        if math.isfinite(seconds) and (self.seconds is None or seconds < self.seconds):
+            self.seconds = max(0.0, seconds)
+
+
+def clock(db: str) -> RawSQL:
+    """The database server's clock, in epoch seconds, as an expression."""
+    return RawSQL(vendor_sql.clock_sql(connections[db].vendor), ())
+
+
+class _Budget(NamedTuple):
+    limiter: QueueLimiter | None
+    allowed: int
+    bucket: rates.Bucket | None
+
+
+def claim_limited(db: str, queue: Queue, want: int, *, engine: ClaimEngine, stamp: Stamp,
+                  where: Q | None, wait: LimitWait | None, first_lock: bool) -> list[Message]:
+    """Claim up to ``want`` ready messages of ``queue`` within its limits (see the module
+    docstring); the rows come back stamped. ``first_lock``: no other queue's limiter
+    is locked in this transaction yet, so this one may be waited for; otherwise a
+    limiter held by another claimer is passed over, and two claimers taking
+    two limited queues in opposite orders cannot deadlock.
+
+    The queue's limits are read afresh (one indexed read of its row), so a change
+    takes effect at the next claim, not when the process's cached row expires."""
+    queue = Queue.objects.using(db).get(pk=queue.pk)
+    budget = _queue_budget(db, queue, want, wait, first_lock)
+    if budget is None:  # another claimer is deciding this queue now
+        if wait is not None:
+            wait.note(BUSY_RETRY)
+        return []
+    rows: list[Message] = []
+    if budget.allowed > 0:
+        if queue.group_rate() is not None:
+            rows = _claim_within_key_budgets(db, queue, budget.allowed, engine, stamp, where,
+                                             wait)
+        else:
+            rows = engine.candidates(db, queue, budget.allowed, where)
+            engine.stamp(db, rows, stamp)
+    if budget.limiter is not None:
+        _spend(db, queue, budget, len(rows), want, stamp.now, wait)
+    return rows
+
+
+def _queue_budget(db: str, queue: Queue, want: int, wait: LimitWait | None,
+                  first_lock: bool) -> _Budget | None:
+    """Lock the queue's limiter and work out how many may start now (None: locked by
+    another claimer, and not ours to wait for)."""
+    rate, limit = queue.rate(), queue.concurrency_limit
+    if rate is None and limit is None:
+        return _Budget(None, want, None)
+    limiter = _lock_limiter(db, queue.pk, first_lock)
+    if limiter is None:
+        return None
+    allowed = want
+    if limit is not None:
+        claimed = Message.objects.using(db).filter(queue_id=queue.pk,
+                                                   state=State.CLAIMED).count()
+        allowed = min(allowed, max(0, limit - claimed))
+    bucket = None
+    if rate is not None:
+        bucket = rates.refilled(rates.Bucket(limiter.tokens, limiter.refilled_at), rate,
+                                queue.burst(), limiter.clock)
+        allowed = min(allowed, rates.whole_tokens(bucket))
+    return _Budget(limiter, allowed, bucket)
+
+
+def _lock_limiter(db: str, queue_id: int, wait_for_it: bool) -> QueueLimiter | None:
+    rows = QueueLimiter.objects.using(db).filter(queue_id=queue_id).annotate(clock=clock(db))
+    locked = rows.select_for_update(skip_locked=not wait_for_it)
+    limiter = locked.first()
+    if limiter is None and not rows.exists():  # a queue limited before its row existed
+        QueueLimiter.objects.using(db).bulk_create([QueueLimiter(queue_id=queue_id)],
+                                                   ignore_conflicts=True)
+        limiter = locked.first()
+    return limiter
+
+
+def _spend(db: str, queue: Queue, budget: _Budget, started: int, want: int, now: datetime,
+           wait: LimitWait | None) -> None:
+    """Take the started messages' tokens and keep the limit's figures (one UPDATE, only
+    when something changed)."""
+    limiter = budget.limiter
+    assert limiter is not None
+    changed: list[str] = []
+    rate = queue.rate()
+    if budget.bucket is not None and rate is not None:
+        bucket = rates.Bucket(budget.bucket.tokens - started, budget.bucket.at)
+        limiter.tokens, limiter.refilled_at = bucket
+        changed += ["tokens", "refilled_at"]
+        if wait is not None and started < want:
+            wait.note(rates.seconds_to_next_token(bucket, rate))
+    held_back = budget.allowed < want and (
+        started == budget.allowed if started else _any_ready(db, queue.pk))
+    if held_back:
+        limiter.held_back += 1
+        changed.append("held_back")
+        if limiter.throttled_since is None:
+            limiter.throttled_since = now
+            changed.append("throttled_since")
+    elif limiter.throttled_since is not None:
+        limiter.throttled_seconds += max(0.0, (now - limiter.throttled_since).total_seconds())
+        limiter.throttled_since = None
+        changed += ["throttled_seconds", "throttled_since"]
+    if changed:
+        QueueLimiter.objects.using(db).filter(pk=limiter.pk).update(
+            **{name: getattr(limiter, name) for name in changed})
+
+
+def _any_ready(db: str, queue_id: int) -> bool:
+    return Message.objects.using(db).filter(queue_id=queue_id, state=State.READY).exists()
+
+
+def _claim_within_key_budgets(db: str, queue: Queue, allowed: int, engine: ClaimEngine,
+                              stamp: Stamp, where: Q | None,
+                              wait: LimitWait | None) -> list[Message]:
+    """Claim up to ``allowed``, each keyed message taking a token of its key's bucket."""
+    rate, burst = queue.group_rate(), queue.group_burst()
+    assert rate is not None
+    throttled = MessageGroup.objects.using(db).filter(
+        queue_id=OuterRef("queue_id"), key=OuterRef("group_key"),
+        throttled_until__gt=clock(db))
+    unthrottled = ~Q(Exists(throttled))
+    candidates = engine.candidates(db, queue, allowed,
+                                   unthrottled if where is None else where & unthrottled)
+    keys = sorted({m.group_key for m in candidates if m.group_key})
+    if not keys:
+        engine.stamp(db, candidates, stamp)
+        return candidates
+    lock_groups(db, [(queue.pk, key) for key in keys])
+    groups = {g.key: g for g in MessageGroup.objects.using(db)
+              .filter(queue_id=queue.pk, key__in=keys).annotate(clock=clock(db))}
+    buckets = {key: rates.refilled(rates.Bucket(g.tokens, g.refilled_at), rate, burst, g.clock)
+               for key, g in groups.items()}
+    chosen: list[Message] = []
+    for message in candidates:
+        key = message.group_key
+        if not key:
+            chosen.append(message)
+        elif rates.whole_tokens(buckets[key]) >= 1:
+            buckets[key] = rates.Bucket(buckets[key].tokens - 1, buckets[key].at)
+            chosen.append(message)
+    for key, group in groups.items():
+        bucket = buckets[key]
+        group.tokens, group.refilled_at = bucket
+        next_token = rates.seconds_to_next_token(bucket, rate)
+        # The mark is a shortcut for the claim's filter (the decision is made above, on
+        # the locked row), so a key of a rate of 0 is simply looked at again hourly.
+        group.throttled_until = bucket.at + min(next_token, MARK_AT_MOST) if next_token else None
+        if wait is not None and next_token:
+            wait.note(next_token)
+        group.touched_at = timezone.now()
+    MessageGroup.objects.using(db).bulk_update(
+        list(groups.values()), ["tokens", "refilled_at", "throttled_until", "touched_at"])
+    engine.stamp(db, chosen, stamp)
+    return chosen
