@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -13,7 +14,9 @@ from djqueue.admin.operations import QUEUE_OPERATIONS, QueueOperation
 from djqueue.admin.permissions import OperationPermissions
 from djqueue.admin.records import ReadOnlyAdmin
 from djqueue.api import consumer_groups
+from djqueue.api.queues import limits_changed
 from djqueue.models import Alarm, AlarmPolicy, ConsumerGroup, Queue, QueueStat, Topic
+from djqueue.storage import dialects
 
 
 def queue_action(op: QueueOperation):
@@ -43,6 +46,26 @@ class QueueAdmin(OperationPermissions, admin.ModelAdmin):
     list_filter = ["paused", "ordered", "trace", "exactly_once"]
     search_fields = ["name"]
     actions = [queue_action(op) for op in QUEUE_OPERATIONS.values()]
+    fieldsets = [
+        (None, {"fields": ["name", "paused", "visibility_timeout", "max_attempts", "backoff",
+                           "dead_letter_queue", "retention", "max_depth",
+                           "max_payload_bytes"]}),
+        ("Limits", {"fields": ["rate_limit", "rate_burst", "concurrency_limit",
+                               "group_concurrency", "group_rate_limit", "group_rate_burst"],
+                    "description": "Held across every worker, process and host; a change "
+                                   "holds from the workers' next claim."}),
+        ("Delivery", {"fields": ["ordered", "skip_stale", "dedup_window", "trace",
+                                 "exactly_once"]}),
+    ]
+
+    def save_model(self, request: HttpRequest, obj: Queue, form, change: bool) -> None:
+        """Save, and apply changed limits as :func:`djqueue.set_limits` does."""
+        db = dialects.alias()
+        with transaction.atomic(using=db):
+            before = (Queue.objects.using(db).select_for_update().filter(pk=obj.pk).first()
+                      if change else None)
+            super().save_model(request, obj, form, change)
+            limits_changed(db, before or Queue(), obj)
 
 
 @admin.register(ConsumerGroup)

@@ -20,6 +20,7 @@ class Metric(models.TextChoices):
     DEAD_LETTERS = "dead_letters", "dead-lettered messages"
     GROUP_LAG = "group_lag", "consumer-group lag (pending deliveries)"
     IN_FLIGHT_AGE = "in_flight_age", "longest time a message has been in flight (s)"
+    THROTTLED = "throttled", "time a queue's limit has held ready messages back (s)"
 
 
 class AlarmPolicy(models.Model):

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from djqueue import signals
-from djqueue.models import Alarm, AlarmPolicy, Metric, QueueDepth, Subscription
+from djqueue.models import Alarm, AlarmPolicy, Metric, QueueDepth, QueueLimiter, Subscription
 from djqueue.storage import dialects
 from djqueue.storage.claim_engines import engine_for
 
@@ -73,6 +73,8 @@ def worst_reading(policy: AlarmPolicy, depths: list[QueueDepth], now: datetime) 
     """The policy's metric for its queue or group, or the worst over all of them."""
     if policy.metric == Metric.GROUP_LAG:
         return _worst_lag(policy, depths)
+    if policy.metric == Metric.THROTTLED:
+        return _worst_throttle(policy, depths, now)
     readings = [Reading(d.queue.name, _measure(policy.metric, d, now)) for d in depths
                 if policy.queue_id is None or d.queue_id == policy.queue_id]
     return max(readings, key=lambda r: r.value, default=None)
@@ -85,6 +87,22 @@ def _measure(metric: str, depth: QueueDepth, now: datetime) -> float:
         return float(depth.dead)
     since = depth.oldest_ready_at if metric == Metric.OLDEST_AGE else depth.oldest_claimed_at
     return max((now - since).total_seconds(), 0.0) if since is not None else 0.0
+
+
+def _worst_throttle(policy: AlarmPolicy, depths: list[QueueDepth],
+                    now: datetime) -> Reading | None:
+    """How long each limited queue's limit has held messages back, while it still has
+    ready ones (a spell that ended with the backlog, workers gone, is not one)."""
+    ready = {d.queue_id for d in depths if d.oldest_ready_at is not None}
+    limiters = QueueLimiter.objects.using(dialects.alias()).filter(
+        throttled_since__isnull=False).select_related("queue")
+    if policy.queue_id is not None:
+        limiters = limiters.filter(queue_id=policy.queue_id)
+    readings = [Reading(limiter.queue.name,
+                        max((now - limiter.throttled_since).total_seconds(), 0.0))
+                for limiter in limiters
+                if limiter.queue_id in ready and limiter.throttled_since is not None]
+    return max(readings, key=lambda r: r.value, default=None)
 
 
 def _worst_lag(policy: AlarmPolicy, depths: list[QueueDepth]) -> Reading | None:

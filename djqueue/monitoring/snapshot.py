@@ -1,9 +1,11 @@
 """What the dashboard shows, read in a fixed number of indexed queries.
 
-Nothing here counts the message table: depths come from the reaper's
-snapshots (:class:`~djqueue.models.QueueDepth`), rates from the statistics
-roll-ups, what each worker holds from its heartbeat, so the page costs the
-same with ten messages or ten million.
+Nothing here counts the message table's backlog: depths come from the
+reaper's snapshots (:class:`~djqueue.models.QueueDepth`), rates from the
+statistics roll-ups, what each worker holds from its heartbeat, so the page
+costs the same with ten messages or ten million. The one count of message
+rows, the busiest keys of queues with per-key limits, reads claimed rows
+only (index djqueue_msg_claim), which the workers' capacity bounds.
 """
 
 from __future__ import annotations
@@ -12,14 +14,18 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from djqueue.models import (
     Alarm,
+    Message,
+    MessageGroup,
     Period,
     Queue,
+    QueueLimiter,
     QueueStat,
+    State,
     Subscription,
     TopicStat,
     Worker,
@@ -29,6 +35,8 @@ from djqueue.storage import dialects
 
 RECENT_ALARMS = 10
 TOP_TOPICS = 10
+#: Keys shown per queue with per-key limits (the busiest, and those held back now).
+TOP_KEYS = 5
 
 
 @dataclass
@@ -67,6 +75,36 @@ class WorkerSummary:
     heartbeat_age: float
 
 
+@dataclass
+class LimitSummary:
+    """A limited queue: its limits, their use now, and how long they held messages back."""
+
+    queue: Queue
+    in_flight: int = 0
+    tokens: float | None = None
+    throttled_for: float | None = None
+    throttled_seconds: float = 0.0
+    held_back: int = 0
+    #: (key, messages of it in flight), the busiest first.
+    busiest_keys: list[tuple[str, int]] = field(default_factory=list)
+    #: (key, seconds until its next token), for keys its rate holds back now.
+    throttled_keys: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def limits(self) -> list[str]:
+        q = self.queue
+        text = []
+        if q.rate_limit:
+            text.append(f"{q.rate_limit} (burst {q.burst()})")
+        if q.concurrency_limit is not None:
+            text.append(f"{q.concurrency_limit} at once")
+        if q.group_concurrency:
+            text.append(f"{q.group_concurrency} at once a key")
+        if q.group_rate_limit:
+            text.append(f"{q.group_rate_limit} a key (burst {q.group_burst()})")
+        return text
+
+
 @dataclass(frozen=True)
 class TopicSummary:
     name: str
@@ -84,6 +122,7 @@ class DashboardSnapshot:
     alarms: list[Alarm]
     per_minute: list[int]
     per_hour: list[int]
+    limits: list[LimitSummary] = field(default_factory=list)
 
     @property
     def sampled_at(self) -> datetime | None:
@@ -136,7 +175,44 @@ def load(now: datetime | None = None) -> DashboardSnapshot:
         now=now, queues=list(rows.values()), groups=_group_lags(db, rows),
         workers=_workers(db, now), topics=_topics(db, now),
         alarms=list(Alarm.objects.using(db).select_related("policy")[:RECENT_ALARMS]),
-        per_minute=per_minute, per_hour=[round(n / 60) for n in per_hour])
+        per_minute=per_minute, per_hour=[round(n / 60) for n in per_hour],
+        limits=_limits(db, rows, now))
+
+
+def _limits(db: str, rows: dict[int, QueueSummary], now: datetime) -> list[LimitSummary]:
+    limited = {pk: LimitSummary(row.queue, in_flight=row.in_flight)
+               for pk, row in rows.items()
+               if row.queue.limits_claims or row.queue.group_concurrency}
+    if not limited:
+        return []
+    for limiter in QueueLimiter.objects.using(db).filter(queue_id__in=list(limited)):
+        summary = limited[limiter.queue_id]
+        summary.held_back, summary.throttled_seconds = limiter.held_back, limiter.throttled_seconds
+        if limiter.throttled_since is not None:
+            summary.throttled_for = max((now - limiter.throttled_since).total_seconds(), 0.0)
+        rate = summary.queue.rate()
+        if rate is not None:
+            summary.tokens = min(float(summary.queue.burst()), limiter.tokens + max(
+                0.0, now.timestamp() - limiter.refilled_at) * rate.per_second)
+    keyed = [pk for pk, s in limited.items() if s.queue.group_concurrency or s.queue.group_rate_limit]
+    if keyed:
+        for queue_id, key, count in (
+                Message.objects.using(db).filter(queue_id__in=keyed, state=State.CLAIMED,
+                                                 group_key__isnull=False)
+                .values("queue_id", "group_key").annotate(n=Count("id"))
+                .order_by("-n", "group_key").values_list("queue_id", "group_key", "n")):
+            busiest = limited[queue_id].busiest_keys
+            if len(busiest) < TOP_KEYS:
+                busiest.append((key, count))
+        for queue_id, key, until in (
+                MessageGroup.objects.using(db)
+                .filter(queue_id__in=keyed, throttled_until__gt=now.timestamp())
+                .order_by("-throttled_until")
+                .values_list("queue_id", "key", "throttled_until")[:TOP_KEYS * len(keyed)]):
+            held = limited[queue_id].throttled_keys
+            if len(held) < TOP_KEYS:
+                held.append((key, until - now.timestamp()))
+    return list(limited.values())
 
 
 def _group_lags(db: str, rows: dict[int, QueueSummary]) -> list[GroupLagSummary]:

@@ -66,6 +66,10 @@ from djqueue.storage.statements import vendor_sql
 
 #: The longest a key is marked throttled before a claim looks at its bucket again.
 MARK_AT_MOST = 3600.0
+#: A claim under a per-key rate looks at this many candidates more than it may take,
+#: for each it may take (up to KEY_WINDOW_MOST more in all).
+KEY_WINDOW = 2
+KEY_WINDOW_MOST = 200
 #: How soon a claimer that found another one deciding a limited queue looks again.
 BUSY_RETRY = 0.005
 
@@ -200,43 +204,63 @@ def _any_ready(db: str, queue_id: int) -> bool:
 def _claim_within_key_budgets(db: str, queue: Queue, allowed: int, engine: ClaimEngine,
                               stamp: Stamp, where: Q | None,
                               wait: LimitWait | None) -> list[Message]:
-    """Claim up to ``allowed``, each keyed message taking a token of its key's bucket."""
+    """Claim up to ``allowed``, each keyed message taking a token of its key's bucket.
+
+    The claim looks at more candidates than it may take (KEY_WINDOW), so that it
+    fills up from the keys behind one that has just run out of tokens. Why one
+    window, not rounds: the keys' rows are then locked once, in key order, and
+    two claimers can never wait on each other's keys in a cycle (PostgreSQL
+    would find such a deadlock only after its deadlock_timeout, a second).
+    """
     rate, burst = queue.group_rate(), queue.group_burst()
     assert rate is not None
     throttled = MessageGroup.objects.using(db).filter(
         queue_id=OuterRef("queue_id"), key=OuterRef("group_key"),
         throttled_until__gt=clock(db))
     unthrottled = ~Q(Exists(throttled))
-    candidates = engine.candidates(db, queue, allowed,
+    window = allowed + min(KEY_WINDOW * allowed, KEY_WINDOW_MOST)
+    candidates = engine.candidates(db, queue, window,
                                    unthrottled if where is None else where & unthrottled)
     keys = sorted({m.group_key for m in candidates if m.group_key})
-    if not keys:
-        engine.stamp(db, candidates, stamp)
-        return candidates
-    lock_groups(db, [(queue.pk, key) for key in keys])
-    groups = {g.key: g for g in MessageGroup.objects.using(db)
-              .filter(queue_id=queue.pk, key__in=keys).annotate(clock=clock(db))}
-    buckets = {key: rates.refilled(rates.Bucket(g.tokens, g.refilled_at), rate, burst, g.clock)
-               for key, g in groups.items()}
+    groups: dict[str, MessageGroup] = {}
+    buckets: dict[str, rates.Bucket] = {}
+    if keys:
+        lock_groups(db, [(queue.pk, key) for key in keys])
+        for group in (MessageGroup.objects.using(db)
+                      .filter(queue_id=queue.pk, key__in=keys).annotate(clock=clock(db))):
+            groups[group.key] = group
+            buckets[group.key] = rates.refilled(
+                rates.Bucket(group.tokens, group.refilled_at), rate, burst, group.clock)
     chosen: list[Message] = []
     for message in candidates:
+        if len(chosen) == allowed:
+            break
         key = message.group_key
         if not key:
             chosen.append(message)
         elif rates.whole_tokens(buckets[key]) >= 1:
             buckets[key] = rates.Bucket(buckets[key].tokens - 1, buckets[key].at)
             chosen.append(message)
+    _mark_keys(db, groups, buckets, rate, wait)
+    engine.stamp(db, chosen, stamp)
+    return chosen
+
+
+def _mark_keys(db: str, groups: dict[str, MessageGroup], buckets: dict[str, rates.Bucket],
+               rate: rates.Rate, wait: LimitWait | None) -> None:
+    """Store the keys' buckets, marking the keys without a token until their next one."""
+    if not groups:
+        return
+    now = timezone.now()
     for key, group in groups.items():
         bucket = buckets[key]
         group.tokens, group.refilled_at = bucket
         next_token = rates.seconds_to_next_token(bucket, rate)
-        # The mark is a shortcut for the claim's filter (the decision is made above, on
-        # the locked row), so a key of a rate of 0 is simply looked at again hourly.
+        # The mark is a shortcut for the claim's filter (the decision is made on the
+        # locked row), so a key of a rate of 0 is simply looked at again hourly.
         group.throttled_until = bucket.at + min(next_token, MARK_AT_MOST) if next_token else None
         if wait is not None and next_token:
             wait.note(next_token)
-        group.touched_at = timezone.now()
+        group.touched_at = now
     MessageGroup.objects.using(db).bulk_update(
         list(groups.values()), ["tokens", "refilled_at", "throttled_until", "touched_at"])
-    engine.stamp(db, chosen, stamp)
-    return chosen

@@ -85,3 +85,44 @@ def test_operator_pauses_a_queue_and_redrives_a_dead_letter(browser, live_server
         page.screenshot(path=ARTIFACTS / "message-detail.png", full_page=True)
     finally:
         page.close()
+
+
+def test_operator_sees_a_limit_held_and_raises_it_from_the_queue_page(browser, live_server):
+    call_command("loaddata", "djqueue_admin_theme", verbosity=0)
+    User.objects.create_superuser("ops", password="s3cret-pw")
+    djqueue.create_queue("web.sms", concurrency_limit=2, group_rate_limit="1/h")
+    djqueue.send_batch("web.sms", [{"n": i} for i in range(3)], group_key="tenant-7")
+    djqueue.send_batch("web.sms", [{"n": i} for i in range(6)])
+    assert len(djqueue.receive("web.sms", max_messages=10)) == 2
+    assert djqueue.receive("web.sms", max_messages=10) == []  # held back by the limit
+    rollups.sample_depth()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{live_server.url}/admin/")
+        page.fill("#id_username", "ops")
+        page.fill("#id_password", "s3cret-pw")
+        page.click("input[type=submit]")
+        page.goto(f"{live_server.url}/admin/djqueue/dashboard/")
+        row = page.locator('tr[data-limited-queue="web.sms"]')
+        assert row.locator('[data-limit="in_flight"]').inner_text() == "2 / 2"
+        assert int(row.locator('[data-limit="held_back"]').inner_text()) >= 1
+        assert "tenant-7 (1)" in row.locator('[data-limit="busiest_keys"]').inner_text()
+        assert "tenant-7" in row.locator('[data-limit="throttled_keys"]').inner_text()
+        assert "1/h a key" in row.inner_text()
+        page.screenshot(path=ARTIFACTS / "limits-1-held.png", full_page=True)
+
+        page.click('tr[data-limited-queue="web.sms"] a')
+        page.fill("#id_concurrency_limit", "5")
+        page.click("input[name=_save]")
+        page.wait_for_selector(".messagelist")
+        assert djqueue.get_queue("web.sms", fresh=True).concurrency_limit == 5
+        got = djqueue.receive("web.sms", max_messages=10)  # tenant-7 waits for its rate
+        assert len(got) == 3 and not any(m.group_key for m in got)
+        rollups.sample_depth()
+        page.goto(f"{live_server.url}/admin/djqueue/dashboard/")
+        row = page.locator('tr[data-limited-queue="web.sms"]')
+        assert row.locator('[data-limit="in_flight"]').inner_text() == "5 / 5"
+        page.screenshot(path=ARTIFACTS / "limits-2-raised.png", full_page=True)
+    finally:
+        page.close()

@@ -115,10 +115,10 @@ def test_a_key_over_its_rate_is_passed_over_for_the_keys_behind_it() -> None:
         djqueue.send_batch(queue, [{"n": i} for i in range(3)], group_key=key)
     got = djqueue.receive("l.keyrate", max_messages=10)
     assert sorted(m.group_key for m in got) == ["flood", "flood"]  # the flood's burst
+    assert MessageGroup.objects.get(queue=queue, key="flood").throttled_until is not None
     got = djqueue.receive("l.keyrate", max_messages=10)  # the flood is passed over now
     assert sorted(m.group_key for m in got) == ["a", "a", "b", "b", "c", "c"]
-    assert MessageGroup.objects.get(queue=queue, key="flood").throttled_until is not None
-    assert djqueue.receive("l.keyrate", max_messages=10) == []
+    assert djqueue.receive("l.keyrate", max_messages=10) == []  # every key is marked
     # A new per-key rate forgets the old marks, and the keys' buckets fill at it.
     djqueue.set_limits(queue, group_rate_limit="1000/s", group_rate_burst=100)
     got = djqueue.receive("l.keyrate", max_messages=200)
@@ -158,3 +158,27 @@ def test_group_concurrency_keeps_k_of_a_key_holding_and_a_raise_lets_more_in() -
     djqueue.set_limits(queue, group_concurrency=4)
     assert Message.objects.filter(group_key="t1", state=State.READY).count() == 3
     assert Message.objects.filter(group_key="t1", state=State.WAITING).count() == 1
+
+
+def test_an_alarm_fires_when_a_limit_holds_ready_messages_back_too_long() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from djqueue.models import AlarmPolicy, Metric
+    from djqueue.monitoring import alarms, rollups
+
+    queue = djqueue.create_queue("l.alarm", concurrency_limit=1)
+    djqueue.send_batch(queue, [{"n": i} for i in range(3)])
+    assert len(djqueue.receive(queue, max_messages=3)) == 1  # held back from here on
+    AlarmPolicy.objects.create(name="sms throttled", metric=Metric.THROTTLED, threshold=600)
+    rollups.sample_depth()
+    now = timezone.now()
+    assert alarms.evaluate(now + timedelta(minutes=5)) == []
+    [alarm] = alarms.evaluate(now + timedelta(minutes=11))
+    assert alarm.subject == "l.alarm" and alarm.value >= 660
+    # A claim that is not held back ends the spell.
+    djqueue.set_limits(queue, concurrency_limit=None)
+    djqueue.set_limits(queue, concurrency_limit=5)
+    assert len(djqueue.receive(queue, max_messages=3)) == 2
+    assert QueueLimiter.objects.get(queue=queue).throttled_since is None
