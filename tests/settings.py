@@ -23,6 +23,14 @@ TASKS = {
         "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_ON": ["builtins.ValueError"],
                     "QUEUE_OPTIONS": {"backoff": [0.1]}},
     },
+    "limited": {
+        "BACKEND": "djqueue.backend.QueueBackend",
+        "QUEUES": ["t.limited"],
+        "OPTIONS": {"GROUP_KEY_KWARG": "tenant",
+                    "QUEUE_OPTIONS": {"backoff": [0.1],
+                                      "t.limited": {"concurrency_limit": 2,
+                                                    "group_rate_limit": "1/h"}}},
+    },
 }
 
 if os.environ.get("DJQUEUE_TEST_DB_NAME"):

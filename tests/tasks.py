@@ -82,3 +82,8 @@ def cooperative(context: TaskContext, n: int) -> str:
             raise TaskCancelled("stopped on request")
         time.sleep(0.05)
     return "never cancelled"
+
+
+@task(backend="limited", queue_name="t.limited")
+def notify(text: str, tenant: str | None = None) -> str:
+    return f"{tenant}: {text}"

@@ -31,6 +31,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from djqueue.api.queue_operations import delete
+from djqueue.api.queues import LIMIT_FIELDS, set_limits
 from djqueue.api.sending import encode_payload, send
 from djqueue.exceptions import InvalidMessage, QueueNotFound, TaskCancelled
 from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
@@ -56,6 +57,9 @@ from djqueue.tasks.records import (
     to_task_result,
 )
 
+#: The longest group key (the column's width).
+GROUP_KEY_CHARS = 200
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueTask(Task):
@@ -64,13 +68,17 @@ class QueueTask(Task):
     ``max_attempts`` and ``retry_on`` (exception classes or dotted paths)
     override the backend's OPTIONS; ``timeout`` is in seconds; ``unique_key``
     is True (one pending run per argument set), a string, or a callable of the
-    task's arguments returning a string.
+    task's arguments returning a string. ``group_key`` names the keyword argument
+    whose value is the run's group key (per-key limits, ordered queues), or is a
+    callable of the task's arguments returning it; it overrides the backend's
+    ``GROUP_KEY_KWARG``.
     """
 
     max_attempts: int | None = None
     retry_on: tuple[Any, ...] = ()
     timeout: float | None = None
     unique_key: bool | str | Callable[..., str] | None = None
+    group_key: str | Callable[..., Any] | None = None
 
     def key_for(self, args: Any, kwargs: Any) -> str | None:
         key = self.unique_key
@@ -94,7 +102,14 @@ class QueueBackend(BaseTaskBackend):
         super().__init__(alias, params)
         self.max_attempts = int(self.options.get("MAX_ATTEMPTS", 1))
         self.retry_on = tuple(import_string(p) for p in self.options.get("RETRY_ON", []))
-        self.queue_options = dict(self.options.get("QUEUE_OPTIONS", {}))
+        # QUEUE_OPTIONS: options for every queue the backend creates, and, under a
+        # queue's name, a dict of that queue's own (its limits, say).
+        options = dict(self.options.get("QUEUE_OPTIONS", {}))
+        self.queue_options = {k: v for k, v in options.items() if not isinstance(v, dict)}
+        self.per_queue_options = {k: dict(v) for k, v in options.items() if isinstance(v, dict)}
+        #: The keyword argument whose value is a run's group key (see QueueTask.group_key).
+        self.group_key_kwarg = self.options.get("GROUP_KEY_KWARG")
+        self._limits_applied: set[str] = set()
         #: Defer the enqueue to the commit of the surrounding transaction on this
         #: alias: for projects whose djqueue DATABASE is not the one they write to
         #: (on the same database a send is transactional anyway).
@@ -119,23 +134,41 @@ class QueueBackend(BaseTaskBackend):
             raise InvalidTask(f"Task arguments must be JSON-serialisable: {exc}") from None
         queue = self.ensure_queue(task.queue_name)
         key = task.key_for(args, kwargs) if isinstance(task, QueueTask) else None
+        group_key = self.group_key_for(task, args, kwargs)
         if self.enqueue_on_commit:
             payload["result_id"] = str(uuid.uuid4())
-            transaction.on_commit(lambda: self._send(queue, task, payload, key),
+            transaction.on_commit(lambda: self._send(queue, task, payload, key, group_key),
                                   using=self.enqueue_on_commit)
             return to_task_result(TaskRecord(
                 id=payload["result_id"], task_path=task.module_path, backend=self.alias,
                 queue_name=task.queue_name, priority=task.priority, run_after=task.run_after,
                 args=payload["args"], kwargs=payload["kwargs"], enqueued_at=timezone.now()),
                 task)
-        return self._send(queue, task, payload, key)
+        return self._send(queue, task, payload, key, group_key)
+
+    def group_key_for(self, task: Task, args: Any, kwargs: Any) -> str | None:
+        """The run's group key: the value of the keyword argument the task (or the
+        backend's GROUP_KEY_KWARG) names, or what the task's callable returns."""
+        source = task.group_key if isinstance(task, QueueTask) and task.group_key else (
+            self.group_key_kwarg)
+        if source is None:
+            return None
+        value = source(*args, **kwargs) if callable(source) else kwargs.get(source)
+        if value is None:
+            return None
+        text = str(value)
+        if not 0 < len(text) <= GROUP_KEY_CHARS:
+            origin = source if isinstance(source, str) else "the task's group_key"
+            raise InvalidTask(f"A group key is 1 to {GROUP_KEY_CHARS} characters, got "
+                              f"{len(text)} from {origin}.")
+        return text
 
     def _send(self, queue: Any, task: Task, payload: dict[str, Any], key: str | None,
-              ) -> TaskResult:
+              group_key: str | None = None) -> TaskResult:
         db = dialects.alias()
         with transaction.atomic(using=db) if "result_id" in payload else nullcontext():
             message = send(queue, payload, delay=task.run_after, priority=task.priority,
-                           dedup_key=key)
+                           dedup_key=key, group_key=group_key)
             if getattr(message, "duplicate", False):  # a pending run with this unique key
                 return self.get_result(record_id(message) if isinstance(message, Message)
                                        else str(message.pk))
@@ -159,10 +192,20 @@ class QueueBackend(BaseTaskBackend):
         return to_task_result(record)
 
     def ensure_queue(self, name: str):
+        """The task queue ``name``, created with QUEUE_OPTIONS if missing. The limits that
+        QUEUE_OPTIONS names for it are applied to an existing queue once per process,
+        so a limit changed in settings holds after a deploy."""
+        own = self.per_queue_options.get(name, {})
         try:
-            return get_queue(name)
+            queue = get_queue(name)
         except QueueNotFound:
-            return create_queue(name, exist_ok=True, **self.queue_options)
+            queue = create_queue(name, exist_ok=True, **{**self.queue_options, **own})
+        if name not in self._limits_applied:
+            self._limits_applied.add(name)
+            limits = {k: v for k, v in own.items() if k in LIMIT_FIELDS}
+            if any(getattr(queue, k) != v for k, v in limits.items()):
+                queue = set_limits(queue, **limits)
+        return queue
 
     def should_retry(self, task: Task, attempts: int, exc: BaseException) -> bool:
         max_attempts, retry_on = self.max_attempts, self.retry_on

@@ -337,3 +337,24 @@ def test_records_copied_by_the_ack_equal_those_written_from_python():
     assert (echoed.status, echoed.args[0], echoed.return_value["args"][2]) == (
         TaskResultStatus.SUCCESSFUL, 'say "hi"', 2**70)
     assert tasks.explode.get_result(failed.id).status == TaskResultStatus.FAILED
+
+
+def test_queue_options_per_queue_and_a_group_key_kwarg_limit_tasks():
+    results = [tasks.notify.enqueue(f"m{i}", tenant=t)
+               for i, t in enumerate(["acme", "acme", "acme", "zeta", None])]
+    queue = Message.objects.get(pk=results[0].id).queue
+    assert (queue.concurrency_limit, queue.group_rate_limit, queue.backoff) == (2, "1/h", [0.1])
+    assert [Message.objects.get(pk=r.id).group_key for r in results] == [
+        "acme", "acme", "acme", "zeta", None]
+    # Each tenant's bucket holds one start an hour; the queue, two at once.
+    from djqueue.api.receiving import receive
+    got = receive("t.limited", max_messages=5)
+    assert sorted(m.group_key or "" for m in got) == ["acme", "zeta"]
+    # Settings changed (a deploy): the new limit holds for the existing queue.
+    backend = type(task_backends["limited"])("limited", {
+        "QUEUES": ["t.limited"], "OPTIONS": {"QUEUE_OPTIONS": {"t.limited": {
+            "concurrency_limit": 3, "group_rate_limit": "1/h"}}}})
+    backend.ensure_queue("t.limited")
+    assert [m.group_key for m in receive("t.limited", max_messages=5)] == [None]
+    with pytest.raises(Exception, match="group key is 1 to 200"):
+        tasks.notify.enqueue("x", tenant="t" * 201)
