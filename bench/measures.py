@@ -26,8 +26,8 @@ def env() -> dict[str, str]:
     """The workers' environment: the bench settings and DATABASE_URL set by setup_django."""
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
 
-__all__ = ["BENCH_DB", "api", "backlog", "django_task_cost", "inserts", "memory", "pickup",
-           "raw", "tasks", "worker"]
+__all__ = ["BENCH_DB", "api", "backlog", "django_task_cost", "inserts", "limited_worker",
+           "memory", "pickup", "raw", "tasks", "worker"]
 
 
 def rate(count: int, seconds: float) -> float:
@@ -186,6 +186,19 @@ def worker(n: int, processes: int, key: str) -> dict[str, float]:
     cpu = run_workers("bench", processes)
     found, count = drain_rate()
     return {key: found, f"{key}_cpu_us": cpu / count * 1e6}
+
+
+def limited_worker(n: int) -> dict[str, float]:
+    """``worker`` on a queue with ``concurrency_limit=1000``, which the worker never reaches
+    (it holds at most a couple of batches): what a limited claim costs by itself."""
+    import djqueue
+
+    clear()
+    djqueue.create_queue("bench.limited", exist_ok=True)
+    djqueue.set_limits("bench.limited", concurrency_limit=1000)
+    fill(n, "bench.limited")
+    run_workers("bench.limited", 1)
+    return {"worker_limited_1": drain_rate()[0]}
 
 
 def tasks(n: int) -> dict[str, float]:

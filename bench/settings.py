@@ -3,7 +3,8 @@
 from project.settings import *  # noqa: F403
 from project.settings import DJQUEUE, TASKS
 
-DJQUEUE = {**DJQUEUE, "HANDLERS": {"bench": "bench.handlers.noop"}}
+DJQUEUE = {**DJQUEUE, "HANDLERS": {"bench": "bench.handlers.noop",
+                                   "bench.limited": "bench.handlers.noop"}}
 LOGGING = {"version": 1, "disable_existing_loggers": False}
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 # Measure as in production: DEBUG wraps every cursor to record its queries.

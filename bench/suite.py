@@ -39,6 +39,7 @@ TARGETS = [
     ("send_batch, 1,000 per call", "send_batch_1000", "raw_insert_1000", 0.6),
     ("receive(100) + ack_many", "api_batch_100", "raw_claim_ack_100", 0.8),
     ("worker, 1 process", "worker_1", "raw_claim_ack_100", 0.6),
+    ("worker, concurrency_limit=1000", "worker_limited_1", "worker_1", 0.9),
     ("worker vs django-tasks-db", "worker_1", "tasks_db_drain_1", 25),
     ("worker vs Celery solo", "worker_1", "celery_drain_1", 10),
     ("django.tasks enqueue vs send", "tasks_enqueue_1", "send_1", 0.7),
@@ -65,6 +66,7 @@ def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
     results.update(measures.api())
     results.update(measures.worker(n, processes=1, key="worker_1"))
     results.update(measures.worker(n * 2, processes=2, key="worker_2"))
+    results.update(measures.limited_worker(n))
     results.update(measures.tasks(n // 4 if args.quick else n))
     results.update(measures.django_task_cost())
     if not args.quick:
@@ -141,6 +143,7 @@ LABELS = {
     "tasks_worker_1": "django.tasks worker (djqueue backend)",
     "tasks_worker_2": "django.tasks, `djqueue_worker -p 2`",
     "worker_2": "two worker processes (no-op handler)",
+    "worker_limited_1": "worker, queue with concurrency_limit=1000 (never reached)",
     "worker_backlog_1m": "worker with 1M ready", "worker_10k": "worker with 10k ready",
     "worker_history_1m": "worker beside 1M history rows",
 }

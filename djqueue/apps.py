@@ -13,6 +13,7 @@ class DjqueueConfig(AppConfig):
         # registers something as it loads (the layering is in docs/architecture.md).
         from djqueue import checks  # noqa: F401  (AppConfig.ready: registers the system checks)
         from djqueue.storage import (
+            claim_limits,  # noqa: F401  (AppConfig.ready: a saved queue's limits are copied)
             queue_lookup,  # noqa: F401  (AppConfig.ready: cache signals)
             transitions,  # noqa: F401  (AppConfig.ready: Message.ack())
         )

@@ -69,12 +69,9 @@ def set_limits(ref: QueueRef, **limits: Any) -> Queue:
 
 def limits_changed(db: str, before: Queue, queue: Queue) -> None:
     """After ``queue``'s limits changed from ``before``'s (in the transaction that saved
-    them; the admin's form calls this too): start the queue's limiter row, start a
-    changed rate with full buckets (and forget the keys' marks of the old one), and
-    fill new per-key places."""
-    if queue.limits_claims:
-        QueueLimiter.objects.using(db).bulk_create([QueueLimiter(queue_id=queue.pk)],
-                                                   ignore_conflicts=True)
+    them, which copied them to the queue's limiter row; the admin's form calls this
+    too): start a changed rate with full buckets (and forget the keys' marks of the
+    old one), and fill new per-key places."""
     full = {"tokens": 0.0, "refilled_at": 0.0}  # filled from the epoch: as full as allowed
     if (before.rate_limit, before.rate_burst) != (queue.rate_limit, queue.rate_burst):
         QueueLimiter.objects.using(db).filter(queue_id=queue.pk).update(**full)

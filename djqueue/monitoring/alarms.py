@@ -98,8 +98,7 @@ def _worst_throttle(policy: AlarmPolicy, depths: list[QueueDepth],
         throttled_since__isnull=False).select_related("queue")
     if policy.queue_id is not None:
         limiters = limiters.filter(queue_id=policy.queue_id)
-    readings = [Reading(limiter.queue.name,
-                        max((now - limiter.throttled_since).total_seconds(), 0.0))
+    readings = [Reading(limiter.queue.name, max(now.timestamp() - limiter.throttled_since, 0.0))
                 for limiter in limiters
                 if limiter.queue_id in ready and limiter.throttled_since is not None]
     return max(readings, key=lambda r: r.value, default=None)

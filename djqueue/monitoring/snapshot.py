@@ -189,7 +189,7 @@ def _limits(db: str, rows: dict[int, QueueSummary], now: datetime) -> list[Limit
         summary = limited[limiter.queue_id]
         summary.held_back, summary.throttled_seconds = limiter.held_back, limiter.throttled_seconds
         if limiter.throttled_since is not None:
-            summary.throttled_for = max((now - limiter.throttled_since).total_seconds(), 0.0)
+            summary.throttled_for = max(now.timestamp() - limiter.throttled_since, 0.0)
         rate = summary.queue.rate()
         if rate is not None:
             summary.tokens = min(float(summary.queue.burst()), limiter.tokens + max(

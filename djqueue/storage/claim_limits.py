@@ -49,20 +49,26 @@ claim, which sees READY rows only, needs no check at all.
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Callable
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connections
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.expressions import RawSQL
+from django.db.models.signals import post_save
+from django.dispatch import receiver
 from django.utils import timezone
 
 from djqueue import rates
 from djqueue.models import Message, MessageGroup, Queue, QueueLimiter, State
+from djqueue.storage import dialects
 from djqueue.storage.claim_engines import ClaimEngine, Stamp
 from djqueue.storage.ordered_groups import lock_groups
-from djqueue.storage.statements import vendor_sql
+from djqueue.storage.statements import limit_statements, vendor_sql
+from djqueue.storage.statements.limit_statements import LimiterRow
 
 #: The longest a key is marked throttled before a claim looks at its bucket again.
 MARK_AT_MOST = 3600.0
@@ -98,56 +104,61 @@ def clock(db: str) -> RawSQL:
 
 
 class _Budget(NamedTuple):
-    limiter: QueueLimiter | None
+    limiter: LimiterRow
     allowed: int
     bucket: rates.Bucket | None
 
 
-def claim_limited(db: str, queue: Queue, want: int, *, engine: ClaimEngine, stamp: Stamp,
-                  where: Q | None, wait: LimitWait | None, first_lock: bool) -> list[Message]:
-    """Claim up to ``want`` ready messages of ``queue`` within its limits (see the module
-    docstring); the rows come back stamped. ``first_lock``: no other queue's limiter
-    is locked in this transaction yet, so this one may be waited for; otherwise a
-    limiter held by another claimer is passed over, and two claimers taking
-    two limited queues in opposite orders cannot deadlock.
+#: Claims up to n ready messages of a queue the plain way (claims._claim_queue).
+Take = Callable[[Queue, int], list[Message]]
 
-    The queue's limits are read afresh (one indexed read of its row), so a change
-    takes effect at the next claim, not when the process's cached row expires."""
-    queue = Queue.objects.using(db).get(pk=queue.pk)
-    budget = _queue_budget(db, queue, want, wait, first_lock)
-    if budget is None:  # another claimer is deciding this queue now
+
+def claim_limited(db: str, queue: Queue, want: int, *, engine: ClaimEngine, stamp: Stamp,
+                  where: Q | None, wait: LimitWait | None, first_lock: bool,
+                  take: Take) -> list[Message]:
+    """Claim up to ``want`` ready messages of ``queue`` within its limits (see the module
+    docstring); the rows come back stamped. ``take`` claims the allowed number the
+    way an unlimited queue would. ``first_lock``: no other queue's limiter is
+    locked in this transaction yet, so this one may be waited for; otherwise a
+    limiter held by another claimer is passed over, and two claimers taking two
+    limited queues in opposite orders cannot deadlock.
+
+    The limits are read from the limiter row's copy, under its lock, so a change
+    holds from the next claim, not when the process's cached queue row expires."""
+    limiter = _lock_limiter(db, queue, first_lock)
+    if limiter is None:  # another claimer is deciding this queue now
         if wait is not None:
             wait.note(BUSY_RETRY)
         return []
+    queue = _with_limits(queue, limiter)
+    budget = _queue_budget(db, queue, limiter, want)
     rows: list[Message] = []
     if budget.allowed > 0:
         if queue.group_rate() is not None:
             rows = _claim_within_key_budgets(db, queue, budget.allowed, engine, stamp, where,
                                              wait)
         else:
-            rows = engine.candidates(db, queue, budget.allowed, where)
-            engine.stamp(db, rows, stamp)
-    if budget.limiter is not None:
-        _spend(db, queue, budget, len(rows), want, stamp.now, wait)
+            rows = take(queue, budget.allowed)
+    _spend(db, queue, budget, len(rows), want, stamp.now, wait)
     return rows
 
 
-def _queue_budget(db: str, queue: Queue, want: int, wait: LimitWait | None,
-                  first_lock: bool) -> _Budget | None:
-    """Lock the queue's limiter and work out how many may start now (None: locked by
-    another claimer, and not ours to wait for)."""
-    rate, limit = queue.rate(), queue.concurrency_limit
-    if rate is None and limit is None:
-        return _Budget(None, want, None)
-    limiter = _lock_limiter(db, queue.pk, first_lock)
-    if limiter is None:
-        return None
+def _with_limits(queue: Queue, limiter: LimiterRow) -> Queue:
+    """A copy of the (cached) ``queue`` with the limits its limiter row holds now."""
+    fresh = copy.copy(queue)
+    for name in QueueLimiter.COPIED:
+        setattr(fresh, name, getattr(limiter, name))
+    return fresh
+
+
+def _queue_budget(db: str, queue: Queue, limiter: LimiterRow, want: int) -> _Budget:
+    """How many may start now, by the queue's concurrency limit and rate."""
     allowed = want
-    if limit is not None:
-        claimed = Message.objects.using(db).filter(queue_id=queue.pk,
-                                                   state=State.CLAIMED).count()
-        allowed = min(allowed, max(0, limit - claimed))
+    if queue.concurrency_limit is not None:
+        claimed = limit_statements.count_claimed(db, queue.pk)
+        allowed = min(allowed, max(0, queue.concurrency_limit - claimed))
     bucket = None
+    rate = queue.rate()
     if rate is not None:
         bucket = rates.refilled(rates.Bucket(limiter.tokens, limiter.refilled_at), rate,
                                 queue.burst(), limiter.clock)
@@ -155,15 +166,31 @@ def _queue_budget(db: str, queue: Queue, want: int, wait: LimitWait | None,
     return _Budget(limiter, allowed, bucket)
 
 
-def _lock_limiter(db: str, queue_id: int, wait_for_it: bool) -> QueueLimiter | None:
-    rows = QueueLimiter.objects.using(db).filter(queue_id=queue_id).annotate(clock=clock(db))
-    locked = rows.select_for_update(skip_locked=not wait_for_it)
-    limiter = locked.first()
-    if limiter is None and not rows.exists():  # a queue limited before its row existed
-        QueueLimiter.objects.using(db).bulk_create([QueueLimiter(queue_id=queue_id)],
-                                                   ignore_conflicts=True)
-        limiter = locked.first()
+def _lock_limiter(db: str, queue: Queue, wait_for_it: bool) -> LimiterRow | None:
+    limiter = limit_statements.lock_limiter(db, queue.pk, skip_locked=not wait_for_it)
+    if limiter is None and not QueueLimiter.objects.using(db).filter(queue_id=queue.pk).exists():
+        copy_limits(db, queue, create_only=True)  # a queue limited before its row existed
+        limiter = limit_statements.lock_limiter(db, queue.pk, skip_locked=not wait_for_it)
     return limiter
+
+
+def copy_limits(db: str, queue: Queue, *, create_only: bool = False) -> None:
+    """Write ``queue``'s limits into its limiter row (creating it), for the claims."""
+    values = {name: getattr(queue, name) for name in QueueLimiter.COPIED}
+    if create_only:
+        QueueLimiter.objects.using(db).bulk_create([QueueLimiter(queue_id=queue.pk, **values)],
+                                                   ignore_conflicts=True)
+    elif (not QueueLimiter.objects.using(db).filter(queue_id=queue.pk).update(**values)
+          and queue.limits_claims):
+        copy_limits(db, queue, create_only=True)
+
+
+@receiver(post_save, sender=Queue)
+def _copy_saved_limits(sender: type[Queue], instance: Queue, raw: bool = False,
+                       using: str | None = None, **kwargs: Any) -> None:
+    """Every save of a queue row (create_queue, set_limits, the admin) copies its limits."""
+    if not raw:
+        copy_limits(using or dialects.alias(), instance)
 
 
 def _spend(db: str, queue: Queue, budget: _Budget, started: int, want: int, now: datetime,
@@ -171,7 +198,6 @@ def _spend(db: str, queue: Queue, budget: _Budget, started: int, want: int, now:
     """Take the started messages' tokens and keep the limit's figures (one UPDATE, only
     when something changed)."""
     limiter = budget.limiter
-    assert limiter is not None
     changed: list[str] = []
     rate = queue.rate()
     if budget.bucket is not None and rate is not None:
@@ -186,14 +212,14 @@ def _spend(db: str, queue: Queue, budget: _Budget, started: int, want: int, now:
         limiter.held_back += 1
         changed.append("held_back")
         if limiter.throttled_since is None:
-            limiter.throttled_since = now
+            limiter.throttled_since = now.timestamp()
             changed.append("throttled_since")
     elif limiter.throttled_since is not None:
-        limiter.throttled_seconds += max(0.0, (now - limiter.throttled_since).total_seconds())
+        limiter.throttled_seconds += max(0.0, now.timestamp() - limiter.throttled_since)
         limiter.throttled_since = None
         changed += ["throttled_seconds", "throttled_since"]
     if changed:
-        QueueLimiter.objects.using(db).filter(pk=limiter.pk).update(
+        QueueLimiter.objects.using(db).filter(queue_id=limiter.queue_id).update(
             **{name: getattr(limiter, name) for name in changed})
 
 

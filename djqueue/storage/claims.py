@@ -71,18 +71,21 @@ def ack_and_claim(
                 want = limit - len(claimed)
                 if want <= 0:
                     break
+                def take(queue: Queue, n: int) -> list[Message]:
+                    return _claim_queue(db, queue, n, engine=engine, owner=owner, token=token,
+                                        now=now, where=where,
+                                        visibility_timeout=visibility_timeout, ends=ends)
+
                 if queue.limits_claims:
                     rows = claim_limited(
                         db, queue, want, engine=engine, stamp=_stamp(queue, owner, token, now,
                                                                      visibility_timeout),
-                        where=where, wait=wait, first_lock=not limiters_locked)
+                        where=where, wait=wait, first_lock=not limiters_locked, take=take)
                     limiters_locked += 1
-                    _claimed_from(db, queue, rows, now)
-                    claimed += rows
-                    continue
-                claimed += _claim_queue(db, queue, want, engine=engine, owner=owner,
-                                        token=token, now=now, where=where,
-                                        visibility_timeout=visibility_timeout, ends=ends)
+                else:
+                    rows = take(queue, want)
+                _claimed_from(db, queue, rows, now)
+                claimed += rows
         return acked, claimed
 
     acked, claimed = dialects.retry_deadlocks(work)
@@ -133,7 +136,6 @@ def _claim_queue(db: str, queue: Queue, want: int, *, engine: ClaimEngine, owner
             message.state, message.owner, message.lease_token = State.CLAIMED, owner, token
             message.visible_at, message.claimed_at = stamp.lease_end, now
             message.attempts += 1
-    _claimed_from(db, queue, rows, now)
     return rows
 
 

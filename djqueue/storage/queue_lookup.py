@@ -20,7 +20,7 @@ from django.dispatch import receiver
 
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, QueueNotFound
-from djqueue.models import Queue, QueueLimiter
+from djqueue.models import Queue
 from djqueue.storage import dialects
 
 QueueRef = str | Queue
@@ -103,9 +103,6 @@ def create_queue(name: str, *, exist_ok: bool = False, **options: Any) -> Queue:
                 name=name, defaults={f: getattr(queue, f) for f in _option_names()})
     else:
         queue.save(using=db)
-    if queue.limits_claims:  # its claims lock this row (see storage.claim_limits)
-        QueueLimiter.objects.using(db).bulk_create([QueueLimiter(queue_id=queue.pk)],
-                                                   ignore_conflicts=True)
     return queue
 
 
