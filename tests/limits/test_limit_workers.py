@@ -140,9 +140,9 @@ def test_a_killed_workers_concurrency_places_come_back_with_the_reaper(spawn) ->
     assert Message.objects.filter(state=State.CLAIMED).count() == 2
     killed_at = time.monotonic()
     kill(victim)
-    wait_until(lambda: Run.objects.count() == 4, 30, "all four run by the rescuer")
-    print(f"places back and all four run {time.monotonic() - killed_at:.2f}s after the kill")
-    assert History.objects.count() == 4
+    wait_until(lambda: History.objects.count() == 4, 30, "all four run and acked by the rescuer")
+    print(f"places back and all four done {time.monotonic() - killed_at:.2f}s after the kill")
+    assert Run.objects.count() == 4
     assert sorted(History.objects.values_list("attempts", flat=True)) == [1, 1, 2, 2]
     rescuer.signal(signal.SIGTERM)
     assert rescuer.wait(30) == 0
