@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SHELL := /bin/bash
 
-.PHONY: run test docs venv lint check pytest bench bench-quick bench-flow bench-export bench-dashboard bench-affinity soak clean
+.PHONY: run test docs venv lint check pytest bench bench-quick bench-flow bench-export bench-dashboard bench-metrics bench-affinity soak clean
 
 run: $(VENV)/.installed
 	scripts/run_demo.sh
@@ -56,6 +56,10 @@ bench-affinity: $(VENV)/.installed
 bench-dashboard: $(VENV)/.installed
 	scripts/ensure_system.sh mariadb
 	$(PY) bench/dashboard.py
+
+bench-metrics: $(VENV)/.installed
+	scripts/ensure_system.sh mariadb
+	$(PY) bench/metrics.py
 
 soak: $(VENV)/.installed
 	scripts/ensure_system.sh mariadb

@@ -66,6 +66,10 @@ class Settings:
     #: The largest message a send accepts, payload and headers as stored (JSON, UTF-8),
     #: unless its queue sets ``max_payload_bytes`` (SQS's limit, 1 MiB).
     MAX_PAYLOAD_BYTES: int = 1024 * 1024
+    #: A bearer token the Prometheus metrics view and ``djqueue_metrics`` ask scrapers
+    #: for (``Authorization: Bearer <token>``, Prometheus's ``authorization``
+    #: setting); None: they answer anyone who can reach them.
+    METRICS_TOKEN: str | None = None
     #: Periodic django.tasks run by the reaper: name -> {"task", "cron", "args", "kwargs",
     #: "catch_up"}; see djqueue.maintenance.periodic.
     PERIODIC: dict[str, dict] = field(default_factory=dict)
@@ -105,6 +109,10 @@ class Settings:
                        "(0, 1]", lambda v: v is None or 0 < v <= 1)
         _check_seconds(overrides, "CLAIM_RESCAN", "a number of seconds in [0, 60]",
                        lambda v: v is not None and 0 <= v <= 60)
+        token = overrides.get("METRICS_TOKEN")
+        if token is not None and (not isinstance(token, str) or len(token) < 16):
+            raise ConfigurationError("DJQUEUE['METRICS_TOKEN'] must be None or a string of at "
+                                     "least 16 characters")
         if "BACKOFF" in overrides:
             overrides["BACKOFF"] = tuple(overrides["BACKOFF"])
         return cls(**overrides)

@@ -6,6 +6,7 @@
 #   ensure_system.sh spark     Java and the JDBC drivers the Spark export reads with
 #   ensure_system.sh browser   Chromium, which the admin's browser tests drive
 #   ensure_system.sh redis     Redis running on 127.0.0.1:6379 (the Celery peer of `make bench`)
+#   ensure_system.sh prometheus  Prometheus's server binary (not started: the tests start their own)
 set -euo pipefail
 log() { echo "djqueue setup: $*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -36,6 +37,16 @@ for what in "$@"; do
       command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
       apt_install libmariadb-java libpostgresql-jdbc-java libxerial-sqlite-jdbc-java ;;
     browser) apt_install chromium ;;
+    prometheus)
+      # The package would start a server of its own on :9090; policy-rc.d forbids
+      # starting services while it installs (the metrics tests start and stop theirs).
+      if ! dpkg -s prometheus >/dev/null 2>&1; then
+        policy=/usr/sbin/policy-rc.d
+        [ -e "$policy" ] && had_policy=1 || had_policy=0
+        [ "$had_policy" = 1 ] || { printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null; $SUDO chmod +x "$policy"; }
+        apt_install prometheus
+        [ "$had_policy" = 1 ] || $SUDO rm -f "$policy"
+      fi ;;
     redis)  # Celery's broker, for the peers in `make bench`
       if ! redis-cli -h 127.0.0.1 ping >/dev/null 2>&1; then
         command -v redis-server >/dev/null 2>&1 || apt_install redis-server

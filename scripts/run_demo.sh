@@ -22,4 +22,5 @@ trap stop INT TERM EXIT
 "$PY" manage.py djqueue_worker default emails reports flaky --concurrency 4 & pids+=($!)
 "$PY" manage.py djqueue_reaper & pids+=($!)
 echo "Web admin: http://127.0.0.1:$PORT/admin/ (Ctrl-C stops everything)"
+echo "Prometheus metrics: http://127.0.0.1:$PORT/metrics"
 wait -n "${pids[@]}"

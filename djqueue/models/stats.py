@@ -6,6 +6,8 @@ table: their size grows with queues times time buckets, not with messages.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.db import models
 from django.utils import timezone
 
@@ -16,6 +18,13 @@ class Period(models.TextChoices):
     MINUTE = "m", "minute"
     HOUR = "h", "hour"
     DAY = "d", "day"
+    #: One row per queue, counting since the queue's first message: the monotonic
+    #: totals that Prometheus counters need (never pruned, never recomputed).
+    TOTAL = "t", "all time"
+
+
+#: The ``start`` of every TOTAL row.
+TOTAL_START = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class QueueStat(models.Model):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import connections, models, transaction
-from django.db.models import Count, F, Max, Min
+from django.db.models import Count, F, Max, Min, Q
 from django.db.models.functions import Coalesce, TruncMinute
 from django.utils import timezone
 
@@ -39,6 +39,7 @@ from djqueue.models import (
     StatsCursor,
     TopicStat,
 )
+from djqueue.models.stats import TOTAL_START
 from djqueue.storage import dialects
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.statements import vendor_sql
@@ -152,15 +153,21 @@ def _apply(db: str, minutes: dict[tuple[int, datetime], _Minute]) -> None:
     timed = {key: m for key, m in minutes.items() if m.waits}
     if not timed:
         return
+    queues = {q for q, _ in timed}
     rows = (QueueStat.objects.using(db).select_for_update()
-            .filter(period=Period.MINUTE, queue_id__in={q for q, _ in timed},
-                    start__in={start for _, start in timed}))
+            .filter(Q(period=Period.MINUTE, start__in={start for _, start in timed})
+                    | Q(period=Period.TOTAL, start=TOTAL_START), queue_id__in=queues)
+            .order_by("pk"))
     changed = []
     for row in rows:
-        minute = timed.get((row.queue_id, minute_of(row.start)))
-        if minute is not None:
+        if row.period == Period.TOTAL:  # every minute of the queue adds to its total
+            parts = [m for (q, _), m in timed.items() if q == row.queue_id]
+        else:
+            parts = [m] if (m := timed.get((row.queue_id, minute_of(row.start)))) else []
+        for minute in parts:
             row.wait_hist = histograms.merge(row.wait_hist, histograms.of(minute.waits))
             row.run_hist = histograms.merge(row.run_hist, histograms.of(minute.runs))
+        if parts:
             changed.append(row)
     QueueStat.objects.using(db).bulk_update(changed, HISTOGRAMS)
 

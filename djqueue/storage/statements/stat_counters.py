@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from django.db import connections
 
 from djqueue.models import Period, QueueStat
+from djqueue.models.stats import TOTAL_START
 from djqueue.storage.statements import vendor_sql
 
 COUNTERS = ["sent", "acked", "deleted", "failed", "dead_lettered", "wait_total", "run_total"]
@@ -29,14 +30,22 @@ def count_failure(db: str, queue_id: int, at: datetime, *, dead: bool) -> None:
 
 
 def add_to_minutes(db: str, additions: dict[tuple[int, datetime], dict[str, float]]) -> None:
-    """Add each (queue id, minute) entry's counters to that minute's statistics row."""
+    """Add each (queue id, minute) entry's counters to that minute's statistics row, and
+    to the queue's all-time row (Period.TOTAL)."""
     if not additions:
         return
     sql = vendor_sql.add_counters_sql(QueueStat._meta.db_table, ["queue_id", "period", "start"],
                                     _STAT_COLUMNS, COUNTERS)
     conn = connections[db]
-    params = [[queue_id, Period.MINUTE, conn.ops.adapt_datetimefield_value(start),
+    totals: dict[tuple[int, datetime], dict[str, float]] = {}
+    for (queue_id, _), values in additions.items():
+        total = totals.setdefault((queue_id, TOTAL_START), {})
+        for name, value in values.items():
+            total[name] = total.get(name, 0) + value
+    rows = [(Period.MINUTE, key, values) for key, values in sorted(additions.items())]
+    rows += [(Period.TOTAL, key, values) for key, values in sorted(totals.items())]
+    params = [[queue_id, period, conn.ops.adapt_datetimefield_value(start),
                *(values.get(name, 0) for name in COUNTERS), "{}", "{}"]
-              for (queue_id, start), values in sorted(additions.items())]
+              for period, (queue_id, start), values in rows]
     with conn.cursor() as cursor:
         cursor.executemany(sql, params)

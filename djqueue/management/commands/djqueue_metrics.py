@@ -1,0 +1,33 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from djqueue.monitoring.metrics_server import MetricsServer
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(text)
+    return value
+
+
+class Command(BaseCommand):
+    help = ("Serve djqueue's Prometheus metrics at http://HOST:PORT/metrics until stopped "
+            "(SIGTERM or SIGINT).")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1",
+                            help="Address to listen on (default 127.0.0.1).")
+        parser.add_argument("--port", type=port, default=9808,
+                            help="Port to listen on (default 9808; 0: any free port, printed).")
+
+    def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
+        try:
+            server = MetricsServer(host, port)
+        except OSError as exc:
+            raise CommandError(f"Cannot listen on {host}:{port}: {exc.strerror}") from None
+        bound_host, bound_port = server.address
+        self.stdout.write(f"Serving djqueue metrics on http://{bound_host}:{bound_port}/metrics")
+        self.stdout.flush()
+        server.run()
