@@ -70,6 +70,9 @@ class Settings:
     #: for (``Authorization: Bearer <token>``, Prometheus's ``authorization``
     #: setting); None: they answer anyone who can reach them.
     METRICS_TOKEN: str | None = None
+    #: OpenTelemetry spans for sends and handler runs, when an SDK is configured
+    #: (djqueue.tracing); False: none, whatever is installed.
+    TRACING: bool = True
     #: Periodic django.tasks run by the reaper: name -> {"task", "cron", "args", "kwargs",
     #: "catch_up"}; see djqueue.maintenance.periodic.
     PERIODIC: dict[str, dict] = field(default_factory=dict)

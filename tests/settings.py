@@ -66,7 +66,22 @@ DJQUEUE = {
     "QUEUE_CACHE_TTL": 0.1,
     "REAPER_INTERVAL": 0.2,
     "STATS_INTERVAL": 0.5,
+    # Spans only where a test asks for them (tests/monitoring/test_tracing.py): once a
+    # tracer provider is set in the test process, it stays set for the session.
+    "TRACING": bool(os.environ.get("DJQUEUE_TEST_TRACE_FILE")),
 }
+
+if os.environ.get("DJQUEUE_TEST_TRACE_FILE"):
+    # A worker process the tracing test starts: its spans, one JSON object a line.
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(
+        out=open(os.environ["DJQUEUE_TEST_TRACE_FILE"], "a"),  # noqa: SIM115 (the process's)
+        formatter=lambda span: span.to_json(indent=None) + "\n")))
+    trace.set_tracer_provider(_provider)
 
 LOGGING = {
     "version": 1,

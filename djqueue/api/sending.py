@@ -12,7 +12,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from djqueue import signals
+from djqueue import signals, tracing
 from djqueue.api import worker_wakeups
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage, PayloadTooLarge, QueueFull
@@ -52,14 +52,18 @@ def send(
     ``timeout`` seconds (default: forever) for room instead of raising QueueFull.
     """
     q = get_queue(queue)
-    [message] = _build(q, [payload], [group_key], delay=delay, priority=priority,
-                       headers=headers)
-    if dedup_key is not None:
-        dedup.validate_key(dedup_key)
-    if not block and timeout is None:
-        return _insert(q, [message], dedup_key=dedup_key)[0]
-    return _with_flow_control(lambda: _insert(q, [message], dedup_key=dedup_key)[0],
-                              block=block, timeout=timeout)
+    with tracing.producing(q.name, 1, headers) as produced:
+        [message] = _build(q, [payload], [group_key], delay=delay, priority=priority,
+                           headers=produced.headers)
+        if dedup_key is not None:
+            dedup.validate_key(dedup_key)
+        if not block and timeout is None:
+            sent = _insert(q, [message], dedup_key=dedup_key)[0]
+        else:
+            sent = _with_flow_control(lambda: _insert(q, [message], dedup_key=dedup_key)[0],
+                                      block=block, timeout=timeout)
+        produced.sent([sent.pk])
+        return sent
 
 
 def send_batch(
@@ -87,10 +91,12 @@ def send_batch(
             raise InvalidMessage("group_keys needs one key (or None) per payload, "
                                  "and excludes group_key.")
     keys = group_keys if group_keys is not None else [group_key] * len(payloads)
-    messages = _build(q, payloads, keys, delay=delay, priority=priority, headers=headers)
-    if not messages:
-        return []
-    return _with_flow_control(lambda: _insert(q, messages), block=block, timeout=timeout)
+    with tracing.producing(q.name, len(payloads), headers) as produced:
+        messages = _build(q, payloads, keys, delay=delay, priority=priority,
+                          headers=produced.headers)
+        if not messages:
+            return []
+        return _with_flow_control(lambda: _insert(q, messages), block=block, timeout=timeout)
 
 
 def _with_flow_control(insert, *, block: bool, timeout: float | None):

@@ -18,6 +18,7 @@ import traceback
 
 from django.db import DatabaseError, close_old_connections, connections
 
+from djqueue import tracing
 from djqueue.exceptions import NotOwner, UnprocessableMessage
 from djqueue.models import Message
 from djqueue.storage import dialects, ordered_groups
@@ -57,7 +58,9 @@ class HandlerCalls:
 
         def call() -> None:
             hooked = entry.in_claim_transaction is not None
-            with registry.hook_runs_after() if hooked else contextlib.nullcontext():
+            with (registry.hook_runs_after() if hooked else contextlib.nullcontext(),
+                  tracing.processing(message.queue.name, message.pk, message.attempts,
+                                     message.group_key, message.headers)):
                 if entry.is_async:
                     asyncio.run(entry.func(message))
                 else:

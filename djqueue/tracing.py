@@ -1,0 +1,118 @@
+"""OpenTelemetry traces from the code that sends a message to the handler that runs it.
+
+With an OpenTelemetry SDK installed and a tracer provider configured (by the
+project: ``opentelemetry-instrument``, or its own set-up code), ``send``,
+``send_batch`` and django.tasks' ``enqueue`` record a PRODUCER span and carry
+its context in the message's headers (W3C ``traceparent``/``tracestate``); the
+worker continues the trace with a CONSUMER span around each handler run, so
+one trace goes from the web request that sent a message to every delivery of
+it (a retry is a second consumer span of the same trace). Names and
+attributes follow OpenTelemetry's messaging conventions: spans ``send <queue>``
+and ``process <queue>``; ``messaging.system`` (djqueue),
+``messaging.destination.name``, ``messaging.operation.type``,
+``messaging.message.id``, ``messaging.batch.message_count``, and djqueue's own
+``djqueue.message.attempt`` and ``djqueue.message.group_key``.
+
+Without the ``opentelemetry`` package nothing is imported and each call costs
+one test of a flag; with it but no provider configured, one ``isinstance``.
+``DJQUEUE["TRACING"] = False`` turns it off whatever is installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from importlib.util import find_spec
+from typing import Any
+
+from djqueue.conf import get_settings
+
+#: Whether the opentelemetry API can be imported at all (checked once, without importing).
+INSTALLED = find_spec("opentelemetry") is not None
+SYSTEM = "djqueue"
+#: The headers the W3C trace context travels in (a message's own headers).
+CONTEXT_HEADERS = ("traceparent", "tracestate")
+
+
+def _tracer() -> Any | None:
+    """djqueue's tracer, if tracing is on and a real tracer provider is configured."""
+    if not INSTALLED or not get_settings().TRACING:
+        return None
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    return provider.get_tracer("djqueue")
+
+
+class Produced:
+    """What ``producing`` hands the sender: headers carrying the span's context."""
+
+    def __init__(self, headers: dict[str, Any] | None, span: Any = None) -> None:
+        self.headers = headers
+        self.span = span
+
+    def sent(self, ids: list[int]) -> None:
+        if self.span is not None and len(ids) == 1:
+            self.span.set_attribute("messaging.message.id", str(ids[0]))
+
+
+@contextlib.contextmanager
+def producing(queue: str, count: int, headers: dict[str, Any] | None) -> Iterator[Produced]:
+    """A PRODUCER span around a send of ``count`` messages to ``queue``; its context is
+    added to (a copy of) ``headers``."""
+    tracer = _tracer()
+    if tracer is None or count == 0 or (headers is not None and not isinstance(headers, dict)):
+        yield Produced(headers)  # (bad headers are the send's to refuse)
+        return
+    from opentelemetry import propagate
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    attributes = {"messaging.system": SYSTEM, "messaging.destination.name": queue,
+                  "messaging.operation.type": "send", "messaging.operation.name": "send"}
+    if count > 1:
+        attributes["messaging.batch.message_count"] = count
+    with tracer.start_as_current_span(f"send {queue}", kind=SpanKind.PRODUCER,
+                                      attributes=attributes,
+                                      record_exception=False,
+                                      set_status_on_exception=False) as span:
+        carrier = dict(headers or {})
+        propagate.inject(carrier)
+        try:
+            yield Produced(carrier, span)
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+
+
+@contextlib.contextmanager
+def processing(queue: str, message_id: int, attempt: int, group_key: str | None,
+               headers: dict[str, Any] | None) -> Iterator[None]:
+    """A CONSUMER span around one handler run, continuing the trace in ``headers``."""
+    tracer = _tracer()
+    if tracer is None:
+        yield
+        return
+    from opentelemetry import propagate
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    carrier = {k: v for k, v in (headers or {}).items()
+               if k in CONTEXT_HEADERS and isinstance(v, str)}
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM, "messaging.destination.name": queue,
+        "messaging.operation.type": "process", "messaging.operation.name": "process",
+        "messaging.message.id": str(message_id), "djqueue.message.attempt": attempt}
+    if group_key:
+        attributes["djqueue.message.group_key"] = group_key
+    with tracer.start_as_current_span(f"process {queue}", context=propagate.extract(carrier),
+                                      kind=SpanKind.CONSUMER, attributes=attributes,
+                                      record_exception=False,
+                                      set_status_on_exception=False) as span:
+        try:
+            yield
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
