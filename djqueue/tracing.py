@@ -13,41 +13,46 @@ and ``process <queue>``; ``messaging.system`` (djqueue),
 ``messaging.message.id``, ``messaging.batch.message_count``, and djqueue's own
 ``djqueue.message.attempt`` and ``djqueue.message.group_key``.
 
-Without the ``opentelemetry`` package nothing is imported and each call costs
-one test of a flag; with it but no provider configured, one ``isinstance``.
-``DJQUEUE["TRACING"] = False`` turns it off whatever is installed.
+djqueue never imports opentelemetry itself: a project that configured a
+tracer provider has imported ``opentelemetry.trace`` to do it, so djqueue
+looks for that module among the loaded ones, and without it a send or a
+handler run costs a dictionary lookup. ``DJQUEUE["TRACING"] = False`` turns
+spans off whatever is configured.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
-from importlib.util import find_spec
 from typing import Any
 
 from djqueue.conf import get_settings
 
-#: Whether the opentelemetry API can be imported at all (checked once, without importing).
-INSTALLED = find_spec("opentelemetry") is not None
 SYSTEM = "djqueue"
 #: The headers the W3C trace context travels in (a message's own headers).
 CONTEXT_HEADERS = ("traceparent", "tracestate")
+#: What a send or a handler run enters when there is nothing to trace (reusable).
+_UNTRACED = contextlib.nullcontext()
 
 
 def _tracer() -> Any | None:
-    """djqueue's tracer, if tracing is on and a real tracer provider is configured."""
-    if not INSTALLED or not get_settings().TRACING:
-        return None
-    from opentelemetry import trace
+    """djqueue's tracer, if tracing is on and a real tracer provider is configured.
 
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+    Why so careful: it runs for every message sent and every handler run (see the
+    module docstring for why a loaded module is the test)."""
+    api = sys.modules.get("opentelemetry.trace")
+    if api is None or not get_settings().TRACING:
+        return None
+    provider = api.get_tracer_provider()
+    if isinstance(provider, (api.ProxyTracerProvider, api.NoOpTracerProvider)):
         return None
     return provider.get_tracer("djqueue")
 
 
 class Produced:
-    """What ``producing`` hands the sender: headers carrying the span's context."""
+    """What ``producing`` hands the sender: headers carrying the span's context. Untraced,
+    it is its own (empty) context manager: no generator a send."""
 
     def __init__(self, headers: dict[str, Any] | None, span: Any = None) -> None:
         self.headers = headers
@@ -57,15 +62,26 @@ class Produced:
         if self.span is not None and len(ids) == 1:
             self.span.set_attribute("messaging.message.id", str(ids[0]))
 
+    def __enter__(self) -> Produced:
+        return self
 
-@contextlib.contextmanager
-def producing(queue: str, count: int, headers: dict[str, Any] | None) -> Iterator[Produced]:
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def producing(queue: str, count: int,
+              headers: dict[str, Any] | None) -> contextlib.AbstractContextManager[Produced]:
     """A PRODUCER span around a send of ``count`` messages to ``queue``; its context is
     added to (a copy of) ``headers``."""
     tracer = _tracer()
     if tracer is None or count == 0 or (headers is not None and not isinstance(headers, dict)):
-        yield Produced(headers)  # (bad headers are the send's to refuse)
-        return
+        return Produced(headers)  # (bad headers are the send's to refuse)
+    return _producing(tracer, queue, count, headers)
+
+
+@contextlib.contextmanager
+def _producing(tracer: Any, queue: str, count: int,
+               headers: dict[str, Any] | None) -> Iterator[Produced]:
     from opentelemetry import propagate
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -87,14 +103,18 @@ def producing(queue: str, count: int, headers: dict[str, Any] | None) -> Iterato
             raise
 
 
-@contextlib.contextmanager
 def processing(queue: str, message_id: int, attempt: int, group_key: str | None,
-               headers: dict[str, Any] | None) -> Iterator[None]:
+               headers: dict[str, Any] | None) -> contextlib.AbstractContextManager[None]:
     """A CONSUMER span around one handler run, continuing the trace in ``headers``."""
     tracer = _tracer()
     if tracer is None:
-        yield
-        return
+        return _UNTRACED
+    return _processing(tracer, queue, message_id, attempt, group_key, headers)
+
+
+@contextlib.contextmanager
+def _processing(tracer: Any, queue: str, message_id: int, attempt: int,
+                group_key: str | None, headers: dict[str, Any] | None) -> Iterator[None]:
     from opentelemetry import propagate
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
