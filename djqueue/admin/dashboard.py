@@ -15,6 +15,8 @@ from djqueue.models import Dashboard, Queue
 from djqueue.monitoring import snapshot
 
 REFRESH_CHOICES = (0, 5, 30)
+#: Seconds between two refreshes of the charts, in place (no page reload).
+CHART_REFRESH = 5
 
 
 @admin.register(Dashboard)
@@ -43,6 +45,10 @@ class DashboardAdmin(admin.ModelAdmin):
 
     def dashboard_view(self, request: HttpRequest) -> TemplateResponse:
         permissions.require(request, permissions.VIEW_DASHBOARD)
+        queue = Queue.objects.filter(name=request.GET.get("queue") or "").first()
+        if request.GET.get("part") == "charts":  # the charts alone, for the page's script
+            return TemplateResponse(request, "admin/djqueue/dashboard_charts.html",
+                                    {"charts": snapshot.charts(queue)})
         try:
             refresh = int(request.GET.get("refresh", 0))
         except ValueError:
@@ -52,6 +58,8 @@ class DashboardAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": "Queue dashboard",
             "data": snapshot.load(),
+            "charts": snapshot.charts(queue),
+            "chart_refresh": CHART_REFRESH,
             "refresh": refresh if refresh in REFRESH_CHOICES else 0,
             "refresh_choices": REFRESH_CHOICES,
             "can": {name: user.has_perm(op.permission) for name, op in QUEUE_OPERATIONS.items()},

@@ -36,6 +36,13 @@ class QueueLimiter(models.Model):
     throttled_seconds = models.FloatField(default=0.0)
     #: Claims the limit cut short.
     held_back = models.BigIntegerField(default=0)
+    #: At least as many of the queue's messages as are claimed now (-1: unknown): the
+    #: last exact count, plus every claim since. A claim counts the claimed rows
+    #: again only when this bound leaves too little room, or at least once a second
+    #: (see djqueue.storage.claim_limits).
+    claimed_bound = models.BigIntegerField(default=-1)
+    #: When the claimed rows were last counted (epoch seconds, database clock).
+    counted_at = models.FloatField(default=0.0)
 
     #: The queue's fields that claims read here (group_concurrency is kept by the
     #: message states instead, see djqueue.storage.ordered_groups).

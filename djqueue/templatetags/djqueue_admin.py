@@ -10,23 +10,28 @@ register = template.Library()
 
 
 @register.simple_tag
-def bar_chart(values: list[int], label: str, unit: str, width: int = 480,
+def bar_chart(values: list[int | None], label: str, unit: str, width: int = 480,
               height: int = 90) -> SafeString:
-    """A bar per value, oldest first; each bar's tooltip says its value."""
+    """A bar per value, oldest first; each bar's tooltip says its value (None: no data).
+    ``data-total`` and ``data-bars`` (bars above zero) let a test read the chart."""
     count = max(len(values), 1)
-    top = max(values, default=0) or 1
+    top = max((v for v in values if v is not None), default=0) or 1
     step = width / count
-    def bar(i: int, value: int) -> tuple[str, ...]:
-        tall = value / top * (height - 2)
+
+    def bar(i: int, value: int | None) -> tuple[str, ...]:
+        tall = (value or 0) / top * (height - 2)
         return (f"{i * step:.1f}", f"{height - tall:.1f}", f"{max(step - 1, 1):.1f}", f"{tall:.1f}",
-                str(count - i), unit, str(value))
+                str(count - i), unit, "no data" if value is None else str(value))
 
     bars = format_html_join(
         "", '<rect x="{}" y="{}" width="{}" height="{}"><title>{} {} ago: {}</title></rect>',
         (bar(i, value) for i, value in enumerate(values)))
+    total = sum(v for v in values if v is not None)
+    shown = sum(1 for v in values if v)
     return format_html(
         '<svg class="djqueue-chart" role="img" aria-label="{}" viewBox="0 0 {} {}" width="{}" '
-        'height="{}" preserveAspectRatio="none">{}</svg>', label, width, height, width, height, bars)
+        'height="{}" preserveAspectRatio="none" data-total="{}" data-bars="{}">{}</svg>',
+        label, width, height, width, height, total, shown, bars)
 
 
 @register.filter

@@ -126,3 +126,46 @@ def test_operator_sees_a_limit_held_and_raises_it_from_the_queue_page(browser, l
         page.screenshot(path=ARTIFACTS / "limits-2-raised.png", full_page=True)
     finally:
         page.close()
+
+
+def test_the_charts_show_a_drain_and_refresh_in_place(browser, live_server):
+    from tests.monitoring.test_stats import roll_up_all
+
+    call_command("loaddata", "djqueue_admin_theme", verbosity=0)
+    User.objects.create_superuser("ops", password="s3cret-pw")
+    djqueue.create_queue("web.charts")
+    djqueue.create_queue("web.other")
+    djqueue.send_batch("web.charts", [{"n": i} for i in range(30)])
+    djqueue.send_batch("web.other", [{"n": i} for i in range(5)])
+    djqueue.ack_many(djqueue.receive("web.charts", max_messages=20))
+    djqueue.ack_many(djqueue.receive("web.other", max_messages=5))
+    roll_up_all()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{live_server.url}/admin/")
+        page.fill("#id_username", "ops")
+        page.fill("#id_password", "s3cret-pw")
+        page.click("input[type=submit]")
+        page.goto(f"{live_server.url}/admin/djqueue/dashboard/")
+        finished = "#djqueue-chart-finished-minute svg"
+        assert page.locator(finished).get_attribute("data-total") == "25"
+        for chart in ("finished-hour", "wait-minute", "run-minute", "run-hour"):
+            assert int(page.locator(f"#djqueue-chart-{chart} svg").get_attribute(
+                "data-bars")) >= 1, chart
+        assert not page.locator("#djqueue-charts-empty").count()
+        page.screenshot(path=ARTIFACTS / "charts-1-drained.png", full_page=True)
+
+        page.evaluate("window.djqueueTestMark = 'not reloaded'")
+        djqueue.ack_many(djqueue.receive("web.charts", max_messages=10))
+        roll_up_all()
+        page.wait_for_function(
+            f"document.querySelector('{finished}').dataset.total === '35'", timeout=20_000)
+        assert page.evaluate("window.djqueueTestMark") == "not reloaded"
+        page.select_option("#djqueue-chart-queue", "web.charts")
+        page.wait_for_selector('#djqueue-charts section[data-queue="web.charts"]')
+        assert page.locator(finished).get_attribute("data-total") == "30"
+        assert page.evaluate("window.djqueueTestMark") == "not reloaded"
+        page.screenshot(path=ARTIFACTS / "charts-2-one-queue-refreshed.png", full_page=True)
+    finally:
+        page.close()

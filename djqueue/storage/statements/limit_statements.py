@@ -20,7 +20,7 @@ from djqueue.storage.statements.vendor_sql import clock_sql
 _built: dict[tuple[str, str], str] = {}
 #: The limiter's columns a claim reads, in this order, then the database's clock.
 READ = ("tokens", "refilled_at", "held_back", "throttled_since", "throttled_seconds",
-        *QueueLimiter.COPIED)
+        "claimed_bound", "counted_at", *QueueLimiter.COPIED)
 
 
 @dataclass
@@ -33,6 +33,8 @@ class LimiterRow:
     held_back: int
     throttled_since: float | None
     throttled_seconds: float
+    claimed_bound: int
+    counted_at: float
     rate_limit: str
     rate_burst: int | None
     concurrency_limit: int | None
@@ -63,6 +65,22 @@ def count_claimed(db: str, queue_id: int) -> int:
         cursor.execute(_sql(conn, "count_claimed", _count_claimed_sql),
                        [queue_id, int(State.CLAIMED)])
         return int(cursor.fetchone()[0])
+
+
+def update_limiter(db: str, queue_id: int, values: dict[str, object]) -> None:
+    """Write ``values`` (QueueLimiter fields) into the queue's limiter row."""
+    conn = connections[db]
+    names = tuple(sorted(values))
+    with conn.cursor() as cursor:
+        cursor.execute(_sql(conn, "update_limiter:" + ",".join(names),
+                            lambda c: _update_limiter_sql(c, names)),
+                       [*(values[n] for n in names), queue_id])
+
+
+def _update_limiter_sql(conn: BaseDatabaseWrapper, names: tuple[str, ...]) -> str:
+    q = conn.ops.quote_name
+    sets = ", ".join(f"{q(QueueLimiter._meta.get_field(n).column)} = %s" for n in names)
+    return f"UPDATE {q(QueueLimiter._meta.db_table)} SET {sets} WHERE {q('queue_id')} = %s"
 
 
 def _sql(conn: BaseDatabaseWrapper, name: str,
