@@ -27,7 +27,7 @@ def env() -> dict[str, str]:
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
 
 __all__ = ["BENCH_DB", "api", "backlog", "django_task_cost", "inserts", "limited_worker",
-           "memory", "pickup", "raw", "tasks", "worker"]
+           "memory", "pickup", "raw", "tasks", "traced_worker", "worker"]
 
 
 def rate(count: int, seconds: float) -> float:
@@ -168,11 +168,13 @@ def drain_rate(since_id: int = 0) -> tuple[float, int]:
     return rate(count, (last - first).total_seconds()) if count else 0.0, count
 
 
-def run_workers(queue: str, processes: int, *options: str) -> float:
+def run_workers(queue: str, processes: int, *options: str,
+                extra_env: dict[str, str] | None = None) -> float:
     """Run burst workers to completion; returns their CPU seconds."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     workers = [subprocess.Popen([*WORKER, queue, "--burst", "-c", "1", "-b", "100", *options],
-                                cwd=ROOT, env=env()) for _ in range(processes)]
+                                cwd=ROOT, env={**env(), **(extra_env or {})})
+               for _ in range(processes)]
     for process in workers:
         if process.wait() != 0:
             raise RuntimeError(f"worker exited with {process.returncode}")
@@ -199,6 +201,17 @@ def limited_worker(n: int) -> dict[str, float]:
     fill(n, "bench.limited")
     run_workers("bench.limited", 1)
     return {"worker_limited_1": drain_rate()[0]}
+
+
+def traced_worker(n: int) -> dict[str, float]:
+    """``worker`` with OpenTelemetry on: the worker process has an SDK tracer provider
+    (a batch span processor, spans discarded), so each handler run records a
+    consumer span continuing the trace in the message's headers."""
+    clear()
+    fill(n)
+    cpu = run_workers("bench", 1, extra_env={"DJQUEUE_BENCH_TRACING": "1"})
+    found, count = drain_rate()
+    return {"worker_traced_1": found, "worker_traced_1_cpu_us": cpu / count * 1e6}
 
 
 def tasks(n: int) -> dict[str, float]:

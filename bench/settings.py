@@ -1,5 +1,7 @@
 """Benchmark settings: the demo project with a no-op handler on queue `bench`."""
 
+import os
+
 from project.settings import *  # noqa: F403
 from project.settings import DJQUEUE, TASKS
 
@@ -14,3 +16,18 @@ DEBUG = False
 TASKS = {alias: {**params, "OPTIONS": {**params.get("OPTIONS", {}),
                                        "TASK_MODULES": ["bench.tasks"]}}
          for alias, params in TASKS.items()}
+
+if os.environ.get("DJQUEUE_BENCH_TRACING"):
+    # The traced worker row: an SDK tracer provider whose spans are discarded, so the
+    # row costs what djqueue's spans and the SDK's batch processor cost, not an exporter.
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class _Discard(SpanExporter):
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(BatchSpanProcessor(_Discard()))
+    trace.set_tracer_provider(_provider)

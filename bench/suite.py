@@ -67,6 +67,7 @@ def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
     results.update(measures.worker(n, processes=1, key="worker_1"))
     results.update(measures.worker(n * 2, processes=2, key="worker_2"))
     results.update(measures.limited_worker(n))
+    results.update(measures.traced_worker(n))
     results.update(measures.tasks(n // 4 if args.quick else n))
     results.update(measures.django_task_cost())
     if not args.quick:
@@ -155,6 +156,8 @@ MEASURES = [
     ("memory_growth", "worker RSS growth over 1M messages", "≤ 10 %"),
     ("worker_backlog_1m_fresh", "worker with 1M ready, straight after their bulk insert", "—"),
     ("worker_1_cpu_us", "worker CPU per message, µs", "—"),
+    ("worker_traced_1", "worker with OpenTelemetry on (SDK, spans discarded), msgs/s", "—"),
+    ("worker_traced_1_cpu_us", "worker CPU per message with OpenTelemetry on, µs", "—"),
     ("tasks_worker_1_cpu_us", "django.tasks worker CPU per task, µs", "—"),
     ("tasks_django_us", "django.tasks' own cost per task (results, signals, log records), µs",
      "—"),

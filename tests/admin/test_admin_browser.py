@@ -39,100 +39,93 @@ def browser() -> Iterator[object]:
         chromium.close()
 
 
+@pytest.fixture
+def ops_page(browser, live_server) -> Iterator[object]:
+    """A page logged in to the admin as a superuser, with the admin theme loaded."""
+    call_command("loaddata", "djqueue_admin_theme", verbosity=0)
+    User.objects.create_superuser("ops", password="s3cret-pw")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{live_server.url}/admin/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "s3cret-pw")
+    page.click("input[type=submit]")
+    yield page
+    page.close()
+
+
 def count(page, queue: str, state: str) -> int:
     return int(page.locator(f'tr[data-queue="{queue}"] td[data-count="{state}"]').inner_text())
 
 
-def test_operator_pauses_a_queue_and_redrives_a_dead_letter(browser, live_server):
-    call_command("loaddata", "djqueue_admin_theme", verbosity=0)
-    User.objects.create_superuser("ops", password="s3cret-pw")
+def test_operator_pauses_a_queue_and_redrives_a_dead_letter(ops_page, live_server):
     dead = djqueue.create_queue("web.dead")
     djqueue.create_queue("web.jobs", max_attempts=1, dead_letter_queue=dead)
     djqueue.send_batch("web.jobs", [{"n": i} for i in range(4)])
     [failing] = djqueue.receive("web.jobs")
     failing.nack(error="RuntimeError: printer on fire")
     rollups.sample_depth()
-    ARTIFACTS.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
-        page.goto(f"{live_server.url}/admin/")
-        page.fill("#id_username", "ops")
-        page.fill("#id_password", "s3cret-pw")
-        page.click("input[type=submit]")
-        page.click("text=Dashboard")
-        page.wait_for_selector("#djqueue-dashboard")
-        page.screenshot(path=ARTIFACTS / "dashboard-1-start.png", full_page=True)
-        assert (count(page, "web.jobs", "ready"), count(page, "web.dead", "dead")) == (3, 1)
+    page = ops_page
+    page.click("text=Dashboard")
+    page.wait_for_selector("#djqueue-dashboard")
+    page.screenshot(path=ARTIFACTS / "dashboard-1-start.png", full_page=True)
+    assert (count(page, "web.jobs", "ready"), count(page, "web.dead", "dead")) == (3, 1)
 
-        page.click('tr[data-queue="web.jobs"] button[data-op="pause"]')
-        page.wait_for_selector('tr[data-queue="web.jobs"] [data-paused]')
-        assert Queue.objects.get(name="web.jobs").paused
-        assert "Paused web.jobs." in page.inner_text(".messagelist")
-        page.screenshot(path=ARTIFACTS / "dashboard-2-paused.png", full_page=True)
+    page.click('tr[data-queue="web.jobs"] button[data-op="pause"]')
+    page.wait_for_selector('tr[data-queue="web.jobs"] [data-paused]')
+    assert Queue.objects.get(name="web.jobs").paused
+    assert "Paused web.jobs." in page.inner_text(".messagelist")
+    page.screenshot(path=ARTIFACTS / "dashboard-2-paused.png", full_page=True)
 
-        page.click('tr[data-queue="web.dead"] a[data-op="redrive"]')
-        page.wait_for_selector("#djqueue-confirm")
-        page.screenshot(path=ARTIFACTS / "dashboard-3-confirm-redrive.png", full_page=True)
-        page.click("#djqueue-confirm-button")
-        page.wait_for_selector("#djqueue-dashboard")
-        assert (count(page, "web.jobs", "ready"), count(page, "web.dead", "dead")) == (4, 0)
-        assert Message.objects.get(pk=failing.pk).state == State.READY
-        page.screenshot(path=ARTIFACTS / "dashboard-4-redriven.png", full_page=True)
+    page.click('tr[data-queue="web.dead"] a[data-op="redrive"]')
+    page.wait_for_selector("#djqueue-confirm")
+    page.screenshot(path=ARTIFACTS / "dashboard-3-confirm-redrive.png", full_page=True)
+    page.click("#djqueue-confirm-button")
+    page.wait_for_selector("#djqueue-dashboard")
+    assert (count(page, "web.jobs", "ready"), count(page, "web.dead", "dead")) == (4, 0)
+    assert Message.objects.get(pk=failing.pk).state == State.READY
+    page.screenshot(path=ARTIFACTS / "dashboard-4-redriven.png", full_page=True)
 
-        page.click(f'a[href$="/admin/djqueue/message/?queue__id__exact={failing.queue_id}"]')
-        page.goto(f"{live_server.url}/admin/djqueue/message/{failing.pk}/change/")
-        assert "RuntimeError: printer on fire" in page.inner_text("#content")
-        page.screenshot(path=ARTIFACTS / "message-detail.png", full_page=True)
-    finally:
-        page.close()
+    page.click(f'a[href$="/admin/djqueue/message/?queue__id__exact={failing.queue_id}"]')
+    page.goto(f"{live_server.url}/admin/djqueue/message/{failing.pk}/change/")
+    assert "RuntimeError: printer on fire" in page.inner_text("#content")
+    page.screenshot(path=ARTIFACTS / "message-detail.png", full_page=True)
 
 
-def test_operator_sees_a_limit_held_and_raises_it_from_the_queue_page(browser, live_server):
-    call_command("loaddata", "djqueue_admin_theme", verbosity=0)
-    User.objects.create_superuser("ops", password="s3cret-pw")
+def test_operator_sees_a_limit_held_and_raises_it_from_the_queue_page(ops_page, live_server):
     djqueue.create_queue("web.sms", concurrency_limit=2, group_rate_limit="1/h")
     djqueue.send_batch("web.sms", [{"n": i} for i in range(3)], group_key="tenant-7")
     djqueue.send_batch("web.sms", [{"n": i} for i in range(6)])
     assert len(djqueue.receive("web.sms", max_messages=10)) == 2
     assert djqueue.receive("web.sms", max_messages=10) == []  # held back by the limit
     rollups.sample_depth()
-    ARTIFACTS.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
-        page.goto(f"{live_server.url}/admin/")
-        page.fill("#id_username", "ops")
-        page.fill("#id_password", "s3cret-pw")
-        page.click("input[type=submit]")
-        page.goto(f"{live_server.url}/admin/djqueue/dashboard/")
-        row = page.locator('tr[data-limited-queue="web.sms"]')
-        assert row.locator('[data-limit="in_flight"]').inner_text() == "2 / 2"
-        assert int(row.locator('[data-limit="held_back"]').inner_text()) >= 1
-        assert "tenant-7 (1)" in row.locator('[data-limit="busiest_keys"]').inner_text()
-        assert "tenant-7" in row.locator('[data-limit="throttled_keys"]').inner_text()
-        assert "1/h a key" in row.inner_text()
-        page.screenshot(path=ARTIFACTS / "limits-1-held.png", full_page=True)
+    page = ops_page
+    page.goto(f"{live_server.url}/admin/djqueue/dashboard/")
+    row = page.locator('tr[data-limited-queue="web.sms"]')
+    assert row.locator('[data-limit="in_flight"]').inner_text() == "2 / 2"
+    assert int(row.locator('[data-limit="held_back"]').inner_text()) >= 1
+    assert "tenant-7 (1)" in row.locator('[data-limit="busiest_keys"]').inner_text()
+    assert "tenant-7" in row.locator('[data-limit="throttled_keys"]').inner_text()
+    assert "1/h a key" in row.inner_text()
+    page.screenshot(path=ARTIFACTS / "limits-1-held.png", full_page=True)
 
-        page.click('tr[data-limited-queue="web.sms"] a')
-        page.fill("#id_concurrency_limit", "5")
-        page.click("input[name=_save]")
-        page.wait_for_selector(".messagelist")
-        assert djqueue.get_queue("web.sms", fresh=True).concurrency_limit == 5
-        got = djqueue.receive("web.sms", max_messages=10)  # tenant-7 waits for its rate
-        assert len(got) == 3 and not any(m.group_key for m in got)
-        rollups.sample_depth()
-        page.goto(f"{live_server.url}/admin/djqueue/dashboard/")
-        row = page.locator('tr[data-limited-queue="web.sms"]')
-        assert row.locator('[data-limit="in_flight"]').inner_text() == "5 / 5"
-        page.screenshot(path=ARTIFACTS / "limits-2-raised.png", full_page=True)
-    finally:
-        page.close()
+    page.click('tr[data-limited-queue="web.sms"] a')
+    page.fill("#id_concurrency_limit", "5")
+    page.click("input[name=_save]")
+    page.wait_for_selector(".messagelist")
+    assert djqueue.get_queue("web.sms", fresh=True).concurrency_limit == 5
+    got = djqueue.receive("web.sms", max_messages=10)  # tenant-7 waits for its rate
+    assert len(got) == 3 and not any(m.group_key for m in got)
+    rollups.sample_depth()
+    page.goto(f"{live_server.url}/admin/djqueue/dashboard/")
+    row = page.locator('tr[data-limited-queue="web.sms"]')
+    assert row.locator('[data-limit="in_flight"]').inner_text() == "5 / 5"
+    page.screenshot(path=ARTIFACTS / "limits-2-raised.png", full_page=True)
 
 
-def test_the_charts_show_a_drain_and_refresh_in_place(browser, live_server):
+def test_the_charts_show_a_drain_and_refresh_in_place(ops_page, live_server):
     from tests.monitoring.test_stats import roll_up_all
 
-    call_command("loaddata", "djqueue_admin_theme", verbosity=0)
-    User.objects.create_superuser("ops", password="s3cret-pw")
     djqueue.create_queue("web.charts")
     djqueue.create_queue("web.other")
     djqueue.send_batch("web.charts", [{"n": i} for i in range(30)])
@@ -140,32 +133,24 @@ def test_the_charts_show_a_drain_and_refresh_in_place(browser, live_server):
     djqueue.ack_many(djqueue.receive("web.charts", max_messages=20))
     djqueue.ack_many(djqueue.receive("web.other", max_messages=5))
     roll_up_all()
-    ARTIFACTS.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
-        page.goto(f"{live_server.url}/admin/")
-        page.fill("#id_username", "ops")
-        page.fill("#id_password", "s3cret-pw")
-        page.click("input[type=submit]")
-        page.goto(f"{live_server.url}/admin/djqueue/dashboard/")
-        finished = "#djqueue-chart-finished-minute svg"
-        assert page.locator(finished).get_attribute("data-total") == "25"
-        for chart in ("finished-hour", "wait-minute", "run-minute", "run-hour"):
-            assert int(page.locator(f"#djqueue-chart-{chart} svg").get_attribute(
-                "data-bars")) >= 1, chart
-        assert not page.locator("#djqueue-charts-empty").count()
-        page.screenshot(path=ARTIFACTS / "charts-1-drained.png", full_page=True)
+    page = ops_page
+    page.goto(f"{live_server.url}/admin/djqueue/dashboard/")
+    finished = "#djqueue-chart-finished-minute svg"
+    assert page.locator(finished).get_attribute("data-total") == "25"
+    for chart in ("finished-hour", "wait-minute", "run-minute", "run-hour"):
+        assert int(page.locator(f"#djqueue-chart-{chart} svg").get_attribute(
+            "data-bars")) >= 1, chart
+    assert not page.locator("#djqueue-charts-empty").count()
+    page.screenshot(path=ARTIFACTS / "charts-1-drained.png", full_page=True)
 
-        page.evaluate("window.djqueueTestMark = 'not reloaded'")
-        djqueue.ack_many(djqueue.receive("web.charts", max_messages=10))
-        roll_up_all()
-        page.wait_for_function(
-            f"document.querySelector('{finished}').dataset.total === '35'", timeout=20_000)
-        assert page.evaluate("window.djqueueTestMark") == "not reloaded"
-        page.select_option("#djqueue-chart-queue", "web.charts")
-        page.wait_for_selector('#djqueue-charts section[data-queue="web.charts"]')
-        assert page.locator(finished).get_attribute("data-total") == "30"
-        assert page.evaluate("window.djqueueTestMark") == "not reloaded"
-        page.screenshot(path=ARTIFACTS / "charts-2-one-queue-refreshed.png", full_page=True)
-    finally:
-        page.close()
+    page.evaluate("window.djqueueTestMark = 'not reloaded'")
+    djqueue.ack_many(djqueue.receive("web.charts", max_messages=10))
+    roll_up_all()
+    page.wait_for_function(
+        f"document.querySelector('{finished}').dataset.total === '35'", timeout=20_000)
+    assert page.evaluate("window.djqueueTestMark") == "not reloaded"
+    page.select_option("#djqueue-chart-queue", "web.charts")
+    page.wait_for_selector('#djqueue-charts section[data-queue="web.charts"]')
+    assert page.locator(finished).get_attribute("data-total") == "30"
+    assert page.evaluate("window.djqueueTestMark") == "not reloaded"
+    page.screenshot(path=ARTIFACTS / "charts-2-one-queue-refreshed.png", full_page=True)

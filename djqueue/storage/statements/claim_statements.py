@@ -37,7 +37,7 @@ def lock_ready(db: str, queue_id: int, limit: int, where: Q | None = None) -> li
     if where is not None:
         return _lock_ready_where(db, conn, queue_id, limit, where)
     with conn.cursor() as cursor:
-        cursor.execute(_sql(conn, "lock_ready", _lock_ready_sql),
+        cursor.execute(built_sql(conn, "lock_ready", _lock_ready_sql),
                        [queue_id, int(State.READY), limit])
         return load_messages(db, cursor.fetchall(), dialects.reads_datetimes_as_text(conn))
 
@@ -56,7 +56,7 @@ def lock_ready_after(db: str, queue_id: int, priority: int, after_id: int,
     rest of that priority level only (see djqueue.storage.claim_resume)."""
     conn = connections[db]
     with conn.cursor() as cursor:
-        cursor.execute(_sql(conn, "lock_ready_after", _lock_ready_after_sql),
+        cursor.execute(built_sql(conn, "lock_ready_after", _lock_ready_after_sql),
                        [queue_id, int(State.READY), priority, after_id, limit])
         return load_messages(db, cursor.fetchall(), dialects.reads_datetimes_as_text(conn))
 
@@ -67,7 +67,7 @@ def stamp_claimed(db: str, ids: Sequence[int], *, owner: str, token: str,
     conn = connections[db]
     adapt = conn.ops.adapt_datetimefield_value
     with conn.cursor() as cursor:
-        cursor.execute(_in_ids(_sql(conn, "stamp_claimed", _stamp_claimed_sql), ids),
+        cursor.execute(_in_ids(built_sql(conn, "stamp_claimed", _stamp_claimed_sql), ids),
                        [int(State.CLAIMED), owner, token, adapt(lease_end), adapt(now)])
 
 
@@ -78,7 +78,7 @@ def lock_leases(db: str, ids: Sequence[int]) -> list[tuple[int, int, str]]:
     the (state, visible_at) index and lock other receivers' rows."""
     conn = connections[db]
     with conn.cursor() as cursor:
-        cursor.execute(_in_ids(_sql(conn, "lock_leases", _lock_leases_sql), ids))
+        cursor.execute(_in_ids(built_sql(conn, "lock_leases", _lock_leases_sql), ids))
         return cursor.fetchall()
 
 
@@ -86,7 +86,7 @@ def delete(db: str, ids: Sequence[int]) -> int:
     """Delete the messages ``ids`` (no model refers to a message: nothing cascades)."""
     conn = connections[db]
     with conn.cursor() as cursor:
-        cursor.execute(_in_ids(_sql(conn, "delete", _delete_sql), ids))
+        cursor.execute(_in_ids(built_sql(conn, "delete", _delete_sql), ids))
         return cursor.rowcount
 
 
@@ -129,8 +129,10 @@ def _datetime_from_text(value: str | None, _col: object,
     return parsed.replace(tzinfo=conn.timezone) if settings.USE_TZ else parsed
 
 
-def _sql(conn: BaseDatabaseWrapper, name: str,
-         build: Callable[[BaseDatabaseWrapper], str]) -> str:
+def built_sql(conn: BaseDatabaseWrapper, name: str,
+              build: Callable[[BaseDatabaseWrapper], str]) -> str:
+    """The statement ``name`` for ``conn``'s vendor, built by ``build`` the first time
+    (the hot path's statements here and in limit_statements share the cache)."""
     key = (conn.vendor, name)
     if key not in _built:
         _built[key] = build(conn)

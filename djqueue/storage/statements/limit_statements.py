@@ -8,16 +8,15 @@ than running them (measured with a never-reached concurrency limit of 1,000:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import Message, QueueLimiter, State
+from djqueue.storage.statements.claim_statements import built_sql
 from djqueue.storage.statements.vendor_sql import clock_sql
 
-_built: dict[tuple[str, str], str] = {}
 #: The limiter's columns a claim reads, in this order, then the database's clock.
 READ = ("tokens", "refilled_at", "held_back", "throttled_since", "throttled_seconds",
         "claimed_bound", "counted_at", *QueueLimiter.COPIED)
@@ -50,7 +49,7 @@ def lock_limiter(db: str, queue_id: int, *, skip_locked: bool) -> LimiterRow | N
     conn = connections[db]
     name = "lock_limiter_skip" if skip_locked else "lock_limiter"
     with conn.cursor() as cursor:
-        cursor.execute(_sql(conn, name, lambda c: _lock_limiter_sql(c, skip_locked)), [queue_id])
+        cursor.execute(built_sql(conn, name, lambda c: _lock_limiter_sql(c, skip_locked)), [queue_id])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -62,7 +61,7 @@ def count_claimed(db: str, queue_id: int) -> int:
     """How many of the queue's messages are claimed now (index djqueue_msg_claim)."""
     conn = connections[db]
     with conn.cursor() as cursor:
-        cursor.execute(_sql(conn, "count_claimed", _count_claimed_sql),
+        cursor.execute(built_sql(conn, "count_claimed", _count_claimed_sql),
                        [queue_id, int(State.CLAIMED)])
         return int(cursor.fetchone()[0])
 
@@ -72,7 +71,7 @@ def update_limiter(db: str, queue_id: int, values: dict[str, object]) -> None:
     conn = connections[db]
     names = tuple(sorted(values))
     with conn.cursor() as cursor:
-        cursor.execute(_sql(conn, "update_limiter:" + ",".join(names),
+        cursor.execute(built_sql(conn, "update_limiter:" + ",".join(names),
                             lambda c: _update_limiter_sql(c, names)),
                        [*(values[n] for n in names), queue_id])
 
@@ -81,14 +80,6 @@ def _update_limiter_sql(conn: BaseDatabaseWrapper, names: tuple[str, ...]) -> st
     q = conn.ops.quote_name
     sets = ", ".join(f"{q(QueueLimiter._meta.get_field(n).column)} = %s" for n in names)
     return f"UPDATE {q(QueueLimiter._meta.db_table)} SET {sets} WHERE {q('queue_id')} = %s"
-
-
-def _sql(conn: BaseDatabaseWrapper, name: str,
-         build: Callable[[BaseDatabaseWrapper], str]) -> str:
-    key = (conn.vendor, name)
-    if key not in _built:
-        _built[key] = build(conn)
-    return _built[key]
 
 
 def _lock_limiter_sql(conn: BaseDatabaseWrapper, skip_locked: bool) -> str:
