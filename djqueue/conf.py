@@ -6,6 +6,7 @@ The parsed object is cached and rebuilt when tests change the setting.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cache
@@ -73,6 +74,17 @@ class Settings:
     #: OpenTelemetry spans for sends and handler runs, when an SDK is configured
     #: (djqueue.tracing); False: none, whatever is installed.
     TRACING: bool = True
+    #: Log records a handler emits while it runs are kept with its message from this
+    #: level up (a name or number; djqueue.worker.handler_logs); None keeps none.
+    #: Records must first pass their logger's level (for most loggers, the root's).
+    HANDLER_LOG_LEVEL: int | None = logging.INFO
+    #: At most this many records a delivery (a last one says how many more were dropped).
+    HANDLER_LOG_RECORDS: int = 100
+    #: A record longer than this many characters (traceback included) is cut.
+    HANDLER_LOG_CHARS: int = 4000
+    #: Seconds between two progress writes of one handler run; a report made sooner is
+    #: written with the next one, or when the handler returns.
+    PROGRESS_INTERVAL: float = 0.2
     #: Periodic django.tasks run by the reaper: name -> {"task", "cron", "args", "kwargs",
     #: "catch_up"}; see djqueue.maintenance.periodic.
     PERIODIC: dict[str, dict] = field(default_factory=dict)
@@ -116,6 +128,8 @@ class Settings:
         if token is not None and (not isinstance(token, str) or len(token) < 16):
             raise ConfigurationError("DJQUEUE['METRICS_TOKEN'] must be None or a string of at "
                                      "least 16 characters")
+        if "HANDLER_LOG_LEVEL" in overrides:
+            overrides["HANDLER_LOG_LEVEL"] = _log_level(overrides["HANDLER_LOG_LEVEL"])
         if "BACKOFF" in overrides:
             overrides["BACKOFF"] = tuple(overrides["BACKOFF"])
         return cls(**overrides)
@@ -136,12 +150,15 @@ _DURATIONS = {
     "WAKE_REFRESH": (durations.HOUR, True),
     "REAPER_INTERVAL": (durations.HOUR, True),
     "STATS_INTERVAL": (durations.DAY, True),
+    "PROGRESS_INTERVAL": (durations.HOUR, False),
 }
 #: Whole-number settings: (lowest, highest).
 _COUNTS = {
     "MAX_ATTEMPTS": (1, 1000),
     "PRUNE_BATCH": (1, 100_000),
     "MAX_PAYLOAD_BYTES": (1, 64 * 1024 * 1024),
+    "HANDLER_LOG_RECORDS": (1, 10_000),
+    "HANDLER_LOG_CHARS": (100, 1024 * 1024),
 }
 
 
@@ -162,6 +179,18 @@ def _check_seconds(overrides: dict[str, Any], name: str, wanted: str,
     number = value is None or (isinstance(value, int | float) and not isinstance(value, bool))
     if not (number and allowed(value)):
         raise ConfigurationError(f"DJQUEUE[{name!r}] must be {wanted}, got {value!r}")
+
+
+def _log_level(value: object) -> int | None:
+    """A logging level as its number (None stays None: no capture)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and isinstance(logging.getLevelName(value.upper()), int):
+        return logging.getLevelName(value.upper())
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100:
+        return value
+    raise ConfigurationError("DJQUEUE['HANDLER_LOG_LEVEL'] must be None, a logging level name "
+                             f"(such as 'INFO') or a number from 0 to 100, got {value!r}")
 
 
 @cache

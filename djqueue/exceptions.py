@@ -74,3 +74,7 @@ class InvalidCondition(DjqueueError, ValueError):
         self.source = source
         shown = f": {source!r}" if source else ""
         super().__init__(f"{message} at position {position}{shown}")
+
+
+class InvalidProgress(DjqueueError, ValueError):
+    """A progress report that is not a fraction from 0 to 1 with a short text note."""

@@ -123,4 +123,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {"djqueue": {"handlers": ["console"], "level": "INFO"}},
+    # INFO and up reach the root, where workers keep a handler's records with its message.
+    "root": {"level": "INFO"},
 }

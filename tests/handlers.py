@@ -1,8 +1,10 @@
 """Handlers the tests' worker processes run. Each leaves an Effect row per execution."""
 
+import logging
 import os
 import random
 import time
+from pathlib import Path
 
 from djqueue.models import Message
 from tests.models import Effect, Run
@@ -76,3 +78,26 @@ def timed_run(message: Message) -> None:
         time.sleep(payload.get("sleep", 0))
     Run.objects.create(key=payload["n"], group=message.group_key or "", started=started,
                        finished=time.time(), pid=os.getpid())
+
+
+def reporting(message: Message) -> None:
+    """Logs, reports 40 %, then waits until the file ``hold`` exists (the test creates it
+    once it has seen the progress); fails on the attempts listed in ``fail_on``."""
+    log = logging.getLogger("tests.reporting")
+    payload = message.payload
+    log.info("resizing image %s", payload["n"])
+    message.progress(0.4, "resized 40 of 100")
+    hold = Path(payload["hold"])
+    deadline = time.monotonic() + 60
+    while not hold.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    log.warning("the thumbnail of %s is blurry", payload["n"])
+    if message.attempts in payload.get("fail_on", ()):
+        try:
+            raise OSError(f"disk full on attempt {message.attempts}")
+        except OSError:
+            log.exception("could not save image %s", payload["n"])
+            raise
+    logging.getLogger("tests.quiet").debug("below the kept level")
+    message.progress(1.0, "done")
+    log.info("saved image %s", payload["n"])

@@ -45,6 +45,7 @@ DJQUEUE = {
         "t.slow": "tests.handlers.slow_record",
         "t.exactly": "tests.handlers.exactly_once_record",
         "t.flaky": "tests.handlers.fail_then_succeed",
+        "t.report": "tests.handlers.reporting",
         "news:all": "tests.handlers.record",
         # the limit tests (tests/limits)
         "l.rate": "tests.handlers.timed_run",
@@ -88,6 +89,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"djqueue": {"handlers": ["console"], "level": "WARNING"}},
+    # INFO and up reach the root, where workers keep a handler's records (HANDLER_LOG_LEVEL).
+    "root": {"level": "INFO"},
 }
 
 if os.environ.get("DJQUEUE_TEST_PERIODIC"):

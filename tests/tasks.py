@@ -1,6 +1,9 @@
 """Tasks written against the public django.tasks API only."""
 
+import logging
 import time
+
+import djqueue
 
 try:
     from django.tasks import TaskContext, task
@@ -87,3 +90,12 @@ def cooperative(context: TaskContext, n: int) -> str:
 @task(backend="limited", queue_name="t.limited")
 def notify(text: str, tenant: str | None = None) -> str:
     return f"{tenant}: {text}"
+
+
+@task
+def import_rows(count: int) -> int:
+    """Reports its progress every row (the worker writes at most one a PROGRESS_INTERVAL)."""
+    for row in range(1, count + 1):
+        djqueue.report_progress(row / count, f"imported {row} of {count}")
+    logging.getLogger("tests.import").info("imported %d rows", count)
+    return count

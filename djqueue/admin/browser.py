@@ -1,5 +1,6 @@
 """The message browser: filters (queue, state, group key, age, an expression), a detail
-page with payload, headers, errors and trace, and permissioned actions."""
+page with payload, headers, progress, errors, log records and trace, and permissioned
+actions."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
+from djqueue.admin import report_views
 from djqueue.admin.confirm import VisibilityForm, ask, confirmed
 from djqueue.admin.permissions import OperationPermissions
 from djqueue.admin.records import ReadOnlyAdmin
@@ -24,7 +26,6 @@ from djqueue.api import queue_operations
 from djqueue.api.condition_parser import checked_condition
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import Message, State
-from djqueue.storage import trace
 from djqueue.storage.queue_lookup import get_queue_by_id
 
 
@@ -127,12 +128,15 @@ class MessageAdmin(OperationPermissions, ReadOnlyAdmin):
         (None, {"fields": ["id", "queue", "state", "priority", "group_key", "attempts",
                            "sent_at", "visible_at", "claimed_at", "owner", "origin_queue"]}),
         ("Payload", {"fields": ["payload_view", "headers_view"]}),
+        ("Progress", {"fields": ["progress_view"]}),
         ("Errors", {"fields": ["errors_view"]}),
+        ("Logs", {"fields": ["logs_view"]}),
         ("Trace", {"fields": ["trace_view"]}),
     ]
     readonly_fields = ["id", "queue", "state", "priority", "group_key", "attempts", "sent_at",
                        "visible_at", "claimed_at", "owner", "origin_queue", "payload_view",
-                       "headers_view", "errors_view", "trace_view"]
+                       "headers_view", "progress_view", "errors_view", "logs_view",
+                       "trace_view"]
 
     @admin.display(description="last error")
     def short_error(self, message: Message) -> str:
@@ -159,17 +163,17 @@ class MessageAdmin(OperationPermissions, ReadOnlyAdmin):
         return format_html("<table class='djqueue-errors'><tr><th>attempt</th><th>at</th>"
                            "<th>worker</th><th>error</th></tr>{}</table>", rows)
 
+    @admin.display(description="progress")
+    def progress_view(self, message: Message) -> str:
+        return report_views.progress_html(message.pk)
+
+    @admin.display(description="log records of its handler runs")
+    def logs_view(self, message: Message) -> str:
+        return report_views.logs_html(message.pk)
+
     @admin.display(description="trace")
     def trace_view(self, message: Message) -> str:
-        events = trace.message_trace(message.pk)
-        if not events:
-            return "- (the queue keeps no trace)"
-        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                                ((e.at.isoformat(sep=" ", timespec="milliseconds"), e.event, e.attempt,
-                                  e.worker, e.detail)
-                                 for e in events))
-        return format_html("<table class='djqueue-trace'><tr><th>at</th><th>event</th>"
-                           "<th>attempt</th><th>worker</th><th>detail</th></tr>{}</table>", rows)
+        return report_views.trace_html(message.pk)
 
     # Deleting goes through the API, so history records it and ordered groups move on.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
+from djqueue.admin import report_views
 from djqueue.models import (
     History,
     PeriodicTick,
@@ -29,6 +30,26 @@ class HistoryAdmin(ReadOnlyAdmin):
     list_display = ["id", "queue", "outcome", "attempts", "worker", "sent_at", "finished_at"]
     list_filter = ["outcome"]
     show_full_result_count = False
+    fieldsets = [
+        (None, {"fields": ["id", "queue", "outcome", "priority", "group_key", "attempts",
+                           "size", "worker", "sent_at", "claimed_at", "finished_at"]}),
+        ("Progress", {"fields": ["progress_view"]}),
+        ("Logs", {"fields": ["logs_view"]}),
+        ("Trace", {"fields": ["trace_view"]}),
+    ]
+    readonly_fields = ["progress_view", "logs_view", "trace_view"]
+
+    @admin.display(description="progress")
+    def progress_view(self, finished: History) -> str:
+        return report_views.progress_html(finished.pk)
+
+    @admin.display(description="log records of its handler runs")
+    def logs_view(self, finished: History) -> str:
+        return report_views.logs_html(finished.pk)
+
+    @admin.display(description="trace")
+    def trace_view(self, finished: History) -> str:
+        return report_views.trace_html(finished.pk)
 
 
 @admin.register(Worker)
@@ -43,6 +64,15 @@ class TaskRecordAdmin(ReadOnlyAdmin):
     list_filter = ["status", "queue_name"]
     search_fields = ["id", "task_path"]
     show_full_result_count = False
+    readonly_fields = ["progress_view", "logs_view"]
+
+    @admin.display(description="progress")
+    def progress_view(self, record: TaskRecord) -> str:
+        return report_views.progress_html(record.message_id) if record.message_id else "-"
+
+    @admin.display(description="log records of its runs")
+    def logs_view(self, record: TaskRecord) -> str:
+        return report_views.logs_html(record.message_id) if record.message_id else "-"
 
 
 @admin.register(PeriodicTick)

@@ -19,6 +19,8 @@ from djqueue.models import (
     History,
     Message,
     MessageGroup,
+    MessageLog,
+    MessageProgress,
     PeriodicTick,
     Queue,
     TaskRecord,
@@ -31,8 +33,9 @@ logger = logging.getLogger("djqueue.reaper")
 
 
 def prune_history(now: datetime | None = None) -> int:
-    """Delete what is past retention, in batches by primary key: history (per queue's
-    retention), finished task results and periodic ticks (RESULT_RETENTION)."""
+    """Delete what is past retention, in batches by primary key: history, trace, handler
+    log records and progress (per queue's retention), finished task results and periodic
+    ticks (RESULT_RETENTION)."""
     db = dialects.alias()
     now = now or timezone.now()
     removed = 0
@@ -59,6 +62,10 @@ def _prune_queue(db: str, queue: Queue, now: datetime) -> int:
         queue_id=queue.pk, finished_at__lt=cutoff))
     removed += _delete_in_batches(TraceEvent.objects.using(db).filter(
         queue_id=queue.pk, at__lt=cutoff))
+    removed += _delete_in_batches(MessageLog.objects.using(db).filter(
+        queue_id=queue.pk, logged_at__lt=cutoff))
+    removed += _delete_in_batches(MessageProgress.objects.using(db).filter(
+        queue_id=queue.pk, updated_at__lt=cutoff))
     return removed + _delete_in_batches(MessageGroup.objects.using(db).filter(
         queue_id=queue.pk, touched_at__lt=cutoff).exclude(
         Exists(Message.objects.filter(queue_id=OuterRef("queue_id"), group_key=OuterRef("key")))))

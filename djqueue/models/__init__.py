@@ -2,6 +2,7 @@ from djqueue.models.alarm import Alarm, AlarmPolicy, Metric
 from djqueue.models.dedup import DedupKey
 from djqueue.models.export import ExportRun
 from djqueue.models.group import MessageGroup
+from djqueue.models.handler_report import MessageLog, MessageProgress
 from djqueue.models.history import History, Outcome
 from djqueue.models.limiter import QueueLimiter
 from djqueue.models.message import (
@@ -35,6 +36,8 @@ __all__ = [
     "History",
     "Message",
     "MessageGroup",
+    "MessageLog",
+    "MessageProgress",
     "MessageQuerySet",
     "Metric",
     "Outcome",

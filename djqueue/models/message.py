@@ -163,6 +163,12 @@ class Message(models.Model):
         """Keep the lease for ``seconds`` more from now (SQS ChangeMessageVisibility)."""
         self.transitions.extend(self, seconds)
 
+    def progress(self, fraction: float, note: str = "") -> None:
+        """Report how far the handler has come (0 to 1, with a short note), for the
+        admin and ``djqueue.get_progress()`` to show while it runs. Raises NotOwner if
+        the lease was lost, InvalidProgress for anything but a fraction and a text."""
+        self.transitions.progress(self, fraction, note)
+
 
 class MessageTransitions(Protocol):
     """The state changes a received message offers (see djqueue.storage.transitions)."""
@@ -172,3 +178,5 @@ class MessageTransitions(Protocol):
     def nack(self, message: Message, delay: float | None, error: str | None) -> None: ...
 
     def extend(self, message: Message, seconds: float) -> None: ...
+
+    def progress(self, message: Message, fraction: float, note: str) -> None: ...

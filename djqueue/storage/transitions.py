@@ -17,7 +17,7 @@ from django.utils import timezone
 from djqueue import durations, signals
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Event, History, Message, Outcome, Queue, State
-from djqueue.storage import dialects, fastpath, ordered_groups, trace
+from djqueue.storage import dialects, fastpath, handler_reports, ordered_groups, trace
 from djqueue.storage.claim_engines import SERIAL, engine_for
 from djqueue.storage.claim_resume import ready_again, row_ready_again
 from djqueue.storage.history_copy import archive, archive_leased
@@ -269,6 +269,9 @@ class _MessageTransitions:
 
     def extend(self, message: Message, seconds: float) -> None:
         extend(message, seconds)
+
+    def progress(self, message: Message, fraction: float, note: str) -> None:
+        handler_reports.progress(message, fraction, note)
 
 
 Message.transitions = _MessageTransitions()

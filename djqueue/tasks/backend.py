@@ -30,11 +30,19 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from djqueue.api.message_reports import get_logs, get_progress
 from djqueue.api.queue_operations import delete
 from djqueue.api.queues import LIMIT_FIELDS, set_limits
 from djqueue.api.sending import encode_payload, send
 from djqueue.exceptions import InvalidMessage, QueueNotFound, TaskCancelled
-from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
+from djqueue.models import (
+    FINISHED_STATUSES,
+    Message,
+    MessageLog,
+    MessageProgress,
+    TaskRecord,
+    TaskStatus,
+)
 from djqueue.storage import dialects
 from djqueue.storage.queue_lookup import create_queue, get_queue
 from djqueue.storage.statements import message_inserts
@@ -247,7 +255,7 @@ def cancel(result_id: str) -> bool:
 def _pending_message(db: str, message_id: str | int | None,
                      lock: bool = False) -> Message | None:
     """A task's message, if it is still pending."""
-    if message_id is None or not str(message_id).isdigit():
+    if message_id is None or not _is_message_id(str(message_id)):
         return None
     query = Message.objects.using(db).filter(pk=int(message_id))
     message = (query.select_for_update() if lock else query).first()
@@ -257,10 +265,40 @@ def _pending_message(db: str, message_id: str | int | None,
     return message
 
 
+def _is_message_id(text: str) -> bool:
+    """Whether ``text`` can be a message id (ASCII digits: ``"²".isdigit()`` is true too)."""
+    return text.isascii() and text.isdigit() and len(text) < 19
+
+
 def cancel_requested(context: Any) -> bool:
     """Whether cancellation of the running task was requested (pass the TaskContext)."""
     return TaskRecord.objects.using(dialects.alias()).filter(
         pk=context.task_result.id, cancel_requested=True).exists()
+
+
+def task_progress(result_id: str) -> MessageProgress | None:
+    """The progress a task reported (``djqueue.report_progress()`` inside it), by its
+    result id; None if it reported none (or the id is unknown)."""
+    message_id = _task_message_id(result_id)
+    return None if message_id is None else get_progress(message_id)
+
+
+def task_logs(result_id: str) -> list[MessageLog]:
+    """The log records kept from a task's runs, by its result id, oldest first."""
+    message_id = _task_message_id(result_id)
+    return [] if message_id is None else get_logs(message_id)
+
+
+def _task_message_id(result_id: str) -> int | None:
+    """A task run's message id: its record's, or the result id itself before the record
+    exists (a first run's record is written when it ends)."""
+    if not isinstance(result_id, str):
+        raise TypeError(f"a task result id is text, got {type(result_id).__name__}")
+    stored = TaskRecord.objects.using(dialects.alias()).filter(pk=result_id[:36]).values_list(
+        "message_id", flat=True).first()
+    if stored is not None:
+        return stored
+    return int(result_id) if _is_message_id(result_id) else None
 
 
 def task_queue_names() -> set[str]:

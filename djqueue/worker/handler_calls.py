@@ -21,7 +21,7 @@ from django.db import DatabaseError, close_old_connections, connections
 from djqueue import tracing
 from djqueue.exceptions import NotOwner, UnprocessableMessage
 from djqueue.models import Message
-from djqueue.storage import dialects, ordered_groups
+from djqueue.storage import dialects, handler_reports, ordered_groups
 from djqueue.storage.transitions import run_and_ack
 from djqueue.worker import registry
 from djqueue.worker.ack_batches import Done
@@ -73,12 +73,13 @@ class HandlerCalls:
                                "group %r was acked", message.pk, message.group_key,
                                extra={"worker": self.worker_id, "message_id": message.pk})
                 return Done(message, lost=True)
-            if exactly_once:
-                run_and_ack(message, call)
-                return Done(message, acked=True)
-            started = time.monotonic()
-            call()
-            self._prefetch.handled(time.monotonic() - started)
+            with handler_reports.reporting(message):
+                if exactly_once:
+                    run_and_ack(message, call)
+                    return Done(message, acked=True)
+                started = time.monotonic()
+                call()
+                self._prefetch.handled(time.monotonic() - started)
             return Done(message)
         except NotOwner:
             return Done(message, lost=True)

@@ -33,7 +33,7 @@ from djqueue.storage.claims import PromotionClock, claim_ready
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.storage.transitions import release
 from djqueue.types import AckHook
-from djqueue.worker import registry
+from djqueue.worker import handler_logs, registry
 from djqueue.worker.ack_batches import AckBatches, Done, WorkerStats
 from djqueue.worker.handler_calls import HandlerCalls, reset_connection
 from djqueue.worker.handler_threads import HandlerThreads
@@ -91,6 +91,7 @@ class Worker(ProcessBase):
 
     def register(self) -> None:
         self.registration.register()
+        handler_logs.install()
         logger.info("Worker %s started on %s", self.id, ", ".join(self.options.queues),
                     extra={"worker": self.id})
         if self.wake_socket is not None:

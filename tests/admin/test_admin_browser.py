@@ -154,3 +154,33 @@ def test_the_charts_show_a_drain_and_refresh_in_place(ops_page, live_server):
     assert page.locator(finished).get_attribute("data-total") == "30"
     assert page.evaluate("window.djqueueTestMark") == "not reloaded"
     page.screenshot(path=ARTIFACTS / "charts-2-one-queue-refreshed.png", full_page=True)
+
+
+def test_a_running_handlers_progress_and_then_its_log_records(ops_page, live_server, spawn,
+                                                               tmp_path):
+    from djqueue.models import History
+    from tests.conftest import wait_until
+
+    djqueue.create_queue("t.report", max_attempts=3, backoff=[0.1])
+    hold = tmp_path / "hold"
+    sent = djqueue.send("t.report", {"n": 42, "hold": str(hold), "fail_on": [1]})
+    spawn("djqueue_worker", "t.report")
+    wait_until(lambda: djqueue.get_progress(sent.pk), 30, "the handler's first report")
+    page = ops_page
+    page.goto(f"{live_server.url}/admin/djqueue/message/{sent.pk}/change/")
+    bar = page.locator(".djqueue-progress")
+    assert bar.get_attribute("data-percent") == "40"
+    assert "resized 40 of 100" in bar.inner_text()
+    assert "claimed" in page.inner_text("#content")  # still running
+    page.screenshot(path=ARTIFACTS / "progress-1-running.png", full_page=True)
+
+    hold.touch()
+    wait_until(lambda: History.objects.filter(pk=sent.pk).exists(), 30, "the retry to finish")
+    page.goto(f"{live_server.url}/admin/djqueue/history/{sent.pk}/change/")
+    rows = page.locator("table.djqueue-logs tr[data-log-level]")
+    assert rows.count() == 6
+    assert [rows.nth(i).get_attribute("data-log-level") for i in range(6)] == [
+        "INFO", "WARNING", "ERROR", "INFO", "WARNING", "INFO"]
+    assert "OSError: disk full on attempt 1" in rows.nth(2).inner_text()
+    assert page.locator(".djqueue-progress").get_attribute("data-percent") == "100"
+    page.screenshot(path=ARTIFACTS / "progress-2-logs-after.png", full_page=True)

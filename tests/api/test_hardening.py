@@ -141,6 +141,19 @@ def test_duration_settings_are_checked(setting):
         quickly(get_settings, ConfigurationError)
 
 
+@pytest.mark.parametrize("setting, value", [
+    ("HANDLER_LOG_LEVEL", "CHATTY"), ("HANDLER_LOG_LEVEL", True), ("HANDLER_LOG_LEVEL", -1),
+    ("HANDLER_LOG_LEVEL", 2.5), ("HANDLER_LOG_RECORDS", 0), ("HANDLER_LOG_RECORDS", 10**9),
+    ("HANDLER_LOG_CHARS", 5), ("PROGRESS_INTERVAL", math.nan), ("PROGRESS_INTERVAL", -1),
+])
+def test_handler_report_settings_are_checked(setting, value):
+    with override_settings(DJQUEUE={setting: value}):
+        error = quickly(get_settings, ConfigurationError)
+    assert setting in str(error)
+    with override_settings(DJQUEUE={"HANDLER_LOG_LEVEL": "warning"}):
+        assert get_settings().HANDLER_LOG_LEVEL == 30
+
+
 @pytest.mark.parametrize("argv", [
     ["djqueue_reaper", "--once", "--interval", "nan"],
     ["djqueue_reaper", "--once", "--interval", "inf"],

@@ -1,0 +1,46 @@
+"""The parts of a message's admin page that read rows kept by message id: what its
+handler reported (progress, log records) and its trace. The pending message's page
+and the finished one's (history) both show them."""
+
+from __future__ import annotations
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from djqueue.api.message_reports import get_logs, get_progress
+from djqueue.storage import trace
+
+
+def progress_html(message_id: int) -> SafeString:
+    progress = get_progress(message_id)
+    if progress is None:
+        return format_html("{}", "- (its handler reported none)")
+    return format_html(
+        "<div class='djqueue-progress' data-percent='{}'><progress max='100' value='{}'>"
+        "</progress> <b>{}%</b> {} <small>(attempt {}, {})</small></div>",
+        progress.percent, progress.percent, progress.percent, progress.note, progress.attempt,
+        progress.updated_at.isoformat(sep=" ", timespec="milliseconds"))
+
+
+def logs_html(message_id: int) -> SafeString:
+    records = get_logs(message_id)
+    if not records:
+        return format_html("{}", "- (none kept)")
+    rows = format_html_join(
+        "", "<tr data-log-level='{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td><pre>{}</pre></td></tr>",
+        ((r.level_name, r.logged_at.isoformat(sep=" ", timespec="milliseconds"), r.attempt,
+          r.level_name, r.logger, r.text) for r in records))
+    return format_html("<table class='djqueue-logs'><tr><th>at</th><th>attempt</th><th>level</th>"
+                       "<th>logger</th><th>message</th></tr>{}</table>", rows)
+
+
+def trace_html(message_id: int) -> SafeString:
+    events = trace.message_trace(message_id)
+    if not events:
+        return format_html("{}", "- (the queue keeps no trace)")
+    rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                            ((e.at.isoformat(sep=" ", timespec="milliseconds"), e.event,
+                              e.attempt, e.worker, e.detail) for e in events))
+    return format_html("<table class='djqueue-trace'><tr><th>at</th><th>event</th>"
+                       "<th>attempt</th><th>worker</th><th>detail</th></tr>{}</table>", rows)

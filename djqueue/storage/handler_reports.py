@@ -1,0 +1,179 @@
+"""What a handler reports while it runs: progress, and the log records it emits.
+
+Progress (``message.progress(0.4, "resized 40 of 100")``) is written at once, in
+its own short transaction that locks the message's row for a moment to check
+that this receiver still holds its lease: a report from a delivery whose lease
+was lost raises NotOwner, like an ack would, and never overwrites the report of
+the delivery that took over. Inside a worker, one handler run writes at most
+one report per ``PROGRESS_INTERVAL``; a report made sooner waits for the next
+write, or for the handler's return, so a tight loop of reports costs the
+database a few statements a second, not one a call.
+
+Log records are collected in memory while the handler runs (the worker's
+capture, djqueue.worker.handler_logs, calls :meth:`DeliveryReport.add`) and
+written in one INSERT when it returns, before the message is acked or failed,
+so they are there by the time anyone sees the message finished. The delivery
+being run is a context variable: it follows the handler into ``asyncio.run``
+but not into threads the handler starts itself.
+
+An exactly-once handler runs inside its ack's transaction; its progress
+commits with it, so nobody sees it before the handler has returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from contextvars import ContextVar
+from datetime import UTC, datetime
+
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+
+from djqueue.conf import get_settings
+from djqueue.exceptions import InvalidProgress, NotOwner
+from djqueue.models import Message, MessageLog, MessageProgress, State
+from djqueue.storage import dialects
+
+logger = logging.getLogger("djqueue.worker")
+MAX_NOTE_CHARS = 200
+MAX_LOGGER_CHARS = 100
+
+
+class DeliveryReport:
+    """One handler run's reports, kept until :func:`reporting` writes them."""
+
+    def __init__(self, message: Message, max_records: int, max_chars: int) -> None:
+        self.message = message
+        self.records: list[MessageLog] = []
+        self.dropped = 0
+        self.max_records = max_records
+        self.max_chars = max_chars
+        #: The newest progress not yet written, and when the last write was (monotonic).
+        self.pending: tuple[float, str] | None = None
+        self.written_at = -math.inf
+
+    def add(self, level: int, logger_name: str, text: str, created: float) -> None:
+        """Keep a log record (the first ``max_records - 1``, then a count of the rest)."""
+        if len(self.records) >= self.max_records - 1:
+            self.dropped += 1
+            return
+        if len(text) > self.max_chars:
+            text = f"{text[:self.max_chars]}… ({len(text) - self.max_chars} more characters cut)"
+        self.records.append(self._record(level, logger_name, text, created))
+
+    def _record(self, level: int, logger_name: str, text: str, created: float) -> MessageLog:
+        # PostgreSQL stores no NUL character in text; one in a record must not lose the rest.
+        text, logger_name = (value.replace("\x00", "\\x00") for value in (text, logger_name))
+        return MessageLog(
+            message_id=self.message.pk, queue_id=self.message.queue_id,
+            attempt=self.message.attempts, level=level, logger=logger_name[:MAX_LOGGER_CHARS],
+            text=text, logged_at=datetime.fromtimestamp(created, tz=UTC))
+
+    def save(self) -> None:
+        """Write the records kept and the last progress not yet written."""
+        if self.dropped:
+            self.records.append(self._record(
+                logging.WARNING, "djqueue.worker", f"{self.dropped} more log record(s) dropped: a delivery "
+                f"keeps at most {self.max_records} (DJQUEUE['HANDLER_LOG_RECORDS'])", time.time()))
+        try:
+            if self.records:
+                MessageLog.objects.using(dialects.alias()).bulk_create(self.records)
+            if self.pending is not None:
+                _write_progress(self.message, *self.pending)
+        except NotOwner:
+            pass  # the lease was lost: the delivery that took over reports its own
+        except DatabaseError:  # the handler's outcome still counts; only its reports are lost
+            logger.exception("Could not keep the log records or progress of message %s",
+                             self.message.pk, extra={"message_id": self.message.pk})
+
+
+_current: ContextVar[DeliveryReport | None] = ContextVar("djqueue_delivery", default=None)
+
+
+class reporting:  # used like a function: ``with reporting(message):``
+    """Collect the reports of one handler run of ``message``; write them when it ends.
+
+    A class rather than a generator context manager: it is entered once a message on
+    the worker's hot path, where the generator's machinery costs more than the rest.
+    """
+
+    __slots__ = ("report", "token")
+
+    def __init__(self, message: Message) -> None:
+        settings = get_settings()
+        self.report = DeliveryReport(message, settings.HANDLER_LOG_RECORDS,
+                                     settings.HANDLER_LOG_CHARS)
+
+    def __enter__(self) -> DeliveryReport:
+        self.token = _current.set(self.report)
+        return self.report
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current.reset(self.token)  # first: what saving logs is not the handler's
+        self.report.save()
+
+
+def current() -> DeliveryReport | None:
+    """The handler run this thread (or task) is in, if any."""
+    return _current.get()
+
+
+def report_progress(fraction: float, note: str = "") -> None:
+    """Report the progress of the message whose handler (or task) is running here."""
+    report = _current.get()
+    if report is None:
+        raise InvalidProgress("report_progress() reports for the handler a worker is running; "
+                              "outside one, call progress() on the received message")
+    progress(report.message, fraction, note)
+
+
+def progress(message: Message, fraction: float, note: str = "") -> None:
+    """``message.progress()``: write it now, or with the next write inside a worker."""
+    fraction, note = checked(fraction, note)
+    report = _current.get()
+    if report is not None and report.message.pk == message.pk:
+        now = time.monotonic()
+        if now - report.written_at < get_settings().PROGRESS_INTERVAL and fraction < 1:
+            report.pending = (fraction, note)
+            return
+        report.written_at, report.pending = now, None
+    _write_progress(message, fraction, note)
+
+
+def checked(fraction: object, note: object) -> tuple[float, str]:
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not (
+            0 <= fraction <= 1):
+        raise InvalidProgress(f"progress must be a number from 0 to 1, got {fraction!r}")
+    if not isinstance(note, str) or "\x00" in note:
+        raise InvalidProgress("a progress note must be text without NUL characters, got "
+                              f"{type(note).__name__}")
+    if len(note) > MAX_NOTE_CHARS:
+        raise InvalidProgress(f"a progress note is at most {MAX_NOTE_CHARS} characters, "
+                              f"got {len(note)}")
+    return float(fraction), note
+
+
+def _write_progress(message: Message, fraction: float, note: str) -> None:
+    db = dialects.alias()
+    with transaction.atomic(using=db):
+        held = (Message.objects.using(db).select_for_update()
+                .filter(pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token)
+                .values_list("attempts", flat=True).first())
+        if held is None:
+            raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
+        values = {"queue_id": message.queue_id, "attempt": held, "fraction": fraction,
+                  "note": note, "updated_at": timezone.now()}
+        if not MessageProgress.objects.using(db).filter(message_id=message.pk).update(**values):
+            MessageProgress.objects.using(db).create(message_id=message.pk, **values)
+
+
+def progress_of(message_id: int) -> MessageProgress | None:
+    return MessageProgress.objects.using(dialects.alias()).filter(message_id=message_id).first()
+
+
+def logs_of(message_id: int) -> list[MessageLog]:
+    """A message's kept log records, oldest first (every delivery's)."""
+    return list(MessageLog.objects.using(dialects.alias()).filter(message_id=message_id)
+                .order_by("id"))
