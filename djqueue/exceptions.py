@@ -78,3 +78,11 @@ class InvalidCondition(DjqueueError, ValueError):
 
 class InvalidProgress(DjqueueError, ValueError):
     """A progress report that is not a fraction from 0 to 1 with a short text note."""
+
+
+class InvalidWorkflow(DjqueueError, ValueError):
+    """A workflow that cannot run as composed: not a task, a step used twice, a cycle."""
+
+
+class WorkflowBusy(DjqueueError):
+    """The workflow is not in a state that allows this (retry while steps still run)."""

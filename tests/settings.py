@@ -31,6 +31,14 @@ TASKS = {
                                       "t.limited": {"concurrency_limit": 2,
                                                     "group_rate_limit": "1/h"}}},
     },
+    # the workflow tests (tests/task_backend/test_workflows.py): members on t.wf, callbacks
+    # on t.wf-final, whose runs commit with their ack (exactly-once)
+    "workflows": {
+        "BACKEND": "djqueue.backend.QueueBackend",
+        "QUEUES": ["t.wf", "t.wf-final"],
+        "OPTIONS": {"QUEUE_OPTIONS": {"backoff": [0.1], "max_attempts": 1000,
+                                      "t.wf-final": {"exactly_once": True}}},
+    },
 }
 
 if os.environ.get("DJQUEUE_TEST_DB_NAME"):

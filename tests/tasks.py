@@ -99,3 +99,56 @@ def import_rows(count: int) -> int:
         djqueue.report_progress(row / count, f"imported {row} of {count}")
     logging.getLogger("tests.import").info("imported %d rows", count)
     return count
+
+
+# Workflow steps (tests/task_backend/test_workflows.py). Each records its run (a Run row:
+# key, start, finish, pid), so the tests can check what ran, when and where.
+
+def _timed(key: int, work: float = 0.0, hold: str | None = None) -> None:
+    import os
+    from pathlib import Path
+
+    from tests.models import Run
+
+    started = time.time()
+    if hold is not None:
+        Effect.objects.create(key=key)  # tells the test it started
+        deadline = time.monotonic() + 60
+        while not Path(hold).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    time.sleep(work)
+    Run.objects.create(key=key, started=started, finished=time.time(), pid=os.getpid())
+
+
+@task(backend="workflows", queue_name="t.wf")
+def wf_add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(backend="workflows", queue_name="t.wf-final")
+def wf_total(results: list[int]) -> int:
+    """A chord's callback: runs in its ack's transaction, so its Effect row is exactly-once."""
+    Effect.objects.create(key=len(results))
+    return sum(results)
+
+
+@task(backend="workflows", queue_name="t.wf")
+def wf_node(key: int, work: float = 0.0, hold: str | None = None) -> int:
+    _timed(key, work, hold)
+    return key
+
+
+@task(backend="workflows", queue_name="t.wf")
+def wf_fail_while(key: int, marker: str) -> int:
+    """Fails while the file ``marker`` exists."""
+    from pathlib import Path
+
+    _timed(key)
+    if Path(marker).exists():
+        raise ValueError(f"step {key} failed: {marker} exists")
+    return key
+
+
+@task(backend="workflows", queue_name="t.wf-final")
+def wf_report(results: list, failures: list | None = None) -> dict:
+    return {"results": results, "failures": failures}

@@ -19,11 +19,22 @@ from djqueue.models.task_record import FINISHED_STATUSES, TaskRecord, TaskStatus
 from djqueue.models.topic import Body, ConsumerGroup, GroupMode, Subscription, Topic
 from djqueue.models.trace import Event, TraceEvent
 from djqueue.models.worker import Worker
+from djqueue.models.workflow import (
+    SETTLED_STATES,
+    FailurePolicy,
+    RunIf,
+    StepDependency,
+    StepState,
+    Workflow,
+    WorkflowState,
+    WorkflowStep,
+)
 
 __all__ = [
     "FINISHED_STATUSES",
     "GROUP_HOLDING_STATES",
     "PENDING_STATES",
+    "SETTLED_STATES",
     "Alarm",
     "AlarmPolicy",
     "Body",
@@ -32,6 +43,7 @@ __all__ = [
     "DedupKey",
     "Event",
     "ExportRun",
+    "FailurePolicy",
     "GroupMode",
     "History",
     "Message",
@@ -47,8 +59,11 @@ __all__ = [
     "QueueDepth",
     "QueueLimiter",
     "QueueStat",
+    "RunIf",
     "State",
     "StatsCursor",
+    "StepDependency",
+    "StepState",
     "Subscription",
     "TaskRecord",
     "TaskStatus",
@@ -56,4 +71,7 @@ __all__ = [
     "TopicStat",
     "TraceEvent",
     "Worker",
+    "Workflow",
+    "WorkflowState",
+    "WorkflowStep",
 ]

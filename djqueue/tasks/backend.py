@@ -46,7 +46,7 @@ from djqueue.models import (
 from djqueue.storage import dialects
 from djqueue.storage.queue_lookup import create_queue, get_queue
 from djqueue.storage.statements import message_inserts
-from djqueue.tasks import known_tasks
+from djqueue.tasks import known_tasks, workflow_joins
 from djqueue.tasks.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -132,6 +132,9 @@ class QueueBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
+        joining = workflow_joins.current_batch.get()
+        if joining is not None:  # inside ``with djqueue.batch(...)``: a member of it
+            return joining.add(task, args, kwargs)
         payload: dict[str, Any] = {"task": task.module_path, "backend": self.alias,
                                    "args": list(args), "kwargs": dict(kwargs)}
         if task.run_after is not None:

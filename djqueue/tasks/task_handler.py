@@ -7,7 +7,9 @@ commit together, and a task costs no statement of its own; on MariaDB the ack
 copies a first run's success from the message row (djqueue.storage.statements.task_record_copy).
 Elsewhere (a task message received by hand, or an exactly-once queue whose ack
 happens in the handler's own transaction) the run writes its record itself. A
-retry writes the record at once (its errors must outlive the delivery).
+retry writes the record at once (its errors must outlive the delivery). A workflow
+step's run settles its step with its record, in the same transaction
+(djqueue.tasks.workflow_joins).
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import connections
+from django.db import connections, transaction
 
 from djqueue.exceptions import TaskCancelled, TaskTimeout, UntrustedTask
 from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
-from djqueue.tasks import known_tasks
+from djqueue.tasks import known_tasks, workflow_joins
 from djqueue.tasks.backend import QueueBackend, QueueTask, task_queue_names
 from djqueue.tasks.compat import TaskContext, normalize_json, task_backends, task_finished, task_started
 from djqueue.tasks.records import (
@@ -49,6 +51,8 @@ class Finished(NamedTuple):
     row: str | None = None
     #: The ack copies it from the message's row instead (see djqueue.storage.statements.task_record_copy).
     copied: bool = False
+    #: A workflow step's run: the step it settles with the ack (see workflow_joins).
+    step: workflow_joins.Settled | None = None
 
 
 _lock = threading.Lock()
@@ -90,6 +94,9 @@ def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Messa
         rendered = [f.row for f in chunk]
         message_inserts.upsert(db, [f.record for f in chunk], FINISHED_FIELDS,
                     rendered=None if None in rendered else rendered)
+    steps = [f.step for f in done if f.step is not None]
+    if steps:  # the workflow join, in the transaction that acks the steps' messages
+        workflow_joins.settle(db, steps)
 
 
 def is_task(message: Message) -> bool:
@@ -113,14 +120,22 @@ def run_task(message: Message) -> None:
         task_finished.send(sender=type(backend),
                            task_result=to_task_result(record, task, from_json=True))
         return
+    args: list[Any] = list(record.args)
+    kwargs: dict[str, Any] = record.kwargs
+    if workflow_joins.PAYLOAD_KEY in message.payload:
+        prepared = workflow_joins.before_run(db, message, args, kwargs)
+        if prepared is None:
+            _finish(message, record, batched, TaskStatus.FAILED, error=TaskCancelled(
+                "Not started: its workflow was cancelled or failed meanwhile."))
+            return
+        args, kwargs = prepared.args, prepared.kwargs
     result = to_task_result(record, task, from_json=True)
     task_started.send(sender=type(backend), task_result=result)
-    args: list[Any] = list(record.args)
     if task.takes_context:
         args.insert(0, TaskContext(task_result=result))
     timeout = task.timeout if isinstance(task, QueueTask) else None
     try:
-        value = normalize_json(call_with_timeout(lambda: task.call(*args, **record.kwargs), timeout))
+        value = normalize_json(call_with_timeout(lambda: task.call(*args, **kwargs), timeout))
     except Exception as exc:
         tb = "".join(traceback.format_exception(exc))
         if isinstance(backend, QueueBackend) and backend.should_retry(
@@ -151,7 +166,7 @@ def _record(db: str, message: Message) -> TaskRecord:
 
 #: A task message's fields and their types (``task_result_id``: older messages).
 _FIELDS = {"task": str, "backend": str, "args": list, "kwargs": dict, "run_after": str,
-           "result_id": str, "task_result_id": str}
+           "result_id": str, "task_result_id": str, "workflow": list}
 
 
 def _check_task_message(message: Message) -> None:
@@ -181,15 +196,22 @@ def _check_backend(message: Message, alias: str) -> None:
 def _finish(message: Message, record: TaskRecord, batched: bool, status: str,
             **outcome: Any) -> None:
     """Record the end of the run: with the worker's next ack when batched, else now."""
-    finish(record, status, save=not batched, **outcome)
-    if batched:
-        db = dialects.alias()
-        if task_record_copy.copies(db, message, record):
-            entry = Finished(record, copied=True)
-        else:
-            entry = Finished(record, message_inserts.render_row(db, record, _record_rows))
-        with _lock:
-            _finished[message.pk] = entry
+    db = dialects.alias()
+    ref = workflow_joins.reference(message)
+    if not batched:
+        with transaction.atomic(using=db):
+            finish(record, status, **outcome)
+            if ref is not None:  # the join, with the record (an exactly-once queue: and the ack)
+                workflow_joins.settle(db, [workflow_joins.settled_from(message.pk, ref, record)])
+        return
+    finish(record, status, save=False, **outcome)
+    step = None if ref is None else workflow_joins.settled_from(message.pk, ref, record)
+    if task_record_copy.copies(db, message, record):
+        entry = Finished(record, copied=True, step=step)
+    else:
+        entry = Finished(record, message_inserts.render_row(db, record, _record_rows), step=step)
+    with _lock:
+        _finished[message.pk] = entry
 
 
 def call_with_timeout(call: Callable[[], Any], timeout: float | None) -> Any:

@@ -1,0 +1,344 @@
+"""The workflow join: settling a step in its message's ack transaction, and starting
+what waited for it.
+
+Why it is exact: a step is settled by ``UPDATE ... WHERE state = READY``, in the
+transaction that acks its message (the worker's ack batch, or an exactly-once
+queue's transaction). Only one ack of a message can commit (the lease), and a
+second settle of one step matches no row, so each step's children are counted
+down once, by one, whatever workers die or run a member twice. A child reaching
+zero parents left is enqueued in the same commit. Each workflow's row is locked
+first (in id order), then its steps in id order, so two ack transactions never
+wait for each other in a circle.
+
+A step's message is checked before its task runs (:func:`before_run`): the
+workflow's token must match, and a step of a workflow that was cancelled or
+failed meanwhile does not start; it settles as CANCELLED.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from django.utils.crypto import constant_time_compare
+
+from djqueue.api.sending import send, send_batch
+from djqueue.exceptions import UntrustedTask, WorkflowBusy
+from djqueue.models import (
+    FailurePolicy,
+    Message,
+    RunIf,
+    StepDependency,
+    StepState,
+    TaskRecord,
+    TaskStatus,
+    Workflow,
+    WorkflowState,
+    WorkflowStep,
+)
+from djqueue.storage import dialects
+
+#: The payload key of a step's message: [workflow id, step position, workflow token].
+PAYLOAD_KEY = "workflow"
+#: The batch (djqueue.tasks.workflows.batch) that tasks enqueued here join, if any.
+current_batch: ContextVar[Any] = ContextVar("djqueue_batch", default=None)
+#: Ids per IN (...) list.
+CHUNK = 500
+CANCELLED_CLASS = "djqueue.exceptions.TaskCancelled"
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+def step_payload(workflow: Workflow, step: WorkflowStep) -> dict[str, Any]:
+    return {"task": step.task_path, "backend": step.backend, "args": step.args,
+            "kwargs": step.kwargs, PAYLOAD_KEY: [workflow.pk, step.position, workflow.token]}
+
+
+def send_steps(workflow: Workflow, steps: Sequence[WorkflowStep]) -> list[Message]:
+    """Queue one task message per step, a multi-row insert per queue and priority."""
+    by_queue: dict[tuple[str, int], list[WorkflowStep]] = defaultdict(list)
+    for step in steps:
+        by_queue[step.queue_name, step.priority].append(step)
+    sent = []
+    for (queue, priority), group in by_queue.items():
+        messages = send_batch(queue, [step_payload(workflow, s) for s in group],
+                              priority=priority)
+        for step, message in zip(group, messages, strict=True):
+            step.message_id = message.pk
+        sent += messages
+    return sent
+
+
+def send_step(workflow: Workflow, step: WorkflowStep) -> Message:
+    message = send(step.queue_name, step_payload(workflow, step), priority=step.priority)
+    step.message_id = message.pk
+    return message
+
+
+# Before a step's task runs
+
+@dataclass
+class Prepared:
+    """What a step's task is called with, or None for a step that must not start."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+def reference(message: Message) -> tuple[int, int, str] | None:
+    """A task message's workflow reference, checked for shape (UntrustedTask if bad)."""
+    ref = message.payload.get(PAYLOAD_KEY) if isinstance(message.payload, dict) else None
+    if ref is None:
+        return None
+    if not (isinstance(ref, list) and len(ref) == 3 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in ref[:2])
+            and isinstance(ref[2], str)):
+        raise UntrustedTask(f"Message {message.pk} has a malformed workflow reference.")
+    return ref[0], ref[1], ref[2]
+
+
+def before_run(db: str, message: Message, args: list[Any],
+               kwargs: dict[str, Any]) -> Prepared | None:
+    """Check a step's message and give its task the results it receives; None when its
+    workflow no longer runs (the step settles as cancelled)."""
+    ref = reference(message)
+    assert ref is not None
+    workflow_id, position, token = ref
+    step = (WorkflowStep.objects.using(db).select_related("workflow")
+            .filter(workflow_id=workflow_id, position=position).first())
+    if step is None or not constant_time_compare(step.workflow.token, token):
+        raise UntrustedTask(f"Message {message.pk} names a workflow step that is not its own.")
+    if step.workflow.state != WorkflowState.RUNNING or step.state != StepState.READY:
+        return None
+    if step.receives is None:
+        return Prepared(args, kwargs)
+    parents = list(StepDependency.objects.using(db).filter(child_id=step.pk)
+                   .order_by("position").values_list(
+                       "parent__state", "parent__result", "parent__name",
+                       "parent__error_class", "parent__error"))
+    results = [result if state == StepState.SUCCEEDED else None
+               for state, result, *_ in parents]
+    value = results if step.gathers or len(results) != 1 else results[0]
+    if step.receives:
+        kwargs = {**kwargs, step.receives: value}
+    else:
+        args = [value, *args]
+    if step.failures_as:
+        kwargs = {**kwargs, step.failures_as: [
+            {"position": i, "step": name, "exception_class": error_class,
+             "message": (error.strip().splitlines() or [""])[-1]}
+            for i, (state, _, name, error_class, error) in enumerate(parents)
+            if state == StepState.FAILED]}
+    return Prepared(args, kwargs)
+
+
+# Settling
+
+@dataclass
+class Settled:
+    """One finished run of a step, as the task's record tells it."""
+
+    message_id: int
+    workflow_id: int
+    position: int
+    token: str
+    state: StepState
+    result: Any
+    error: str
+    error_class: str
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+def settled_from(message_id: int, ref: tuple[int, int, str], record: TaskRecord) -> Settled:
+    error = record.errors[-1] if record.errors and record.status == TaskStatus.FAILED else {}
+    error_class = error.get("exception_class_path", "")
+    state = (StepState.SUCCEEDED if record.status == TaskStatus.SUCCESSFUL
+             else StepState.CANCELLED if error_class == CANCELLED_CLASS else StepState.FAILED)
+    return Settled(message_id, *ref, state=state,
+                   result=record.return_value if state == StepState.SUCCEEDED else None,
+                   error=error.get("traceback", ""), error_class=error_class,
+                   attempts=len(record.worker_ids), started_at=record.started_at,
+                   finished_at=record.finished_at)
+
+
+def settle(db: str, runs: Sequence[Settled]) -> None:
+    """Settle finished steps and start what waited for them: inside the transaction that
+    acks their messages (the caller's)."""
+    by_workflow: dict[int, list[Settled]] = defaultdict(list)
+    for run in runs:
+        by_workflow[run.workflow_id].append(run)
+    workflows = Workflow.objects.using(db).select_for_update().filter(
+        pk__in=sorted(by_workflow)).order_by("pk")
+    for workflow in workflows:
+        mine = sorted((r for r in by_workflow[workflow.pk]
+                       if constant_time_compare(r.token, workflow.token)),
+                      key=lambda r: r.position)
+        done: list[tuple[int, Settled]] = []
+        ids = dict(WorkflowStep.objects.using(db).filter(
+            workflow_id=workflow.pk, position__in=[r.position for r in mine]).values_list(
+            "position", "pk"))
+        for run in mine:
+            if run.position in ids and WorkflowStep.objects.using(db).filter(
+                    pk=ids[run.position], state=StepState.READY).update(
+                    state=run.state, result=run.result, error=run.error,
+                    error_class=run.error_class, message_id=run.message_id,
+                    attempts=run.attempts, started_at=run.started_at,
+                    finished_at=run.finished_at):
+                done.append((ids[run.position], run))
+        if done:
+            _after_settled(db, workflow, done)
+
+
+def _after_settled(db: str, workflow: Workflow, done: list[tuple[int, Settled]]) -> None:
+    workflow.steps_left -= len(done)
+    failures = [run for _, run in done if run.state == StepState.FAILED]
+    workflow.failed += len(failures)
+    if failures and workflow.policy == FailurePolicy.STOP and workflow.state == WorkflowState.RUNNING:
+        workflow.state = WorkflowState.FAILED  # policy STOP
+        workflow.error = f"{failures[0].error_class}: {_last_line(failures[0].error)}"
+        workflow.steps_left -= _cancel_waiting(db, workflow)
+    if workflow.state == WorkflowState.RUNNING:
+        start_children(db, workflow, [pk for pk, _ in done])
+    save_workflow(db, workflow)
+
+
+def start_children(db: str, workflow: Workflow, parent_ids: list[int]) -> None:
+    """Count ``parent_ids``' children down; enqueue those with no parent left (or skip
+    them, when their condition does not hold, and go on with their children)."""
+    while parent_ids:
+        counts: Counter[int] = Counter()
+        for chunk in _chunks(parent_ids):
+            counts.update(StepDependency.objects.using(db).filter(parent_id__in=chunk)
+                          .values_list("child_id", flat=True))
+        for child_id in sorted(counts):
+            WorkflowStep.objects.using(db).filter(pk=child_id).update(
+                parents_left=F("parents_left") - counts[child_id])
+        ready: list[WorkflowStep] = []
+        for chunk in _chunks(sorted(counts)):
+            ready += WorkflowStep.objects.using(db).filter(
+                pk__in=chunk, parents_left=0, state=StepState.WAITING)
+        parent_ids = start(db, workflow, ready)
+
+
+def start(db: str, workflow: Workflow, steps: list[WorkflowStep]) -> list[int]:
+    """Enqueue ``steps`` (every parent settled), or skip those whose condition fails;
+    returns the skipped ones' ids (their children are counted down next)."""
+    run, skip = [], []
+    for step in steps:
+        if step.run_if == RunIf.ALWAYS:
+            run.append(step)
+            continue
+        failed = StepDependency.objects.using(db).filter(
+            child_id=step.pk, parent__state=StepState.FAILED).exists()
+        (run if failed == (step.run_if == RunIf.ANY_FAILED) else skip).append(step)
+    now = timezone.now()
+    for chunk in _chunks([s.pk for s in skip]):
+        WorkflowStep.objects.using(db).filter(pk__in=chunk).update(
+            state=StepState.SKIPPED, finished_at=now)
+    workflow.steps_left -= len(skip)
+    for chunk in _chunks([s.pk for s in run]):
+        WorkflowStep.objects.using(db).filter(pk__in=chunk).update(state=StepState.READY)
+    if run:
+        send_steps(workflow, run)
+    return [s.pk for s in skip]
+
+
+def _cancel_waiting(db: str, workflow: Workflow) -> int:
+    return WorkflowStep.objects.using(db).filter(
+        workflow_id=workflow.pk, state=StepState.WAITING).update(
+        state=StepState.CANCELLED, finished_at=timezone.now())
+
+
+def save_workflow(db: str, workflow: Workflow) -> None:
+    if workflow.steps_left <= 0 and workflow.finished_at is None:
+        workflow.steps_left = 0
+        if workflow.state == WorkflowState.RUNNING:
+            workflow.state = WorkflowState.SUCCEEDED if not workflow.failed else (
+                WorkflowState.FAILED)
+            if workflow.failed and not workflow.error:
+                workflow.error = f"{workflow.failed} step(s) failed"
+        workflow.finished_at = timezone.now()
+    workflow.save(using=db, update_fields=["state", "steps_total", "steps_left", "failed",
+                                           "error", "finished_at"])
+
+
+# Cancel and retry
+
+def cancel(workflow_id: int) -> bool:
+    """Stop a running workflow: waiting steps never start, queued ones settle as
+    cancelled when a worker takes them; running ones finish. False if it had ended."""
+    db = dialects.alias()
+    with transaction.atomic(using=db):
+        workflow = Workflow.objects.using(db).select_for_update().get(pk=workflow_id)
+        if workflow.state != WorkflowState.RUNNING:
+            return False
+        workflow.state = WorkflowState.CANCELLED
+        workflow.error = "cancelled"
+        workflow.steps_left -= _cancel_waiting(db, workflow)
+        save_workflow(db, workflow)
+    return True
+
+
+def retry(workflow_id: int) -> int:
+    """Run again the failed, cancelled and skipped steps and every step after them; the
+    steps that succeeded keep their results. Returns how many steps will run."""
+    db = dialects.alias()
+    with transaction.atomic(using=db):
+        workflow = Workflow.objects.using(db).select_for_update().get(pk=workflow_id)
+        if workflow.state not in (WorkflowState.FAILED, WorkflowState.CANCELLED):
+            raise WorkflowBusy(f"Workflow {workflow_id} is {workflow.get_state_display()}: "
+                               "only a failed or cancelled one is retried")
+        if workflow.steps_left:
+            raise WorkflowBusy(f"Workflow {workflow_id} still has {workflow.steps_left} "
+                               "step(s) queued or running: retry once they have settled")
+        states = dict(WorkflowStep.objects.using(db).filter(workflow_id=workflow_id)
+                      .values_list("pk", "state"))
+        edges = list(StepDependency.objects.using(db).filter(workflow_id=workflow_id)
+                     .values_list("parent_id", "child_id"))
+        children: dict[int, list[int]] = defaultdict(list)
+        for parent, child in edges:
+            children[parent].append(child)
+        redo = {pk for pk, state in states.items() if state != StepState.SUCCEEDED}
+        frontier = list(redo)
+        while frontier:
+            frontier = [c for pk in frontier for c in children[pk] if c not in redo]
+            redo.update(frontier)
+        waits = Counter(child for parent, child in edges if parent in redo and child in redo)
+        by_count: dict[int, list[int]] = defaultdict(list)
+        for pk in redo:
+            by_count[waits[pk]].append(pk)
+        for count, pks in by_count.items():
+            for chunk in _chunks(sorted(pks)):
+                WorkflowStep.objects.using(db).filter(pk__in=chunk).update(
+                    state=StepState.WAITING, parents_left=count, result=None, error="",
+                    error_class="", started_at=None, finished_at=None)
+        workflow.state, workflow.error, workflow.failed = WorkflowState.RUNNING, "", 0
+        workflow.steps_left, workflow.finished_at = len(redo), None
+        first: list[WorkflowStep] = []
+        for chunk in _chunks(sorted(by_count.get(0, []))):
+            first += WorkflowStep.objects.using(db).filter(pk__in=chunk)
+        skipped = start(db, workflow, first)
+        if skipped:
+            start_children(db, workflow, skipped)
+        save_workflow(db, workflow)
+    return len(redo)
+
+
+def _chunks(ids: Sequence[int]) -> list[Sequence[int]]:
+    return [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
+
+
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[-1][:500]

@@ -1,0 +1,259 @@
+"""Workflows on django.tasks: enqueueing a canvas in one transaction, batches, and the
+handle that reads, cancels and retries a workflow.
+
+    handle = djqueue.chord([djqueue.step(add, i, i) for i in range(1000)],
+                           djqueue.step(total)).enqueue()
+    handle.refresh().status      # "RUNNING", then "SUCCEEDED"
+    handle.result                # the callback's return value
+
+Steps are django.tasks tasks of a djqueue backend. The join is in
+djqueue.tasks.workflow_joins; composition in djqueue.tasks.workflow_canvas.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from djqueue.api.sending import encode_payload
+from djqueue.exceptions import InvalidMessage, InvalidWorkflow
+from djqueue.models import (
+    FailurePolicy,
+    RunIf,
+    StepDependency,
+    StepState,
+    Workflow,
+    WorkflowState,
+    WorkflowStep,
+)
+from djqueue.storage import dialects
+from djqueue.tasks import workflow_joins
+from djqueue.tasks.backend import QueueBackend
+from djqueue.tasks.compat import Task, TaskResult
+from djqueue.tasks.records import record_from_message, to_task_result
+from djqueue.tasks.workflow_canvas import Node, Step, flatten
+
+POLICIES = {"stop": FailurePolicy.STOP, "continue": FailurePolicy.CONTINUE}
+
+
+class WorkflowHandle:
+    """A workflow as last read: its status, steps, results and errors."""
+
+    def __init__(self, workflow: Workflow) -> None:
+        self._workflow = workflow
+        self._steps: list[WorkflowStep] | None = None
+
+    def __repr__(self) -> str:
+        return f"<WorkflowHandle #{self.id} {self.status}>"
+
+    @property
+    def id(self) -> int:
+        return self._workflow.pk
+
+    @property
+    def name(self) -> str:
+        return self._workflow.name
+
+    @property
+    def status(self) -> str:
+        """RUNNING, SUCCEEDED, FAILED or CANCELLED."""
+        return WorkflowState(self._workflow.state).name
+
+    @property
+    def is_finished(self) -> bool:
+        return self._workflow.finished_at is not None
+
+    @property
+    def error(self) -> str:
+        """What failed it (the first failure, under the "stop" policy)."""
+        return self._workflow.error
+
+    @property
+    def steps(self) -> list[WorkflowStep]:
+        """Its steps in composition order: ``name``, ``state``, ``result``, ``error``,
+        ``attempts``, ``started_at``, ``finished_at``."""
+        if self._steps is None:
+            self._steps = list(WorkflowStep.objects.using(dialects.alias()).filter(
+                workflow_id=self.id).order_by("position"))
+        return self._steps
+
+    @property
+    def results(self) -> list[Any]:
+        """Each step's return value, in composition order (None until it succeeded)."""
+        return [s.result if s.state == StepState.SUCCEEDED else None for s in self.steps]
+
+    @property
+    def result(self) -> Any:
+        """The last step's return value (a chain's last step, a chord's callback)."""
+        return self.results[-1]
+
+    @property
+    def errors(self) -> dict[str, str]:
+        """The failed steps' tracebacks, by step name."""
+        return {s.name: s.error for s in self.steps if s.state == StepState.FAILED}
+
+    def refresh(self) -> WorkflowHandle:
+        self._workflow.refresh_from_db(using=dialects.alias())
+        self._steps = None
+        return self
+
+    def cancel(self) -> bool:
+        """Steps that have not started never will; False if it had already ended."""
+        cancelled = workflow_joins.cancel(self.id)
+        self.refresh()
+        return cancelled
+
+    def retry(self) -> int:
+        """Run the failed (and cancelled, skipped) steps again, then their dependants;
+        returns how many steps will run. WorkflowBusy while steps still run."""
+        count = workflow_joins.retry(self.id)
+        self.refresh()
+        return count
+
+
+def get_workflow(workflow_id: int) -> WorkflowHandle:
+    return WorkflowHandle(Workflow.objects.using(dialects.alias()).get(pk=workflow_id))
+
+
+def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> WorkflowHandle:
+    """Enqueue a canvas: its rows and its first steps' messages in one transaction (which
+    commits with the caller's, inside ``transaction.atomic()``)."""
+    if policy not in POLICIES:
+        raise InvalidWorkflow(f"policy is 'stop' or 'continue', got {policy!r}")
+    flat = flatten(node)
+    rows = [_step_row(position, step) for position, step in enumerate(flat.steps)]
+    for position, row in enumerate(rows):
+        row.parents_left = len(flat.parents[position])
+        row.state = StepState.WAITING if row.parents_left else StepState.READY
+    db = dialects.alias()
+    with transaction.atomic(using=db):
+        workflow = Workflow.objects.using(db).create(
+            name=_name(name), policy=POLICIES[policy], token=workflow_joins.new_token(),
+            steps_total=len(rows), steps_left=len(rows), created_at=timezone.now())
+        workflow_joins.send_steps(workflow, [r for r in rows if r.state == StepState.READY])
+        _save_steps(db, workflow, rows)
+        StepDependency.objects.using(db).bulk_create([
+            StepDependency(workflow=workflow, parent_id=rows[parent].pk,
+                           child_id=rows[child].pk, position=order)
+            for child, parents in flat.parents.items()
+            for order, parent in enumerate(parents)], batch_size=2000)
+    return WorkflowHandle(workflow)
+
+
+def _step_row(position: int, step: Step) -> WorkflowStep:
+    """An unsaved step row, once its task, backend and arguments are checked."""
+    task: Task = step.task
+    backend = task.get_backend()
+    if not isinstance(backend, QueueBackend):
+        raise InvalidWorkflow(f"Step {step.name!r}: its task's backend {task.backend!r} is "
+                              "not a djqueue backend")
+    backend.validate_task(task)
+    if task.run_after is not None:
+        raise InvalidWorkflow(f"Step {step.name!r}: run_after is not supported in a "
+                              "workflow (a step starts when its parents have finished)")
+    try:
+        encode_payload({"args": step.args, "kwargs": step.kwargs})
+    except InvalidMessage as exc:
+        raise InvalidWorkflow(f"Step {step.name!r}: arguments must be JSON-serialisable: "
+                              f"{exc}") from None
+    backend.ensure_queue(task.queue_name)
+    return WorkflowStep(
+        position=position, name=step.name[:200], task_path=task.module_path,
+        backend=backend.alias, queue_name=task.queue_name, priority=task.priority,
+        args=step.args, kwargs=step.kwargs, receives=step.receives,
+        failures_as=step.failures_as, gathers=step.gathers)
+
+
+def _save_steps(db: str, workflow: Workflow, rows: list[WorkflowStep]) -> None:
+    for row in rows:
+        row.workflow = workflow
+    WorkflowStep.objects.using(db).bulk_create(rows, batch_size=2000)
+    if any(row.pk is None for row in rows):  # a database that returns no ids from a bulk insert
+        ids = dict(WorkflowStep.objects.using(db).filter(workflow_id=workflow.pk)
+                   .values_list("position", "pk"))
+        for row in rows:
+            row.pk = ids[row.position]
+
+
+def _name(name: str) -> str:
+    if not isinstance(name, str) or len(name) > 200:
+        raise InvalidWorkflow("A workflow's name is text of at most 200 characters")
+    return name
+
+
+class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
+    """Solid Queue's batches: every task enqueued inside the block (any djqueue backend)
+    is a member; ``on_success``, ``on_failure`` and ``on_finish`` (steps) run once, when
+    the last member settles: on_success if all succeeded, on_failure if any failed,
+    on_finish either way. The block is one transaction: nothing runs before it ends,
+    and an exception in it leaves no row."""
+
+    def __init__(self, *, on_success: Step | None = None, on_failure: Step | None = None,
+                 on_finish: Step | None = None, name: str = "") -> None:
+        self.callbacks = [(s, run_if) for s, run_if in (
+            (on_success, RunIf.ALL_SUCCEEDED), (on_failure, RunIf.ANY_FAILED),
+            (on_finish, RunIf.ALWAYS)) if s is not None]
+        for callback, _ in self.callbacks:
+            if not isinstance(callback, Step):
+                raise InvalidWorkflow(f"A batch's callback is a step, got {callback!r}")
+        self.name = _name(name)
+        self.members: list[WorkflowStep] = []
+
+    def __enter__(self) -> WorkflowHandle:
+        if workflow_joins.current_batch.get() is not None:
+            raise InvalidWorkflow("Batches do not nest")
+        self.db = dialects.alias()
+        self._atomic = transaction.atomic(using=self.db)
+        self._atomic.__enter__()
+        try:
+            self.workflow = Workflow.objects.using(self.db).create(
+                name=self.name, policy=FailurePolicy.CONTINUE,
+                token=workflow_joins.new_token(), steps_total=0, steps_left=0,
+                created_at=timezone.now())
+        except BaseException:
+            self._atomic.__exit__(*sys.exc_info())
+            raise
+        self._context = workflow_joins.current_batch.set(self)
+        self.handle = WorkflowHandle(self.workflow)
+        return self.handle
+
+    def add(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """A member (called by QueueBackend.enqueue inside the block)."""
+        row = _step_row(len(self.members), Step(task, *args, **kwargs))
+        row.workflow, row.state, row.parents_left = self.workflow, StepState.READY, 0
+        message = workflow_joins.send_step(self.workflow, row)
+        row.save(using=self.db, force_insert=True)
+        self.members.append(row)
+        return to_task_result(record_from_message(message), task)
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        workflow_joins.current_batch.reset(self._context)
+        if exc_info[0] is None:
+            try:
+                self._seal()
+            except BaseException:
+                self._atomic.__exit__(*sys.exc_info())
+                raise
+        return self._atomic.__exit__(*exc_info)
+
+    def _seal(self) -> None:
+        rows = []
+        for offset, (callback, run_if) in enumerate(self.callbacks):
+            row = _step_row(len(self.members) + offset, callback)
+            row.run_if, row.parents_left, row.state = run_if, len(self.members), (
+                StepState.WAITING)
+            row.gathers = True
+            rows.append(row)
+        _save_steps(self.db, self.workflow, rows)
+        StepDependency.objects.using(self.db).bulk_create([
+            StepDependency(workflow=self.workflow, parent_id=member.pk, child_id=row.pk,
+                           position=order)
+            for row in rows for order, member in enumerate(self.members)], batch_size=2000)
+        total = len(self.members) + len(rows)
+        self.workflow.steps_total = self.workflow.steps_left = total
+        if not self.members:
+            workflow_joins.start(self.db, self.workflow, rows)
+        workflow_joins.save_workflow(self.db, self.workflow)  # ends an empty batch at once

@@ -1,0 +1,241 @@
+"""Workflows on django.tasks with real worker processes: chords through SIGKILLs, DAGs,
+failure policies, cancel, retry, batches, and enqueue inside transactions."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections import Counter
+
+import pytest
+from django.db import transaction
+
+import djqueue
+from djqueue.exceptions import InvalidWorkflow, WorkflowBusy
+from djqueue.models import Message, StepDependency, Workflow, WorkflowStep
+from tests import tasks
+from tests.conftest import kill, wait_until
+from tests.models import Effect, Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+QUEUES = ("t.wf", "t.wf-final")
+
+
+def finished(handle: djqueue.tasks.workflows.WorkflowHandle) -> bool:
+    return handle.refresh().is_finished
+
+
+def runs_by_key() -> dict[int, list[Run]]:
+    found: dict[int, list[Run]] = {}
+    for run in Run.objects.order_by("started"):
+        found.setdefault(run.key, []).append(run)
+    return found
+
+
+def test_a_chord_of_1000_joins_exactly_once_through_sigkills(spawn):
+    handle = djqueue.chord([djqueue.step(tasks.wf_add, i, i) for i in range(1000)],
+                           djqueue.step(tasks.wf_total)).enqueue(name="sum of doubles")
+    assert handle.status == "RUNNING" and len(handle.steps) == 1001
+    spawn("djqueue_reaper")
+    workers = [spawn("djqueue_worker", *QUEUES, "-c", "2", "-b", "10") for _ in range(4)]
+    rng = random.Random(20261126)
+    kills = 0
+    deadline = time.monotonic() + 240
+    while not finished(handle):
+        assert time.monotonic() < deadline, f"{handle.refresh()._workflow.steps_left} left"
+        time.sleep(1.0)  # the kill interval the acceptance asks for, not a synchronisation
+        slot = rng.randrange(len(workers))
+        kill(workers[slot])
+        kills += 1
+        workers[slot] = spawn("djqueue_worker", *QUEUES, "-c", "2", "-b", "10")
+    assert handle.status == "SUCCEEDED", handle.error
+    assert handle.result == sum(2 * i for i in range(1000))
+    assert handle.results[:5] == [0, 2, 4, 6, 8]
+    assert list(Effect.objects.values_list("key", flat=True)) == [1000]  # ran once
+    assert kills >= 1
+    print(f"chord of 1000 with {kills} SIGKILLs: callback once, sum {handle.result}")
+
+
+def test_a_dag_of_50_with_diamonds_runs_each_step_after_all_its_parents(spawn):
+    # layers of diamonds: each step after two steps of the layer before (and the first)
+    steps = [djqueue.step(tasks.wf_node, 0, 0.02).named("n0")]
+    for key in range(1, 50):
+        parents = {steps[(key - 1) // 2], steps[max(0, key - 2)], steps[0]}
+        steps.append(djqueue.step(tasks.wf_node, key, 0.02).named(f"n{key}").after(*parents))
+    handle = djqueue.workflow(*steps).enqueue(name="diamonds")
+    edges = list(StepDependency.objects.values_list("parent__position", "child__position"))
+    assert len(edges) >= 90
+    spawn("djqueue_reaper")
+    workers = [spawn("djqueue_worker", "t.wf", "-c", "3", "-b", "4") for _ in range(2)]
+    killed: set[int] = set()
+    wait_until(lambda: Run.objects.count() >= 10, 60, "ten steps to run")
+    killed.add(workers[0].pid)
+    kill(workers[0])
+    workers[0] = spawn("djqueue_worker", "t.wf", "-c", "3", "-b", "4")
+    wait_until(lambda: finished(handle), 120, "the DAG to finish")
+    assert handle.status == "SUCCEEDED", handle.error
+    runs = runs_by_key()
+    assert set(runs) == set(range(50))
+    for key, found in runs.items():  # only a killed worker's run happens twice
+        assert all(run.pid in killed for run in found[:-1]), (key, found)
+    for parent, child in edges:
+        started = runs[child][0].started
+        assert started >= max(r.finished for r in runs[parent]), (parent, child)
+    assert [s.attempts >= 1 for s in handle.steps] == [True] * 50
+
+
+def test_a_failing_member_stops_its_dependants_by_default(spawn, tmp_path):
+    marker = tmp_path / "fail"
+    marker.touch()
+    first = djqueue.step(tasks.wf_node, 1).named("first")
+    bad = djqueue.step(tasks.wf_fail_while, 2, str(marker)).named("bad").after(first)
+    after_bad = djqueue.step(tasks.wf_node, 3).named("after bad").after(bad)
+    last = djqueue.step(tasks.wf_node, 4).named("last").after(after_bad)
+    handle = djqueue.workflow(first, bad, after_bad, last).enqueue()
+    spawn("djqueue_worker", *QUEUES)
+    wait_until(lambda: finished(handle), 30, "the workflow to fail")
+    assert handle.status == "FAILED"
+    assert "ValueError: step 2 failed" in handle.error
+    assert [s.get_state_display() for s in handle.steps] == [
+        "succeeded", "failed", "cancelled", "cancelled"]
+    assert "ValueError" in handle.errors["bad"]
+    assert set(runs_by_key()) == {1, 2}  # the dependants never started
+
+    # retry re-runs the failed step and then its dependants only
+    marker.unlink()
+    with pytest.raises(WorkflowBusy, match="only a failed or cancelled"):
+        djqueue.chain(djqueue.step(tasks.wf_node, 9)).enqueue().retry()
+    assert handle.retry() == 3
+    wait_until(lambda: finished(handle), 30, "the retried workflow to finish")
+    assert handle.status == "SUCCEEDED" and handle.error == ""
+    assert Counter(r.key for r in Run.objects.all()) == {1: 1, 2: 2, 3: 1, 4: 1, 9: 1}
+    assert handle.results == [1, 2, 3, 4]
+
+
+def test_with_continue_the_callback_receives_the_failures(spawn, tmp_path):
+    marker = tmp_path / "fail"
+    marker.touch()
+    members = [djqueue.step(tasks.wf_node, 1),
+               djqueue.step(tasks.wf_fail_while, 2, str(marker)).named("broken"),
+               djqueue.step(tasks.wf_node, 3)]
+    callback = djqueue.step(tasks.wf_report).receiving("results", failures="failures")
+    handle = djqueue.chord(members, callback).enqueue(policy="continue")
+    spawn("djqueue_worker", *QUEUES)
+    wait_until(lambda: finished(handle), 30, "the workflow to finish")
+    report = handle.result
+    assert report["results"] == [1, None, 3]
+    [failure] = report["failures"]
+    assert failure["position"] == 1 and failure["step"] == "broken"
+    assert failure["exception_class"] == "builtins.ValueError"
+    assert "step 2 failed" in failure["message"]
+    assert handle.status == "FAILED" and handle.error == "1 step(s) failed"
+
+
+def test_a_chain_passes_results_to_steps_that_ask(spawn):
+    handle = djqueue.chain(
+        djqueue.step(tasks.wf_add, 1, 2),
+        djqueue.step(tasks.wf_add, 10).receiving(),  # 3 + 10: as the first argument
+        djqueue.step(tasks.wf_add, a=1000).receiving("b"),  # 1000 + 13: as a keyword
+        djqueue.step(tasks.wf_add, 5, 5),  # does not ask
+    ).enqueue()
+    spawn("djqueue_worker", *QUEUES)
+    wait_until(lambda: finished(handle), 30, "the chain")
+    assert handle.results == [3, 13, 1013, 10] and handle.result == 10
+    assert handle.steps[2].kwargs == {"a": 1000}  # what it was given, not what it received
+
+
+def test_cancel_while_running_starts_no_unstarted_step(spawn, tmp_path):
+    hold = tmp_path / "hold"
+    first = [djqueue.step(tasks.wf_node, i, 0, str(hold)) for i in range(2)]
+    later = [djqueue.step(tasks.wf_node, 10 + i).after(*first) for i in range(5)]
+    queued = [djqueue.step(tasks.wf_node, 20 + i) for i in range(20)]
+    handle = djqueue.workflow(*first, *later, *queued).enqueue()
+    worker = spawn("djqueue_worker", "t.wf", "-c", "2", "-b", "1")
+    wait_until(lambda: Effect.objects.count() == 2, 30, "the two held steps to start")
+    assert handle.cancel() is True
+    cancelled_at = time.time()
+    hold.touch()
+    wait_until(lambda: finished(handle), 30, "the cancelled workflow to settle")
+    assert handle.status == "CANCELLED"
+    started_after = [r.key for r in Run.objects.all() if r.started > cancelled_at]
+    assert started_after == []
+    assert not Run.objects.filter(key__gte=10).exists()
+    states = Counter(s.get_state_display() for s in handle.steps)
+    assert states == {"succeeded": 2, "cancelled": 25}
+    assert handle.cancel() is False
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_a_workflow_enqueued_in_a_rolled_back_transaction_leaves_no_row():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        djqueue.chord([djqueue.step(tasks.wf_add, i, i) for i in range(5)],
+                      djqueue.step(tasks.wf_total)).enqueue()
+        with djqueue.batch(on_finish=djqueue.step(tasks.wf_node, 1)):
+            tasks.wf_add.enqueue(1, 1)
+        raise RuntimeError("the view failed")
+    assert not Workflow.objects.exists() and not WorkflowStep.objects.exists()
+    assert not StepDependency.objects.exists() and not Message.objects.exists()
+
+
+def test_a_batch_runs_its_callbacks_once_when_the_last_member_settles(spawn, tmp_path):
+    marker = tmp_path / "fail"
+    with djqueue.batch(on_success=djqueue.step(tasks.wf_node, 100),
+                       on_failure=djqueue.step(tasks.wf_node, 101),
+                       on_finish=djqueue.step(tasks.wf_report).receiving("results"),
+                       name="images") as handle:
+        results = [tasks.wf_add.enqueue(i, 1) for i in range(5)]
+    assert {r.status.name for r in results} == {"READY"}
+    marker.touch()
+    with djqueue.batch(on_failure=djqueue.step(tasks.wf_node, 201)) as failing:
+        tasks.wf_fail_while.enqueue(200, str(marker))
+    spawn("djqueue_worker", *QUEUES)
+    wait_until(lambda: finished(handle) and finished(failing), 30, "both batches")
+    assert handle.status == "SUCCEEDED" and handle.result == {
+        "results": [1, 2, 3, 4, 5], "failures": None}
+    assert sorted(r.key for r in Run.objects.all()) == [100, 200, 201]
+    assert [s.get_state_display() for s in handle.steps][-3:] == [
+        "succeeded", "skipped", "succeeded"]
+    assert failing.status == "FAILED"
+    assert tasks.wf_add.get_result(results[0].id).return_value == 1
+
+
+def test_bad_workflows_get_specific_errors_and_leave_nothing():
+    one = djqueue.step(tasks.wf_node, 1)
+    cases = [
+        (lambda: djqueue.chain(one, one).enqueue(), "appears twice"),
+        (lambda: djqueue.step(print), "django.tasks task"),
+        (lambda: djqueue.group().enqueue(), "at least one step"),
+        (lambda: djqueue.chain("step").enqueue(), "made of steps"),
+        (lambda: djqueue.step(tasks.wf_node, object()).enqueue(), "JSON"),
+        (lambda: djqueue.step(tasks.wf_node, 1).enqueue(policy="maybe"), "policy"),
+        (lambda: djqueue.step(tasks.wf_node, 1).receiving("not a name"), "identifier"),
+        (lambda: djqueue.step(tasks.add, 1, 1).enqueue(), None),  # default backend: fine
+    ]
+    a = djqueue.step(tasks.wf_node, 1)
+    b = djqueue.step(tasks.wf_node, 2).after(a)
+    a.after(b)
+    cases.append((lambda: djqueue.workflow(a, b).enqueue(), "cycle"))
+    for make, wanted in cases:
+        if wanted is None:
+            make()
+            continue
+        started = time.monotonic()
+        with pytest.raises(InvalidWorkflow, match=wanted):
+            make()
+        assert time.monotonic() - started < 0.5
+    assert Workflow.objects.count() == 1
+
+
+def test_a_message_naming_a_workflow_without_its_token_is_dead_lettered(spawn):
+    handle = djqueue.step(tasks.wf_node, 1).enqueue()
+    steps = handle.steps
+    forged = djqueue.send("t.wf", {"task": "tests.tasks.wf_node", "backend": "workflows",
+                                   "args": [5], "kwargs": {},
+                                   "workflow": [handle.id, steps[0].position, "0" * 32]})
+    spawn("djqueue_worker", "t.wf")
+    dead = wait_until(lambda: Message.objects.filter(pk=forged.pk, state=4).first(), 30,
+                      "the forged message to be dead-lettered")
+    assert "not its own" in dead.last_error
+    assert not Run.objects.filter(key=5).exists()
