@@ -22,6 +22,7 @@ class DjqueueConfig(AppConfig):
         if find_spec("django.tasks") or find_spec("django_tasks"):
             # The tasks feature registers its queues' handler with the worker: the
             # worker never imports it (without a tasks framework there is nothing to run).
+            from djqueue.tasks import workflows  # noqa: F401  (AppConfig.ready: Node.enqueue())
             from djqueue.tasks.task_handler import task_handlers  # AppConfig.ready, see above
 
             registry.add_source(task_handlers)

@@ -96,6 +96,8 @@ class ConditionFilter(TextFilter):
 class AgeFilter(admin.SimpleListFilter):
     title = "age"
     parameter_name = "older_than"
+    #: The time the age counts from.
+    field = "sent_at"
     AGES = {"60": "older than a minute", "3600": "older than an hour",
             "86400": "older than a day"}
 
@@ -105,7 +107,8 @@ class AgeFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() not in self.AGES:
             return queryset
-        return queryset.filter(sent_at__lte=timezone.now() - timedelta(seconds=int(self.value())))
+        since = timezone.now() - timedelta(seconds=int(self.value()))
+        return queryset.filter(**{f"{self.field}__lte": since})
 
 
 def _pretty(value: Any) -> str:

@@ -13,6 +13,8 @@ RETRY = "djqueue.retry_message"
 VISIBILITY = "djqueue.change_visibility"
 DELETE = "djqueue.delete_message"
 REPLAY = "djqueue.replay_group"
+RETRY_WORKFLOW = "djqueue.retry_workflow"
+CANCEL_WORKFLOW = "djqueue.cancel_workflow"
 
 
 def require(request: HttpRequest, permission: str) -> None:

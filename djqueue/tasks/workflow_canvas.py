@@ -9,29 +9,28 @@ parents by the step objects themselves (``.after(a, b)``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from djqueue.exceptions import InvalidWorkflow
-
-if TYPE_CHECKING:
-    from djqueue.tasks.workflows import WorkflowHandle
 
 
 class Node:
     """Anything a workflow is made of: a step, a chain, a group or a chord."""
 
-    def enqueue(self, *, name: str = "", policy: str = "stop") -> WorkflowHandle:
-        """Enqueue the whole workflow in one transaction; returns its handle.
+    #: djqueue.tasks.workflows.enqueue_workflow, set as that module loads (it builds on
+    #: this one, not the reverse; djqueue's AppConfig imports it).
+    enqueuer: ClassVar[Callable[..., Any]]
+
+    def enqueue(self, *, name: str = "", policy: str = "stop") -> Any:
+        """Enqueue the whole workflow in one transaction; returns its WorkflowHandle.
 
         ``policy``: "stop" (the first failure fails the workflow and nothing
         starts after it) or "continue" (dependants run anyway; steps receiving
         results get None for a failed parent, and the failures if they ask).
         """
-        from djqueue.tasks.workflows import enqueue_workflow
-
-        return enqueue_workflow(self, name=name, policy=policy)
+        return self.enqueuer(self, name=name, policy=policy)
 
 
 class Step(Node):

@@ -30,6 +30,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
+from djqueue.api.queue_operations import delete
 from djqueue.api.sending import send, send_batch
 from djqueue.exceptions import UntrustedTask, WorkflowBusy
 from djqueue.models import (
@@ -207,7 +208,8 @@ def _after_settled(db: str, workflow: Workflow, done: list[tuple[int, Settled]])
     workflow.failed += len(failures)
     if failures and workflow.policy == FailurePolicy.STOP and workflow.state == WorkflowState.RUNNING:
         workflow.state = WorkflowState.FAILED  # policy STOP
-        workflow.error = f"{failures[0].error_class}: {_last_line(failures[0].error)}"
+        # A traceback's last line names the exception and says what went wrong.
+        workflow.error = _last_line(failures[0].error) or failures[0].error_class
         workflow.steps_left -= _cancel_waiting(db, workflow)
     if workflow.state == WorkflowState.RUNNING:
         start_children(db, workflow, [pk for pk, _ in done])
@@ -248,10 +250,11 @@ def start(db: str, workflow: Workflow, steps: list[WorkflowStep]) -> list[int]:
         WorkflowStep.objects.using(db).filter(pk__in=chunk).update(
             state=StepState.SKIPPED, finished_at=now)
     workflow.steps_left -= len(skip)
-    for chunk in _chunks([s.pk for s in run]):
-        WorkflowStep.objects.using(db).filter(pk__in=chunk).update(state=StepState.READY)
     if run:
-        send_steps(workflow, run)
+        send_steps(workflow, run)  # sets their message ids
+        for step in run:
+            step.state = StepState.READY
+        WorkflowStep.objects.using(db).bulk_update(run, ["state", "message_id"], batch_size=500)
     return [s.pk for s in skip]
 
 
@@ -277,8 +280,9 @@ def save_workflow(db: str, workflow: Workflow) -> None:
 # Cancel and retry
 
 def cancel(workflow_id: int) -> bool:
-    """Stop a running workflow: waiting steps never start, queued ones settle as
-    cancelled when a worker takes them; running ones finish. False if it had ended."""
+    """Stop a running workflow: waiting steps never start, queued ones are withdrawn (or,
+    when a worker has just taken one, settle as cancelled before their task starts);
+    running ones finish. False if it had already ended."""
     db = dialects.alias()
     with transaction.atomic(using=db):
         workflow = Workflow.objects.using(db).select_for_update().get(pk=workflow_id)
@@ -287,6 +291,15 @@ def cancel(workflow_id: int) -> bool:
         workflow.state = WorkflowState.CANCELLED
         workflow.error = "cancelled"
         workflow.steps_left -= _cancel_waiting(db, workflow)
+        # Queued steps whose message no worker holds yet: their messages go at once.
+        queued = WorkflowStep.objects.using(db).filter(
+            workflow_id=workflow_id, state=StepState.READY, message_id__isnull=False)
+        withdrawn = [pk for pk, message_id in queued.values_list("pk", "message_id")
+                     if delete(message_id, only_unclaimed=True)]
+        for chunk in _chunks(withdrawn):
+            workflow.steps_left -= WorkflowStep.objects.using(db).filter(
+                pk__in=chunk, state=StepState.READY).update(
+                state=StepState.CANCELLED, finished_at=timezone.now())
         save_workflow(db, workflow)
     return True
 

@@ -143,6 +143,9 @@ def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> Wor
     return WorkflowHandle(workflow)
 
 
+Node.enqueuer = staticmethod(enqueue_workflow)
+
+
 def _step_row(position: int, step: Step) -> WorkflowStep:
     """An unsaved step row, once its task, backend and arguments are checked."""
     task: Task = step.task

@@ -325,3 +325,48 @@ def test_dashboard_shows_what_a_live_worker_holds(superuser, spawn):
     for message in sent:
         assert reverse("admin:djqueue_message_change", args=[message.pk]) in page
     worker.stop()
+
+
+def test_workflow_operations_need_post_and_their_permission():
+    from djqueue.models import Workflow, WorkflowState
+    from tests import tasks
+
+    handle = djqueue.chain(djqueue.step(tasks.wf_node, 1), djqueue.step(tasks.wf_node, 2)).enqueue()
+    cancel = reverse("admin:djqueue_workflow_cancel", args=[handle.id])
+    retry = reverse("admin:djqueue_workflow_retry", args=[handle.id])
+    viewer = user("viewer", staff=True, perms=("view_workflow",))
+    page = viewer.get(reverse("admin:djqueue_workflow_change", args=[handle.id]))
+    assert page.status_code == 200 and b"djqueue-workflow-graph" in page.content
+    assert b"djqueue-workflow-cancel" not in page.content  # not offered without the permission
+    assert viewer.post(cancel).status_code == 403
+    assert user("outsider", staff=False).post(cancel).status_code == 302  # to the login page
+    assert Workflow.objects.get(pk=handle.id).state == WorkflowState.RUNNING
+    operator = user("operator", staff=True,
+                    perms=("view_workflow", "cancel_workflow", "retry_workflow"))
+    assert b"djqueue-workflow-cancel" in operator.get(
+        reverse("admin:djqueue_workflow_change", args=[handle.id])).content
+    assert operator.get(cancel).status_code == 405
+    assert operator.post(cancel).status_code == 302
+    assert Workflow.objects.get(pk=handle.id).state == WorkflowState.CANCELLED
+    assert Workflow.objects.get(pk=handle.id).steps_left == 0  # its queued step withdrawn
+    assert not Message.objects.exists()
+    response = operator.post(retry, follow=True)
+    assert b"2 step(s) will run again" in response.content
+    assert Workflow.objects.get(pk=handle.id).state == WorkflowState.RUNNING
+    assert operator.post(retry, follow=True).status_code == 200  # refused: it runs
+    assert operator.post(reverse("admin:djqueue_workflow_retry", args=[10**9])).status_code == 404
+
+
+def test_a_large_workflows_picture_stays_small(superuser):
+    from tests import tasks
+
+    handle = djqueue.chord([djqueue.step(tasks.wf_add, i, i) for i in range(2000)],
+                           djqueue.step(tasks.wf_total)).enqueue()
+    started = time.monotonic()
+    page = superuser.get(reverse("admin:djqueue_workflow_change", args=[handle.id]))
+    took = time.monotonic() - started
+    content = page.content.decode()
+    assert "data-steps='2001'" in content and "data-boxes='2'" in content
+    assert "data-counts='2000 ready'" in content
+    assert content.count("<tr data-state=") == 200
+    print(f"the page of a 2,001-step workflow: {len(content) // 1024} KiB in {took:.2f} s")

@@ -184,3 +184,42 @@ def test_a_running_handlers_progress_and_then_its_log_records(ops_page, live_ser
     assert "OSError: disk full on attempt 1" in rows.nth(2).inner_text()
     assert page.locator(".djqueue-progress").get_attribute("data-percent") == "100"
     page.screenshot(path=ARTIFACTS / "progress-2-logs-after.png", full_page=True)
+
+
+def test_a_failed_workflow_as_a_picture_and_its_retry_from_the_page(ops_page, live_server,
+                                                                     spawn, tmp_path):
+    from tests import tasks
+    from tests.conftest import wait_until
+
+    marker = tmp_path / "fail"
+    marker.touch()
+    fetch = djqueue.step(tasks.wf_node, 1).named("fetch order")
+    resize = [djqueue.step(tasks.wf_node, 10 + i).named(f"resize {i}").after(fetch)
+              for i in range(3)]
+    charge = djqueue.step(tasks.wf_fail_while, 2, str(marker)).named("charge card").after(fetch)
+    ship = djqueue.step(tasks.wf_node, 3).named("ship").after(*resize, charge)
+    handle = djqueue.workflow(fetch, *resize, charge, ship).enqueue(name="order 42")
+    spawn("djqueue_worker", "t.wf", "t.wf-final")
+    wait_until(lambda: handle.refresh().is_finished, 30, "the workflow to fail")
+    page = ops_page
+    page.goto(f"{live_server.url}/admin/djqueue/workflow/?state__exact=3")
+    assert "order 42" in page.inner_text("#result_list")
+    page.click("#result_list a >> text=" + str(handle.id))
+    graph = page.locator("#djqueue-workflow-graph")
+    assert graph.get_attribute("data-steps") == "6"
+    state = {name: graph.locator(f"g[data-step='{name}']").get_attribute("data-state")
+             for name in ("fetch order", "resize 0", "charge card", "ship")}
+    assert state == {"fetch order": "succeeded", "resize 0": "succeeded",
+                     "charge card": "failed", "ship": "cancelled"}
+    page.screenshot(path=ARTIFACTS / "workflow-1-failed.png", full_page=True)
+
+    marker.unlink()
+    page.click("#djqueue-workflow-retry")
+    assert "2 step(s) will run again" in page.inner_text(".messagelist")
+    wait_until(lambda: handle.refresh().status == "SUCCEEDED", 30, "the retried workflow")
+    page.reload()
+    graph = page.locator("#djqueue-workflow-graph")
+    assert {graph.locator("g.djqueue-step").nth(i).get_attribute("data-state")
+            for i in range(6)} == {"succeeded"}
+    assert not page.locator("#djqueue-workflow-retry").count()
+    page.screenshot(path=ARTIFACTS / "workflow-2-retried.png", full_page=True)
