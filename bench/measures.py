@@ -238,6 +238,32 @@ def tasks(n: int) -> dict[str, float]:
             "tasks_worker_1_cpu_us": cpu / drained * 1e6, "tasks_worker_2": drain_rate()[0]}
 
 
+def chord(n: int) -> dict[str, float]:
+    """A chord of ``n`` ``add(i, i)`` steps and a callback summing their results, from the
+    start of its enqueue to the end of the callback, with one worker process (the
+    default ``-c 1 -b 100``): members per second, against ``tasks_worker_1``."""
+    import djqueue
+    from bench.tasks import add, total
+
+    clear()
+    started = time.perf_counter()
+    handle = djqueue.chord([djqueue.step(add, i, i) for i in range(n)],
+                           djqueue.step(total)).enqueue()
+    enqueued = time.perf_counter() - started
+    worker = subprocess.Popen([*WORKER, "default", "-c", "1", "-b", "100"], cwd=ROOT,
+                              env=env())
+    try:
+        while not handle.refresh().is_finished:  # a poll of one row, every 5 ms
+            time.sleep(0.005)
+        took = time.perf_counter() - started
+    finally:
+        worker.terminate()
+        worker.wait(60)
+    if handle.result != n * (n - 1):
+        raise RuntimeError(f"the chord's callback returned {handle.result!r}")
+    return {"chord_10k": rate(n, took), "chord_enqueue": rate(n + 1, enqueued)}
+
+
 def django_task_cost(calls: int = 20_000) -> dict[str, float]:
     """What django.tasks itself asks of a worker per task, in µs, run hot in this process:
     the two TaskResults and the task_started and task_finished signals (whose default

@@ -45,6 +45,7 @@ TARGETS = [
     ("django.tasks enqueue vs send", "tasks_enqueue_1", "send_1", 0.7),
     ("django.tasks worker vs worker", "tasks_worker_1", "worker_1", 0.7),
     ("django.tasks, two processes", "tasks_worker_2", "worker_2", 0.7),
+    ("chord of 10,000, enqueue to callback", "chord_10k", "tasks_worker_1", 0.5),
     ("1M ready vs 10k ready", "worker_backlog_1m", "worker_10k", 0.9),
     ("beside 1M history vs none", "worker_history_1m", "worker_10k", 0.9),
 ]
@@ -69,6 +70,7 @@ def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
     results.update(measures.limited_worker(n))
     results.update(measures.traced_worker(n))
     results.update(measures.tasks(n // 4 if args.quick else n))
+    results.update(measures.chord(min(n, 10_000)))
     results.update(measures.django_task_cost())
     if not args.quick:
         for peer, prefix in (("tasks-db", "tasks_db"), ("celery", "celery")):
@@ -144,6 +146,7 @@ LABELS = {
     "tasks_worker_1": "django.tasks worker (djqueue backend)",
     "tasks_worker_2": "django.tasks, `djqueue_worker -p 2`",
     "worker_2": "two worker processes (no-op handler)",
+    "chord_10k": "workflow: chord of 10,000 add() and a sum, enqueue to callback, members/s",
     "worker_limited_1": "worker, queue with concurrency_limit=1000 (never reached)",
     "worker_backlog_1m": "worker with 1M ready", "worker_10k": "worker with 10k ready",
     "worker_history_1m": "worker beside 1M history rows",
@@ -159,6 +162,7 @@ MEASURES = [
     ("worker_traced_1", "worker with OpenTelemetry on (SDK, spans discarded), msgs/s", "—"),
     ("worker_traced_1_cpu_us", "worker CPU per message with OpenTelemetry on, µs", "—"),
     ("tasks_worker_1_cpu_us", "django.tasks worker CPU per task, µs", "—"),
+    ("chord_enqueue", "workflow: a 10,000-member chord's enqueue, steps/s", "—"),
     ("tasks_django_us", "django.tasks' own cost per task (results, signals, log records), µs",
      "—"),
     ("tasks_db_drain_2", "django-tasks-db, two processes, msgs/s", "—"),

@@ -28,7 +28,6 @@ FILLS = {"waiting": "#eceff1", "ready": "#d6e6ff", "running": "#ffe39a",
 class StepView:
     """What the picture shows of a step."""
 
-    pk: int
     position: int
     name: str
     state: str
@@ -66,38 +65,39 @@ class Box:
 
 def layout(steps: list[StepView],
            edges: list[tuple[int, int]]) -> tuple[list[Box], set[tuple[str, str]]]:
-    """Boxes (one a step, or one a crowded column) and the links between them."""
+    """Boxes (one a step, or one a crowded column) and the links between them; ``edges``
+    are (parent, child) positions."""
     parents: dict[int, list[int]] = defaultdict(list)
     children: dict[int, list[int]] = defaultdict(list)
     for parent, child in edges:
         parents[child].append(parent)
         children[parent].append(child)
     depth: dict[int, int] = {}
-    left = {s.pk: len(parents[s.pk]) for s in steps}
-    ready = [s.pk for s in steps if not left[s.pk]]
-    for pk in ready:
-        depth[pk] = 0
+    left = {s.position: len(parents[s.position]) for s in steps}
+    ready = [s.position for s in steps if not left[s.position]]
+    for position in ready:
+        depth[position] = 0
     while ready:
-        pk = ready.pop()
-        for child in children[pk]:
-            depth[child] = max(depth.get(child, 0), depth[pk] + 1)
+        position = ready.pop()
+        for child in children[position]:
+            depth[child] = max(depth.get(child, 0), depth[position] + 1)
             left[child] -= 1
             if not left[child]:
                 ready.append(child)
     columns: dict[int, list[StepView]] = defaultdict(list)
     for step in sorted(steps, key=lambda s: s.position):
-        columns[depth.get(step.pk, 0)].append(step)
+        columns[depth.get(step.position, 0)].append(step)
     boxes: list[Box] = []
     box_of: dict[int, str] = {}
     for column, members in sorted(columns.items()):
         if len(members) > MOST_PER_COLUMN:
             box = Box(f"c{column}", column, 0, members)
             boxes.append(box)
-            box_of.update((s.pk, box.key) for s in members)
+            box_of.update((s.position, box.key) for s in members)
             continue
         for row, step in enumerate(members):
-            boxes.append(Box(f"s{step.pk}", column, row, [step]))
-            box_of[step.pk] = f"s{step.pk}"
+            boxes.append(Box(f"s{step.position}", column, row, [step]))
+            box_of[step.position] = f"s{step.position}"
     links = {(box_of[p], box_of[c]) for p, c in edges if box_of[p] != box_of[c]}
     return boxes, links
 

@@ -124,14 +124,14 @@ def _cancel(workflow_id: int) -> str:
 
 def _steps(workflow: Workflow) -> tuple[list[StepView], list[tuple[int, int]]]:
     rows = list(WorkflowStep.objects.filter(workflow_id=workflow.pk).order_by("position")
-                .values_list("pk", "position", "name", "state", "attempts", "started_at",
+                .values_list("position", "name", "state", "attempts", "started_at",
                              "finished_at", "message_id"))
-    queued = [r[7] for r in rows if r[3] == StepState.READY and r[7] is not None]
+    queued = [r[6] for r in rows if r[2] == StepState.READY and r[6] is not None]
     running = set(Message.objects.filter(pk__in=queued[:5000], state=State.CLAIMED)
                   .values_list("pk", flat=True)) if queued else set()
-    steps = [StepView(pk, position, name, "running" if message_id in running
+    steps = [StepView(position, name, "running" if message_id in running
                       else StepState(state).label, attempts, started, finished)
-             for pk, position, name, state, attempts, started, finished, message_id in rows]
+             for position, name, state, attempts, started, finished, message_id in rows]
     edges = list(StepDependency.objects.filter(workflow_id=workflow.pk)
-                 .values_list("parent_id", "child_id"))
+                 .values_list("parent", "child"))
     return steps, edges

@@ -82,7 +82,9 @@ class Workflow(models.Model):
 
 class WorkflowStep(models.Model):
     id = models.BigAutoField(primary_key=True)
-    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
+    # Indexed by (workflow, position), unique, below.
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps",
+                                 db_index=False)
     #: Its place in the workflow as composed (0, 1, ...): what its message names.
     position = models.PositiveIntegerField()
     name = models.CharField(max_length=200)
@@ -122,19 +124,27 @@ class WorkflowStep(models.Model):
 
 
 class StepDependency(models.Model):
-    """``child`` runs after ``parent``; ``position`` orders the results it receives."""
+    """Step ``child`` runs after step ``parent`` (both positions in ``workflow``);
+    ``position`` orders the results the child receives.
+
+    Steps are named by position, not id, so a workflow's rows are written in plain
+    multi-row inserts without reading ids back, and the join finds a step by the
+    (workflow, position) unique index its message names anyway.
+    """
 
     id = models.BigAutoField(primary_key=True)
-    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="+")
-    parent = models.ForeignKey(WorkflowStep, on_delete=models.CASCADE, related_name="+")
-    child = models.ForeignKey(WorkflowStep, on_delete=models.CASCADE, related_name="+",
-                              db_index=False)
+    # Indexed by (workflow, child, position) and (workflow, parent), below.
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="+",
+                                 db_index=False)
+    parent = models.PositiveIntegerField()
+    child = models.PositiveIntegerField()
     position = models.PositiveIntegerField()
 
     class Meta:
         verbose_name_plural = "step dependencies"
-        constraints = [models.UniqueConstraint(fields=["child", "position"],
+        constraints = [models.UniqueConstraint(fields=["workflow", "child", "position"],
                                                name="djqueue_dependency_child")]
+        indexes = [models.Index(fields=["workflow", "parent"], name="djqueue_dependency_parent")]
 
     def __str__(self) -> str:
-        return f"{self.parent_id} -> {self.child_id}"
+        return f"{self.parent} -> {self.child}"

@@ -127,6 +127,7 @@ class Flat:
     steps: list[Step] = field(default_factory=list)
     parents: dict[int, list[int]] = field(default_factory=dict)
     _index: dict[int, int] = field(default_factory=dict)
+    _edges: set[tuple[int, int]] = field(default_factory=set)
 
     def add(self, step: Step) -> int:
         if id(step) in self._index:
@@ -138,7 +139,8 @@ class Flat:
         return len(self.steps) - 1
 
     def edge(self, parent: int, child: int) -> None:
-        if parent not in self.parents[child]:
+        if (parent, child) not in self._edges:
+            self._edges.add((parent, child))
             self.parents[child].append(parent)
 
     def index(self, step: Step) -> int | None:

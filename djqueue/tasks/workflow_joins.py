@@ -1,13 +1,13 @@
 """The workflow join: settling a step in its message's ack transaction, and starting
 what waited for it.
 
-Why it is exact: a step is settled by ``UPDATE ... WHERE state = READY``, in the
-transaction that acks its message (the worker's ack batch, or an exactly-once
+Why it is exact: a step is settled only while it is READY (read with a row lock),
+in the transaction that acks its message (the worker's ack batch, or an exactly-once
 queue's transaction). Only one ack of a message can commit (the lease), and a
 second settle of one step matches no row, so each step's children are counted
 down once, by one, whatever workers die or run a member twice. A child reaching
 zero parents left is enqueued in the same commit. Each workflow's row is locked
-first (in id order), then its steps in id order, so two ack transactions never
+first (in id order), then its steps in position order, so two ack transactions never
 wait for each other in a circle.
 
 A step's message is checked before its task runs (:func:`before_run`): the
@@ -54,6 +54,9 @@ current_batch: ContextVar[Any] = ContextVar("djqueue_batch", default=None)
 #: Ids per IN (...) list.
 CHUNK = 500
 CANCELLED_CLASS = "djqueue.exceptions.TaskCancelled"
+#: What settling a step writes.
+SETTLED_FIELDS = ["state", "result", "error", "error_class", "message_id", "attempts",
+                  "started_at", "finished_at"]
 
 
 def new_token() -> str:
@@ -123,10 +126,13 @@ def before_run(db: str, message: Message, args: list[Any],
         return None
     if step.receives is None:
         return Prepared(args, kwargs)
-    parents = list(StepDependency.objects.using(db).filter(child_id=step.pk)
-                   .order_by("position").values_list(
-                       "parent__state", "parent__result", "parent__name",
-                       "parent__error_class", "parent__error"))
+    order = list(StepDependency.objects.using(db).filter(
+        workflow_id=workflow_id, child=position).order_by("position").values_list(
+        "parent", flat=True))
+    found = {row[0]: row[1:] for row in WorkflowStep.objects.using(db).filter(
+        workflow_id=workflow_id, position__in=order).values_list(
+        "position", "state", "result", "name", "error_class", "error")}
+    parents = [found[p] for p in order]
     results = [result if state == StepState.SUCCEEDED else None
                for state, result, *_ in parents]
     value = results if step.gathers or len(results) != 1 else results[0]
@@ -186,64 +192,68 @@ def settle(db: str, runs: Sequence[Settled]) -> None:
         mine = sorted((r for r in by_workflow[workflow.pk]
                        if constant_time_compare(r.token, workflow.token)),
                       key=lambda r: r.position)
-        done: list[tuple[int, Settled]] = []
-        ids = dict(WorkflowStep.objects.using(db).filter(
-            workflow_id=workflow.pk, position__in=[r.position for r in mine]).values_list(
-            "position", "pk"))
-        for run in mine:
-            if run.position in ids and WorkflowStep.objects.using(db).filter(
-                    pk=ids[run.position], state=StepState.READY).update(
-                    state=run.state, result=run.result, error=run.error,
-                    error_class=run.error_class, message_id=run.message_id,
-                    attempts=run.attempts, started_at=run.started_at,
-                    finished_at=run.finished_at):
-                done.append((ids[run.position], run))
-        if done:
-            _after_settled(db, workflow, done)
+        runs = {run.position: run for run in mine}
+        # Only steps still READY settle; locked in position order, then written in one
+        # UPDATE ... CASE a chunk, not one statement a step.
+        steps = list(WorkflowStep.objects.using(db).select_for_update().filter(
+            workflow_id=workflow.pk, position__in=list(runs), state=StepState.READY)
+            .order_by("position").only("pk", "position"))
+        for step in steps:
+            run = runs[step.position]
+            step.state, step.result, step.error = run.state, run.result, run.error
+            step.error_class, step.message_id, step.attempts = (
+                run.error_class, run.message_id, run.attempts)
+            step.started_at, step.finished_at = run.started_at, run.finished_at
+        WorkflowStep.objects.using(db).bulk_update(steps, SETTLED_FIELDS, batch_size=CHUNK)
+        if steps:
+            _after_settled(db, workflow, [runs[step.position] for step in steps])
 
 
-def _after_settled(db: str, workflow: Workflow, done: list[tuple[int, Settled]]) -> None:
+def _after_settled(db: str, workflow: Workflow, done: list[Settled]) -> None:
     workflow.steps_left -= len(done)
-    failures = [run for _, run in done if run.state == StepState.FAILED]
+    failures = [run for run in done if run.state == StepState.FAILED]
     workflow.failed += len(failures)
-    if failures and workflow.policy == FailurePolicy.STOP and workflow.state == WorkflowState.RUNNING:
-        workflow.state = WorkflowState.FAILED  # policy STOP
+    if failures and workflow.policy == FailurePolicy.STOP and (
+            workflow.state == WorkflowState.RUNNING):
+        workflow.state = WorkflowState.FAILED
         # A traceback's last line names the exception and says what went wrong.
         workflow.error = _last_line(failures[0].error) or failures[0].error_class
         workflow.steps_left -= _cancel_waiting(db, workflow)
     if workflow.state == WorkflowState.RUNNING:
-        start_children(db, workflow, [pk for pk, _ in done])
+        start_children(db, workflow, [run.position for run in done])
     save_workflow(db, workflow)
 
 
-def start_children(db: str, workflow: Workflow, parent_ids: list[int]) -> None:
-    """Count ``parent_ids``' children down; enqueue those with no parent left (or skip
-    them, when their condition does not hold, and go on with their children)."""
-    while parent_ids:
+def start_children(db: str, workflow: Workflow, parents: list[int]) -> None:
+    """Count the children of the steps at ``parents`` down; enqueue those with no parent
+    left (or skip them, when their condition does not hold, and go on with theirs)."""
+    steps = WorkflowStep.objects.using(db).filter(workflow_id=workflow.pk)
+    while parents:
         counts: Counter[int] = Counter()
-        for chunk in _chunks(parent_ids):
-            counts.update(StepDependency.objects.using(db).filter(parent_id__in=chunk)
-                          .values_list("child_id", flat=True))
-        for child_id in sorted(counts):
-            WorkflowStep.objects.using(db).filter(pk=child_id).update(
-                parents_left=F("parents_left") - counts[child_id])
+        for chunk in _chunks(parents):
+            counts.update(StepDependency.objects.using(db).filter(
+                workflow_id=workflow.pk, parent__in=chunk).values_list("child", flat=True))
+        for child in sorted(counts):  # in position order: the order every join locks them
+            steps.filter(position=child).update(parents_left=F("parents_left") - counts[child])
         ready: list[WorkflowStep] = []
         for chunk in _chunks(sorted(counts)):
-            ready += WorkflowStep.objects.using(db).filter(
-                pk__in=chunk, parents_left=0, state=StepState.WAITING)
-        parent_ids = start(db, workflow, ready)
+            ready += steps.filter(position__in=chunk, parents_left=0, state=StepState.WAITING)
+        parents = start(db, workflow, ready)
 
 
 def start(db: str, workflow: Workflow, steps: list[WorkflowStep]) -> list[int]:
     """Enqueue ``steps`` (every parent settled), or skip those whose condition fails;
-    returns the skipped ones' ids (their children are counted down next)."""
+    returns the skipped ones' positions (their children are counted down next)."""
     run, skip = [], []
     for step in steps:
         if step.run_if == RunIf.ALWAYS:
             run.append(step)
             continue
-        failed = StepDependency.objects.using(db).filter(
-            child_id=step.pk, parent__state=StepState.FAILED).exists()
+        parents = StepDependency.objects.using(db).filter(
+            workflow_id=workflow.pk, child=step.position).values_list("parent", flat=True)
+        failed = WorkflowStep.objects.using(db).filter(
+            workflow_id=workflow.pk, position__in=list(parents),
+            state=StepState.FAILED).exists()
         (run if failed == (step.run_if == RunIf.ANY_FAILED) else skip).append(step)
     now = timezone.now()
     for chunk in _chunks([s.pk for s in skip]):
@@ -255,7 +265,7 @@ def start(db: str, workflow: Workflow, steps: list[WorkflowStep]) -> list[int]:
         for step in run:
             step.state = StepState.READY
         WorkflowStep.objects.using(db).bulk_update(run, ["state", "message_id"], batch_size=500)
-    return [s.pk for s in skip]
+    return [s.position for s in skip]
 
 
 def _cancel_waiting(db: str, workflow: Workflow) -> int:
@@ -316,32 +326,32 @@ def retry(workflow_id: int) -> int:
         if workflow.steps_left:
             raise WorkflowBusy(f"Workflow {workflow_id} still has {workflow.steps_left} "
                                "step(s) queued or running: retry once they have settled")
-        states = dict(WorkflowStep.objects.using(db).filter(workflow_id=workflow_id)
-                      .values_list("pk", "state"))
+        steps = WorkflowStep.objects.using(db).filter(workflow_id=workflow_id)
+        states = dict(steps.values_list("position", "state"))
         edges = list(StepDependency.objects.using(db).filter(workflow_id=workflow_id)
-                     .values_list("parent_id", "child_id"))
+                     .values_list("parent", "child"))
         children: dict[int, list[int]] = defaultdict(list)
         for parent, child in edges:
             children[parent].append(child)
-        redo = {pk for pk, state in states.items() if state != StepState.SUCCEEDED}
+        redo = {p for p, state in states.items() if state != StepState.SUCCEEDED}
         frontier = list(redo)
         while frontier:
-            frontier = [c for pk in frontier for c in children[pk] if c not in redo]
+            frontier = [c for p in frontier for c in children[p] if c not in redo]
             redo.update(frontier)
         waits = Counter(child for parent, child in edges if parent in redo and child in redo)
         by_count: dict[int, list[int]] = defaultdict(list)
-        for pk in redo:
-            by_count[waits[pk]].append(pk)
-        for count, pks in by_count.items():
-            for chunk in _chunks(sorted(pks)):
-                WorkflowStep.objects.using(db).filter(pk__in=chunk).update(
+        for position in redo:
+            by_count[waits[position]].append(position)
+        for count, positions in by_count.items():
+            for chunk in _chunks(sorted(positions)):
+                steps.filter(position__in=chunk).update(
                     state=StepState.WAITING, parents_left=count, result=None, error="",
                     error_class="", started_at=None, finished_at=None)
         workflow.state, workflow.error, workflow.failed = WorkflowState.RUNNING, "", 0
         workflow.steps_left, workflow.finished_at = len(redo), None
         first: list[WorkflowStep] = []
         for chunk in _chunks(sorted(by_count.get(0, []))):
-            first += WorkflowStep.objects.using(db).filter(pk__in=chunk)
+            first += steps.filter(position__in=chunk)
         skipped = start(db, workflow, first)
         if skipped:
             start_children(db, workflow, skipped)

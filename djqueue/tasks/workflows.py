@@ -29,7 +29,8 @@ from djqueue.models import (
     WorkflowState,
     WorkflowStep,
 )
-from djqueue.storage import dialects
+from djqueue.storage import dialects, fastpath
+from djqueue.storage.statements import message_inserts
 from djqueue.tasks import workflow_joins
 from djqueue.tasks.backend import QueueBackend
 from djqueue.tasks.compat import Task, TaskResult
@@ -134,16 +135,20 @@ def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> Wor
             name=_name(name), policy=POLICIES[policy], token=workflow_joins.new_token(),
             steps_total=len(rows), steps_left=len(rows), created_at=timezone.now())
         workflow_joins.send_steps(workflow, [r for r in rows if r.state == StepState.READY])
-        _save_steps(db, workflow, rows)
-        StepDependency.objects.using(db).bulk_create([
-            StepDependency(workflow=workflow, parent_id=rows[parent].pk,
-                           child_id=rows[child].pk, position=order)
+        for row in rows:
+            row.workflow_id = workflow.pk
+        message_inserts.insert_rows(db, rows)
+        edge = fastpath.builder(StepDependency, workflow_id=workflow.pk)
+        message_inserts.insert_rows(db, [
+            edge(parent=parent, child=child, position=order)
             for child, parents in flat.parents.items()
-            for order, parent in enumerate(parents)], batch_size=2000)
+            for order, parent in enumerate(parents)])
     return WorkflowHandle(workflow)
 
 
 Node.enqueuer = staticmethod(enqueue_workflow)
+#: Unsaved step rows without Model.__init__'s walk of every field (see fastpath.builder).
+_new_step = fastpath.builder(WorkflowStep)
 
 
 def _step_row(position: int, step: Step) -> WorkflowStep:
@@ -163,22 +168,11 @@ def _step_row(position: int, step: Step) -> WorkflowStep:
         raise InvalidWorkflow(f"Step {step.name!r}: arguments must be JSON-serialisable: "
                               f"{exc}") from None
     backend.ensure_queue(task.queue_name)
-    return WorkflowStep(
+    return _new_step(
         position=position, name=step.name[:200], task_path=task.module_path,
         backend=backend.alias, queue_name=task.queue_name, priority=task.priority,
         args=step.args, kwargs=step.kwargs, receives=step.receives,
         failures_as=step.failures_as, gathers=step.gathers)
-
-
-def _save_steps(db: str, workflow: Workflow, rows: list[WorkflowStep]) -> None:
-    for row in rows:
-        row.workflow = workflow
-    WorkflowStep.objects.using(db).bulk_create(rows, batch_size=2000)
-    if any(row.pk is None for row in rows):  # a database that returns no ids from a bulk insert
-        ids = dict(WorkflowStep.objects.using(db).filter(workflow_id=workflow.pk)
-                   .values_list("position", "pk"))
-        for row in rows:
-            row.pk = ids[row.position]
 
 
 def _name(name: str) -> str:
@@ -246,17 +240,17 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
         rows = []
         for offset, (callback, run_if) in enumerate(self.callbacks):
             row = _step_row(len(self.members) + offset, callback)
-            row.run_if, row.parents_left, row.state = run_if, len(self.members), (
-                StepState.WAITING)
-            row.gathers = True
+            row.workflow, row.run_if, row.gathers = self.workflow, run_if, True
+            row.parents_left, row.state = len(self.members), StepState.WAITING
             rows.append(row)
-        _save_steps(self.db, self.workflow, rows)
-        StepDependency.objects.using(self.db).bulk_create([
-            StepDependency(workflow=self.workflow, parent_id=member.pk, child_id=row.pk,
-                           position=order)
-            for row in rows for order, member in enumerate(self.members)], batch_size=2000)
+        message_inserts.insert_rows(self.db, rows)
+        message_inserts.insert_rows(self.db, [
+            StepDependency(workflow=self.workflow, parent=member.position,
+                           child=row.position, position=order)
+            for row in rows for order, member in enumerate(self.members)])
         total = len(self.members) + len(rows)
         self.workflow.steps_total = self.workflow.steps_left = total
         if not self.members:
-            workflow_joins.start(self.db, self.workflow, rows)
+            workflow_joins.start(self.db, self.workflow, list(WorkflowStep.objects.using(
+                self.db).filter(workflow=self.workflow)))
         workflow_joins.save_workflow(self.db, self.workflow)  # ends an empty batch at once

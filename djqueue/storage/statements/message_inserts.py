@@ -225,3 +225,28 @@ def _returning(conn: BaseDatabaseWrapper) -> str:
 def build(model: type[M], **values: object) -> M:
     """An unsaved instance, as ``model(**values)`` makes it (see fastpath.builder)."""
     return fastpath.builder(model)(**values)
+
+
+def insert_rows(db: str, objs: Sequence[models.Model]) -> None:
+    """INSERT rows of one model whose ids nobody needs back (a workflow's steps and
+    edges), a statement per chunk, with values prepared as for messages: ten thousand
+    rows in a fraction of bulk_create's time, which compiles every value through the
+    ORM's layers. Call inside a transaction."""
+    if not objs:
+        return
+    conn = connections[db]
+    meta = objs[0]._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    prepare = prepared_values.preparers(conn, f"{meta.label}:insert", fields)
+    attnames = [f.attname for f in fields]
+    chunk_rows = max(1, 30_000 // len(fields))  # SQLite: 32,766 parameters a statement
+    quote = conn.ops.quote_name
+    head = (f"INSERT INTO {quote(meta.db_table)} "
+            f"({', '.join(quote(f.column) for f in fields)}) VALUES ")
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    with conn.cursor() as cursor:
+        for start in range(0, len(objs), chunk_rows):
+            chunk = objs[start:start + chunk_rows]
+            params = [function(getattr(obj, name))
+                      for obj in chunk for function, name in zip(prepare, attnames, strict=True)]
+            cursor.execute(head + ", ".join([row] * len(chunk)), params)
