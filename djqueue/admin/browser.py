@@ -117,7 +117,7 @@ def _pretty(value: Any) -> str:
 
 
 @admin.register(Message)
-class MessageAdmin(OperationPermissions, ReadOnlyAdmin):
+class MessageAdmin(OperationPermissions, report_views.MessageReportFields, ReadOnlyAdmin):
     list_display = ["id", "queue", "state", "priority", "group_key", "attempts", "sent_at",
                     "visible_at", "owner", "short_error"]
     list_filter = ["queue", "state", GroupKeyFilter, AgeFilter, ConditionFilter]
@@ -165,18 +165,6 @@ class MessageAdmin(OperationPermissions, ReadOnlyAdmin):
                                  for e in message.errors))
         return format_html("<table class='djqueue-errors'><tr><th>attempt</th><th>at</th>"
                            "<th>worker</th><th>error</th></tr>{}</table>", rows)
-
-    @admin.display(description="progress")
-    def progress_view(self, message: Message) -> str:
-        return report_views.progress_html(message.pk)
-
-    @admin.display(description="log records of its handler runs")
-    def logs_view(self, message: Message) -> str:
-        return report_views.logs_html(message.pk)
-
-    @admin.display(description="trace")
-    def trace_view(self, message: Message) -> str:
-        return report_views.trace_html(message.pk)
 
     # Deleting goes through the API, so history records it and ordered groups move on.
 

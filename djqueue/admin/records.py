@@ -26,7 +26,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(History)
-class HistoryAdmin(ReadOnlyAdmin):
+class HistoryAdmin(report_views.MessageReportFields, ReadOnlyAdmin):
     list_display = ["id", "queue", "outcome", "attempts", "worker", "sent_at", "finished_at"]
     list_filter = ["outcome"]
     show_full_result_count = False
@@ -38,18 +38,6 @@ class HistoryAdmin(ReadOnlyAdmin):
         ("Trace", {"fields": ["trace_view"]}),
     ]
     readonly_fields = ["progress_view", "logs_view", "trace_view"]
-
-    @admin.display(description="progress")
-    def progress_view(self, finished: History) -> str:
-        return report_views.progress_html(finished.pk)
-
-    @admin.display(description="log records of its handler runs")
-    def logs_view(self, finished: History) -> str:
-        return report_views.logs_html(finished.pk)
-
-    @admin.display(description="trace")
-    def trace_view(self, finished: History) -> str:
-        return report_views.trace_html(finished.pk)
 
 
 @admin.register(Worker)

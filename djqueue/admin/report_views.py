@@ -4,6 +4,8 @@ and the finished one's (history) both show them."""
 
 from __future__ import annotations
 
+from django.contrib import admin
+from django.db import models
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -44,3 +46,20 @@ def trace_html(message_id: int) -> SafeString:
                               e.attempt, e.worker, e.detail) for e in events))
     return format_html("<table class='djqueue-trace'><tr><th>at</th><th>event</th>"
                        "<th>attempt</th><th>worker</th><th>detail</th></tr>{}</table>", rows)
+
+
+class MessageReportFields:
+    """The admin's read-only fields of a page whose object's pk is a message id (a
+    pending message, or a finished one in history)."""
+
+    @admin.display(description="progress")
+    def progress_view(self, obj: models.Model) -> str:
+        return progress_html(obj.pk)
+
+    @admin.display(description="log records of its handler runs")
+    def logs_view(self, obj: models.Model) -> str:
+        return logs_html(obj.pk)
+
+    @admin.display(description="trace")
+    def trace_view(self, obj: models.Model) -> str:
+        return trace_html(obj.pk)

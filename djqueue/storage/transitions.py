@@ -116,13 +116,20 @@ def fail(message: Message, error: str, *, delay: float | None = None,
     (at once with ``dead_letter``: the message can never be processed)."""
     delay = validate_delay(delay)
     db = dialects.alias()
-    with transaction.atomic(using=db):
-        row = (Message.objects.using(db).select_for_update()
-               .filter(pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token)
-               .first())
-        if row is None:
-            raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
-        record_failure(row, error, timezone.now(), retry_delay=delay, give_up=dead_letter)
+
+    def failing() -> Message:
+        # The statistics upsert can be a deadlock victim beside the reaper's (InnoDB's
+        # next-key locks on the counters' unique key): the whole transaction runs again.
+        with transaction.atomic(using=db):
+            found = (Message.objects.using(db).select_for_update()
+                     .filter(pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token)
+                     .first())
+            if found is None:
+                raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
+            record_failure(found, error, timezone.now(), retry_delay=delay, give_up=dead_letter)
+        return found
+
+    row = dialects.retry_deadlocks(failing)
     message.state, message.errors, message.queue_id = row.state, row.errors, row.queue_id
     return row
 
@@ -207,13 +214,20 @@ def return_claims(rows_query, error: str, limit: int) -> int:
     skipped. Returned messages are ready again at once.
     """
     db = dialects.alias()
-    now = timezone.now()
-    with dialects.claim_isolation(), transaction.atomic(using=db):
-        query = engine_for().skipping_locked(rows_query.using(db).order_by("visible_at"))
-        rows = list(query[:limit])
-        for row in rows:
-            record_failure(row, error.format(owner=row.owner or "unknown"), now, retry_delay=0)
-    return len(rows)
+
+    def returning() -> int:
+        now = timezone.now()
+        with dialects.claim_isolation(), transaction.atomic(using=db):
+            query = engine_for().skipping_locked(rows_query.using(db).order_by("visible_at"))
+            rows = list(query[:limit])
+            # By queue: each queue's statistics rows are then locked in the order every
+            # other transaction locks them (stat_counters), and no two wait in a circle.
+            for row in sorted(rows, key=lambda r: (r.queue_id, r.pk)):
+                record_failure(row, error.format(owner=row.owner or "unknown"), now,
+                               retry_delay=0)
+        return len(rows)
+
+    return dialects.retry_deadlocks(returning)
 
 
 def promote_due(queue_ids: list[int] | None = None, limit: int = 1000) -> int:

@@ -42,8 +42,11 @@ def add_to_minutes(db: str, additions: dict[tuple[int, datetime], dict[str, floa
         total = totals.setdefault((queue_id, TOTAL_START), {})
         for name, value in values.items():
             total[name] = total.get(name, 0) + value
-    rows = [(Period.MINUTE, key, values) for key, values in sorted(additions.items())]
-    rows += [(Period.TOTAL, key, values) for key, values in sorted(totals.items())]
+    rows = [(Period.MINUTE, key, values) for key, values in additions.items()]
+    rows += [(Period.TOTAL, key, values) for key, values in totals.items()]
+    # In the unique key's order (queue, period, start), as InnoDB locks them: concurrent
+    # upserts of overlapping rows then take their locks in one order.
+    rows.sort(key=lambda row: (row[1][0], row[0], row[1][1]))
     params = [[queue_id, period, conn.ops.adapt_datetimefield_value(start),
                *(values.get(name, 0) for name in COUNTERS), "{}", "{}"]
               for period, (queue_id, start), values in rows]
