@@ -46,17 +46,17 @@ from djqueue.models import (
     WorkflowStep,
 )
 from djqueue.storage import dialects
+from djqueue.storage.statements import workflow_statements
 
-#: The payload key of a step's message: [workflow id, step position, workflow token].
+#: The payload key of a step's message: [workflow id, step position, workflow token,
+#: 1 if the step receives results else 0].
 PAYLOAD_KEY = "workflow"
 #: The batch (djqueue.tasks.workflows.batch) that tasks enqueued here join, if any.
 current_batch: ContextVar[Any] = ContextVar("djqueue_batch", default=None)
 #: Ids per IN (...) list.
 CHUNK = 500
 CANCELLED_CLASS = "djqueue.exceptions.TaskCancelled"
-#: What settling a step writes.
-SETTLED_FIELDS = ["state", "result", "error", "error_class", "message_id", "attempts",
-                  "started_at", "finished_at"]
+
 
 
 def new_token() -> str:
@@ -65,7 +65,9 @@ def new_token() -> str:
 
 def step_payload(workflow: Workflow, step: WorkflowStep) -> dict[str, Any]:
     return {"task": step.task_path, "backend": step.backend, "args": step.args,
-            "kwargs": step.kwargs, PAYLOAD_KEY: [workflow.pk, step.position, workflow.token]}
+            "kwargs": step.kwargs,
+            PAYLOAD_KEY: [workflow.pk, step.position, workflow.token,
+                          int(step.receives is not None)]}
 
 
 def send_steps(workflow: Workflow, steps: Sequence[WorkflowStep]) -> list[Message]:
@@ -100,12 +102,13 @@ class Prepared:
 
 
 def reference(message: Message) -> tuple[int, int, str] | None:
-    """A task message's workflow reference, checked for shape (UntrustedTask if bad)."""
+    """A task message's workflow reference (workflow id, step position, token), checked
+    for shape (UntrustedTask if bad)."""
     ref = message.payload.get(PAYLOAD_KEY) if isinstance(message.payload, dict) else None
     if ref is None:
         return None
-    if not (isinstance(ref, list) and len(ref) == 3 and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in ref[:2])
+    if not (isinstance(ref, list) and len(ref) == 4 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in (ref[0], ref[1], ref[3]))
             and isinstance(ref[2], str)):
         raise UntrustedTask(f"Message {message.pk} has a malformed workflow reference.")
     return ref[0], ref[1], ref[2]
@@ -114,18 +117,25 @@ def reference(message: Message) -> tuple[int, int, str] | None:
 def before_run(db: str, message: Message, args: list[Any],
                kwargs: dict[str, Any]) -> Prepared | None:
     """Check a step's message and give its task the results it receives; None when its
-    workflow no longer runs (the step settles as cancelled)."""
+    workflow no longer runs (the step settles as cancelled).
+
+    A step that receives nothing costs one primary-key read of its workflow's row
+    (its state, and the token its message must carry); only a step that receives
+    reads its row and its parents' results.
+    """
     ref = reference(message)
     assert ref is not None
     workflow_id, position, token = ref
-    step = (WorkflowStep.objects.using(db).select_related("workflow")
-            .filter(workflow_id=workflow_id, position=position).first())
-    if step is None or not constant_time_compare(step.workflow.token, token):
+    found = workflow_statements.workflow_state(db, workflow_id)
+    if found is None or not constant_time_compare(found[1], token):
         raise UntrustedTask(f"Message {message.pk} names a workflow step that is not its own.")
-    if step.workflow.state != WorkflowState.RUNNING or step.state != StepState.READY:
+    if found[0] != WorkflowState.RUNNING:
         return None
-    if step.receives is None:
+    if not message.payload[PAYLOAD_KEY][3]:  # it receives nothing
         return Prepared(args, kwargs)
+    step = WorkflowStep.objects.using(db).filter(
+        workflow_id=workflow_id, position=position).only(
+        "receives", "failures_as", "gathers").get()
     order = list(StepDependency.objects.using(db).filter(
         workflow_id=workflow_id, child=position).order_by("position").values_list(
         "parent", flat=True))
@@ -204,7 +214,9 @@ def settle(db: str, runs: Sequence[Settled]) -> None:
             step.error_class, step.message_id, step.attempts = (
                 run.error_class, run.message_id, run.attempts)
             step.started_at, step.finished_at = run.started_at, run.finished_at
-        WorkflowStep.objects.using(db).bulk_update(steps, SETTLED_FIELDS, batch_size=CHUNK)
+        failed = any(step.state != StepState.SUCCEEDED for step in steps)
+        workflow_statements.update_steps(db, steps, workflow_statements.SETTLED_FIELDS if failed
+                                         else workflow_statements.SUCCEEDED_FIELDS)
         if steps:
             _after_settled(db, workflow, [runs[step.position] for step in steps])
 
@@ -264,14 +276,28 @@ def start(db: str, workflow: Workflow, steps: list[WorkflowStep]) -> list[int]:
         send_steps(workflow, run)  # sets their message ids
         for step in run:
             step.state = StepState.READY
-        WorkflowStep.objects.using(db).bulk_update(run, ["state", "message_id"], batch_size=500)
+        workflow_statements.update_steps(db, run, workflow_statements.STARTED_FIELDS)
     return [s.position for s in skip]
 
 
 def _cancel_waiting(db: str, workflow: Workflow) -> int:
-    return WorkflowStep.objects.using(db).filter(
+    """Cancel the steps that have not started: those waiting for parents, and queued
+    ones whose message no worker holds yet (withdrawn from their queue). A queued step
+    a worker has just taken settles as cancelled before its task starts (before_run).
+    Returns how many were cancelled."""
+    now = timezone.now()
+    cancelled = WorkflowStep.objects.using(db).filter(
         workflow_id=workflow.pk, state=StepState.WAITING).update(
-        state=StepState.CANCELLED, finished_at=timezone.now())
+        state=StepState.CANCELLED, finished_at=now)
+    queued = WorkflowStep.objects.using(db).filter(
+        workflow_id=workflow.pk, state=StepState.READY, message_id__isnull=False)
+    withdrawn = [pk for pk, message_id in queued.values_list("pk", "message_id")
+                 if delete(message_id, only_unclaimed=True)]
+    for chunk in _chunks(withdrawn):
+        cancelled += WorkflowStep.objects.using(db).filter(
+            pk__in=chunk, state=StepState.READY).update(
+            state=StepState.CANCELLED, finished_at=now)
+    return cancelled
 
 
 def save_workflow(db: str, workflow: Workflow) -> None:
@@ -301,15 +327,6 @@ def cancel(workflow_id: int) -> bool:
         workflow.state = WorkflowState.CANCELLED
         workflow.error = "cancelled"
         workflow.steps_left -= _cancel_waiting(db, workflow)
-        # Queued steps whose message no worker holds yet: their messages go at once.
-        queued = WorkflowStep.objects.using(db).filter(
-            workflow_id=workflow_id, state=StepState.READY, message_id__isnull=False)
-        withdrawn = [pk for pk, message_id in queued.values_list("pk", "message_id")
-                     if delete(message_id, only_unclaimed=True)]
-        for chunk in _chunks(withdrawn):
-            workflow.steps_left -= WorkflowStep.objects.using(db).filter(
-                pk__in=chunk, state=StepState.READY).update(
-                state=StepState.CANCELLED, finished_at=timezone.now())
         save_workflow(db, workflow)
     return True
 

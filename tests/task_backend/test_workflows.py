@@ -233,7 +233,7 @@ def test_a_message_naming_a_workflow_without_its_token_is_dead_lettered(spawn):
     steps = handle.steps
     forged = djqueue.send("t.wf", {"task": "tests.tasks.wf_node", "backend": "workflows",
                                    "args": [5], "kwargs": {},
-                                   "workflow": [handle.id, steps[0].position, "0" * 32]})
+                                   "workflow": [handle.id, steps[0].position, "0" * 32, 0]})
     spawn("djqueue_worker", "t.wf")
     dead = wait_until(lambda: Message.objects.filter(pk=forged.pk, state=4).first(), 30,
                       "the forged message to be dead-lettered")
