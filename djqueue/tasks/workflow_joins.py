@@ -18,6 +18,7 @@ failed meanwhile does not start; it settles as CANCELLED.
 from __future__ import annotations
 
 import secrets
+import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -26,7 +27,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
@@ -45,7 +45,7 @@ from djqueue.models import (
     WorkflowState,
     WorkflowStep,
 )
-from djqueue.storage import dialects
+from djqueue.storage import dialects, fastpath
 from djqueue.storage.statements import workflow_statements
 
 #: The payload key of a step's message: [workflow id, step position, workflow token,
@@ -53,6 +53,16 @@ from djqueue.storage.statements import workflow_statements
 PAYLOAD_KEY = "workflow"
 #: The batch (djqueue.tasks.workflows.batch) that tasks enqueued here join, if any.
 current_batch: ContextVar[Any] = ContextVar("djqueue_batch", default=None)
+#: Seconds a worker trusts a running workflow's state for its steps' start (and cancel()
+#: waits after its commit): see _workflow_state.
+STATE_TTL = 0.05
+#: Workflows whose state a process keeps at once (the dict is emptied past it).
+MOST_CACHED = 10_000
+#: Unsaved step rows without Model.__init__'s walk of every field (see fastpath.builder).
+new_step = fastpath.builder(WorkflowStep)
+#: workflow id -> (monotonic time before the read, state, token); dict operations are
+#: atomic in CPython, and a lost update only costs one more read.
+_states: dict[int, tuple[float, int, str]] = {}
 #: Ids per IN (...) list.
 CHUNK = 500
 CANCELLED_CLASS = "djqueue.exceptions.TaskCancelled"
@@ -126,7 +136,7 @@ def before_run(db: str, message: Message, args: list[Any],
     ref = reference(message)
     assert ref is not None
     workflow_id, position, token = ref
-    found = workflow_statements.workflow_state(db, workflow_id)
+    found = _workflow_state(db, workflow_id)
     if found is None or not constant_time_compare(found[1], token):
         raise UntrustedTask(f"Message {message.pk} names a workflow step that is not its own.")
     if found[0] != WorkflowState.RUNNING:
@@ -157,6 +167,32 @@ def before_run(db: str, message: Message, args: list[Any],
             for i, (state, _, name, error_class, error) in enumerate(parents)
             if state == StepState.FAILED]}
     return Prepared(args, kwargs)
+
+
+def _workflow_state(db: str, workflow_id: int) -> tuple[int, str] | None:
+    """A workflow's state and token, as read at most STATE_TTL seconds ago while it ran.
+
+    Why a cache: a read for every step start is a round trip, and a hand-back of
+    Python's lock by the thread that waited for it, on the worker's busiest path
+    (it was two thirds of a chord member's run). Why it is still exact: the time
+    of a read is taken before the read is sent, a RUNNING state is trusted for
+    STATE_TTL from then, and cancel() returns STATE_TTL after its commit; so a
+    step that starts after cancel() returned was let start by a read made after
+    the cancel committed, which saw it. Any other state is read every time (a
+    retried workflow runs again).
+    """
+    now = time.monotonic()
+    cached = _states.get(workflow_id)
+    if cached is not None and now - cached[0] < STATE_TTL:
+        return cached[1], cached[2]
+    found = workflow_statements.workflow_state(db, workflow_id)
+    if found is not None and found[0] == WorkflowState.RUNNING:
+        if len(_states) >= MOST_CACHED:
+            _states.clear()
+        _states[workflow_id] = (now, *found)
+    else:
+        _states.pop(workflow_id, None)
+    return found
 
 
 # Settling
@@ -196,24 +232,22 @@ def settle(db: str, runs: Sequence[Settled]) -> None:
     by_workflow: dict[int, list[Settled]] = defaultdict(list)
     for run in runs:
         by_workflow[run.workflow_id].append(run)
-    workflows = Workflow.objects.using(db).select_for_update().filter(
-        pk__in=sorted(by_workflow)).order_by("pk")
-    for workflow in workflows:
+    for workflow in workflow_statements.lock_workflows(db, sorted(by_workflow)):
         mine = sorted((r for r in by_workflow[workflow.pk]
                        if constant_time_compare(r.token, workflow.token)),
                       key=lambda r: r.position)
         runs = {run.position: run for run in mine}
         # Only steps still READY settle; locked in position order, then written in one
         # UPDATE ... CASE a chunk, not one statement a step.
-        steps = list(WorkflowStep.objects.using(db).select_for_update().filter(
-            workflow_id=workflow.pk, position__in=list(runs), state=StepState.READY)
-            .order_by("position").only("pk", "position"))
-        for step in steps:
-            run = runs[step.position]
-            step.state, step.result, step.error = run.state, run.result, run.error
-            step.error_class, step.message_id, step.attempts = (
-                run.error_class, run.message_id, run.attempts)
-            step.started_at, step.finished_at = run.started_at, run.finished_at
+        steps = []
+        for chunk in _chunks(list(runs)):
+            for pk, position in workflow_statements.lock_ready_steps(db, workflow.pk, chunk):
+                run = runs[position]
+                steps.append(new_step(
+                    id=pk, position=position, state=run.state, result=run.result,
+                    error=run.error, error_class=run.error_class, message_id=run.message_id,
+                    attempts=run.attempts, started_at=run.started_at,
+                    finished_at=run.finished_at))
         failed = any(step.state != StepState.SUCCEEDED for step in steps)
         workflow_statements.update_steps(db, steps, workflow_statements.SETTLED_FIELDS if failed
                                          else workflow_statements.SUCCEEDED_FIELDS)
@@ -243,13 +277,16 @@ def start_children(db: str, workflow: Workflow, parents: list[int]) -> None:
     while parents:
         counts: Counter[int] = Counter()
         for chunk in _chunks(parents):
-            counts.update(StepDependency.objects.using(db).filter(
-                workflow_id=workflow.pk, parent__in=chunk).values_list("child", flat=True))
-        for child in sorted(counts):  # in position order: the order every join locks them
-            steps.filter(position=child).update(parents_left=F("parents_left") - counts[child])
-        ready: list[WorkflowStep] = []
+            counts.update(workflow_statements.children_of(db, workflow.pk, chunk))  # adds
+        if not counts:
+            return
+        now_free: list[int] = []
         for chunk in _chunks(sorted(counts)):
-            ready += steps.filter(position__in=chunk, parents_left=0, state=StepState.WAITING)
+            now_free += workflow_statements.count_down(
+                db, workflow.pk, {child: counts[child] for child in chunk})
+        ready: list[WorkflowStep] = []
+        for chunk in _chunks(now_free):
+            ready += steps.filter(position__in=chunk).order_by("position")
         parents = start(db, workflow, ready)
 
 
@@ -300,8 +337,13 @@ def _cancel_waiting(db: str, workflow: Workflow) -> int:
     return cancelled
 
 
-def save_workflow(db: str, workflow: Workflow) -> None:
-    if workflow.steps_left <= 0 and workflow.finished_at is None:
+def save_workflow(db: str, workflow: Workflow, *, reopened: bool = False) -> None:
+    """Write the workflow's counters, and end it when no step is left. ``finished_at`` is
+    written only when it ends here, or is ``reopened`` (a retry)."""
+    fields = ["state", "steps_total", "steps_left", "failed", "error"]
+    if reopened:
+        fields.append("finished_at")
+    elif workflow.steps_left <= 0 and workflow.finished_at is None:
         workflow.steps_left = 0
         if workflow.state == WorkflowState.RUNNING:
             workflow.state = WorkflowState.SUCCEEDED if not workflow.failed else (
@@ -309,8 +351,9 @@ def save_workflow(db: str, workflow: Workflow) -> None:
             if workflow.failed and not workflow.error:
                 workflow.error = f"{workflow.failed} step(s) failed"
         workflow.finished_at = timezone.now()
-    workflow.save(using=db, update_fields=["state", "steps_total", "steps_left", "failed",
-                                           "error", "finished_at"])
+        fields.append("finished_at")
+    workflow.steps_left = max(0, workflow.steps_left)
+    workflow_statements.save_counters(db, workflow, fields)
 
 
 # Cancel and retry
@@ -318,7 +361,8 @@ def save_workflow(db: str, workflow: Workflow) -> None:
 def cancel(workflow_id: int) -> bool:
     """Stop a running workflow: waiting steps never start, queued ones are withdrawn (or,
     when a worker has just taken one, settle as cancelled before their task starts);
-    running ones finish. False if it had already ended."""
+    running ones finish. Returns STATE_TTL (50 ms) after its commit, when no worker
+    can start one of its steps any more. False if it had already ended."""
     db = dialects.alias()
     with transaction.atomic(using=db):
         workflow = Workflow.objects.using(db).select_for_update().get(pk=workflow_id)
@@ -328,6 +372,11 @@ def cancel(workflow_id: int) -> bool:
         workflow.error = "cancelled"
         workflow.steps_left -= _cancel_waiting(db, workflow)
         save_workflow(db, workflow)
+    if not transaction.get_connection(db).in_atomic_block:
+        # Workers trust a running state for STATE_TTL: once this has passed, none will
+        # start a step of this workflow (see _workflow_state). Inside the caller's
+        # transaction, the commit is theirs, and so is waiting after it.
+        time.sleep(STATE_TTL)
     return True
 
 
@@ -372,7 +421,7 @@ def retry(workflow_id: int) -> int:
         skipped = start(db, workflow, first)
         if skipped:
             start_children(db, workflow, skipped)
-        save_workflow(db, workflow)
+        save_workflow(db, workflow, reopened=workflow.steps_left > 0)
     return len(redo)
 
 

@@ -147,8 +147,6 @@ def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> Wor
 
 
 Node.enqueuer = staticmethod(enqueue_workflow)
-#: Unsaved step rows without Model.__init__'s walk of every field (see fastpath.builder).
-_new_step = fastpath.builder(WorkflowStep)
 
 
 def _step_row(position: int, step: Step) -> WorkflowStep:
@@ -168,7 +166,7 @@ def _step_row(position: int, step: Step) -> WorkflowStep:
         raise InvalidWorkflow(f"Step {step.name!r}: arguments must be JSON-serialisable: "
                               f"{exc}") from None
     backend.ensure_queue(task.queue_name)
-    return _new_step(
+    return workflow_joins.new_step(
         position=position, name=step.name[:200], task_path=task.module_path,
         backend=backend.alias, queue_name=task.queue_name, priority=task.priority,
         args=step.args, kwargs=step.kwargs, receives=step.receives,

@@ -231,7 +231,9 @@ def insert_rows(db: str, objs: Sequence[models.Model]) -> None:
     """INSERT rows of one model whose ids nobody needs back (a workflow's steps and
     edges), a statement per chunk, with values prepared as for messages: ten thousand
     rows in a fraction of bulk_create's time, which compiles every value through the
-    ORM's layers. Call inside a transaction."""
+    ORM's layers. On MySQL/MariaDB a value every row of a chunk shares is escaped into
+    the statement once (the driver escapes each parameter in Python). Call inside a
+    transaction."""
     if not objs:
         return
     conn = connections[db]
@@ -243,10 +245,22 @@ def insert_rows(db: str, objs: Sequence[models.Model]) -> None:
     quote = conn.ops.quote_name
     head = (f"INSERT INTO {quote(meta.db_table)} "
             f"({', '.join(quote(f.column) for f in fields)}) VALUES ")
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    escape = dialects.escapes_client_side(conn)
     with conn.cursor() as cursor:
         for start in range(0, len(objs), chunk_rows):
             chunk = objs[start:start + chunk_rows]
-            params = [function(getattr(obj, name))
-                      for obj in chunk for function, name in zip(prepare, attnames, strict=True)]
-            cursor.execute(head + ", ".join([row] * len(chunk)), params)
+            # A value that is the very object the first row holds (a task path, a
+            # queue name) is prepared once, as for a batch of messages (_params).
+            shared = [chunk[0].__dict__[name] for name in attnames]
+            first = [function(value) for function, value in zip(prepare, shared, strict=True)]
+            rows = [first] + [[ready if (value := obj.__dict__[name]) is raw else function(value)
+                               for function, name, raw, ready in zip(
+                                   prepare, attnames, shared, first, strict=True)]
+                              for obj in chunk[1:]]
+            varying = list(range(len(fields))) if escape is None else [
+                i for i, value in enumerate(first) if any(row[i] != value for row in rows)]
+            template = "(" + ", ".join(
+                "%s" if i in varying else escape(value)  # type: ignore[misc]
+                for i, value in enumerate(first)) + ")"
+            cursor.execute(head + ", ".join([template] * len(rows)),
+                           [row[i] for row in rows for i in varying])

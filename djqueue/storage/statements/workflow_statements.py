@@ -16,14 +16,16 @@ from collections.abc import Callable, Sequence
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from djqueue.models import Workflow, WorkflowStep
+from djqueue.models import StepDependency, StepState, Workflow, WorkflowStep
+from djqueue.storage import fastpath
 from djqueue.storage.statements import prepared_values
 
 #: What settling a step writes (djqueue.tasks.workflow_joins).
 SETTLED_FIELDS = ("state", "result", "error", "error_class", "message_id", "attempts",
                   "started_at", "finished_at")
-#: The same for a batch of successes (their errors are empty already).
-SUCCEEDED_FIELDS = ("state", "result", "message_id", "attempts", "started_at", "finished_at")
+#: The same for a batch of successes (their errors are empty already, and a step keeps
+#: its message from when it started).
+SUCCEEDED_FIELDS = ("state", "result", "attempts", "started_at", "finished_at")
 #: What starting a step writes.
 STARTED_FIELDS = ("state", "message_id")
 #: Rows per UPDATE (SQLite: 32,766 parameters; a row takes two a field).
@@ -43,19 +45,24 @@ def update_steps(db: str, steps: Sequence[WorkflowStep], fields: Sequence[str]) 
     pk = quote(meta.pk.column)
     for start in range(0, len(steps), CHUNK):
         chunk = steps[start:start + CHUNK]
-        arms = " ".join(["WHEN %s THEN %s"] * len(chunk))
+        # Ids are integers the caller read from the table: written into the SQL as
+        # numbers, so only the values are parameters (each one the driver escapes).
+        ids = [str(int(step.pk)) for step in chunk]
         sets, params = [], []
         for function, field in zip(prepare, columns, strict=True):
+            values = [function(getattr(step, field.attname)) for step in chunk]
+            if all(value == values[0] for value in values):  # a batch's state, say
+                sets.append(f"{quote(field.column)} = %s")
+                params.append(values[0])
+                continue
             # PostgreSQL cannot tell a parameter's type inside CASE: it is cast.
             cast = f"::{field.db_type(conn)}" if conn.vendor == "postgresql" else ""
             sets.append(f"{quote(field.column)} = CASE {pk} "
-                        + arms.replace("THEN %s", f"THEN %s{cast}") + " END")
-            for step in chunk:
-                params += [step.pk, function(getattr(step, field.attname))]
-        ids = ", ".join(["%s"] * len(chunk))
+                        + " ".join(f"WHEN {i} THEN %s{cast}" for i in ids) + " END")
+            params += values
         with conn.cursor() as cursor:
             cursor.execute(f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} "
-                           f"WHERE {pk} IN ({ids})", params + [s.pk for s in chunk])
+                           f"WHERE {pk} IN ({', '.join(ids)})", params)
 
 
 def workflow_state(db: str, workflow_id: int) -> tuple[int, str] | None:
@@ -79,3 +86,108 @@ _state_sql: dict[str, str] = {}
 def _preparers(conn: BaseDatabaseWrapper, columns: list[models.Field]) -> list[Callable]:
     label = f"{WorkflowStep._meta.label}:" + ",".join(f.name for f in columns)
     return prepared_values.preparers(conn, label, columns)
+
+
+# The settle of a batch (djqueue.tasks.workflow_joins.settle), statement by statement.
+# Each runs in the worker's ack transaction, once an ack batch: as queryset calls they
+# were more of the batch's time in Python than in the database.
+
+def _sql(conn: BaseDatabaseWrapper, name: str, build: Callable[[Callable[[str], str]], str],
+         ) -> str:
+    key = (conn.vendor, name)
+    if key not in _built:
+        _built[key] = build(conn.ops.quote_name)
+    return _built[key]
+
+
+_built: dict[tuple[str, str], str] = {}
+
+
+def _for_update(conn: BaseDatabaseWrapper) -> str:
+    return " FOR UPDATE" if conn.features.has_select_for_update else ""
+
+
+def _in(count: int) -> str:
+    return ", ".join(["%s"] * count)
+
+
+def lock_ready_steps(db: str, workflow_id: int, positions: Sequence[int]) -> list[tuple[int, int]]:
+    """Lock the steps at ``positions`` that are still READY, in position order: (id,
+    position) of each."""
+    conn = connections[db]
+    table = WorkflowStep._meta.db_table
+    sql = _sql(conn, "lock_ready", lambda q: (
+        f"SELECT {q('id')}, {q('position')} FROM {q(table)} WHERE {q('workflow_id')} = %s "
+        f"AND {q('state')} = %s AND {q('position')} IN ({{}}) ORDER BY {q('position')}"
+        + _for_update(conn)))
+    with conn.cursor() as cursor:
+        cursor.execute(sql.format(_in(len(positions))), [workflow_id, StepState.READY,
+                                                         *positions])
+        return [(int(pk), int(position)) for pk, position in cursor.fetchall()]
+
+
+def children_of(db: str, workflow_id: int, parents: Sequence[int]) -> dict[int, int]:
+    """The children of the steps at ``parents``: position -> how many of them it has
+    among ``parents`` (a chord's callback: one row for the whole batch)."""
+    conn = connections[db]
+    table = StepDependency._meta.db_table
+    sql = _sql(conn, "children", lambda q: (
+        f"SELECT {q('child')}, COUNT(*) FROM {q(table)} WHERE {q('workflow_id')} = %s "
+        f"AND {q('parent')} IN ({{}}) GROUP BY {q('child')}"))
+    with conn.cursor() as cursor:
+        cursor.execute(sql.format(_in(len(parents))), [workflow_id, *parents])
+        return {int(child): int(count) for child, count in cursor.fetchall()}
+
+
+def count_down(db: str, workflow_id: int, counts: dict[int, int]) -> list[int]:
+    """Take ``counts[position]`` off each child's ``parents_left``, in position order (the
+    order every join locks them); returns the positions of those now waiting for none."""
+    conn = connections[db]
+    table = WorkflowStep._meta.db_table
+    update = _sql(conn, "count_down", lambda q: (
+        f"UPDATE {q(table)} SET {q('parents_left')} = {q('parents_left')} - %s "
+        f"WHERE {q('workflow_id')} = %s AND {q('position')} = %s"))
+    zero = _sql(conn, "no_parents_left", lambda q: (
+        f"SELECT {q('position')} FROM {q(table)} WHERE {q('workflow_id')} = %s "
+        f"AND {q('state')} = %s AND {q('parents_left')} = 0 AND {q('position')} IN ({{}})"))
+    children = sorted(counts)
+    with conn.cursor() as cursor:
+        for child in children:
+            cursor.execute(update, [counts[child], workflow_id, child])
+        cursor.execute(zero.format(_in(len(children))), [workflow_id, StepState.WAITING,
+                                                         *children])
+        return sorted(int(position) for (position,) in cursor.fetchall())
+
+
+def lock_workflows(db: str, ids: Sequence[int]) -> list[Workflow]:
+    """The workflows ``ids``, locked in id order, with what the join reads and writes.
+    ``finished_at`` comes as the driver returns it (a datetime, or SQLite's text): the
+    join only asks whether it is set, and never writes it back (save_workflow)."""
+    conn = connections[db]
+    sql = _sql(conn, "lock_workflows", lambda q: (
+        f"SELECT {', '.join(q(c) for c in _LOCKED)} FROM {q(Workflow._meta.db_table)} "
+        f"WHERE {q('id')} IN ({{}}) ORDER BY {q('id')}" + _for_update(conn)))
+    with conn.cursor() as cursor:
+        cursor.execute(sql.format(_in(len(ids))), list(ids))
+        rows = cursor.fetchall()
+    return [_locked(**dict(zip(_LOCKED, row, strict=True))) for row in rows]
+
+
+_LOCKED = ("id", "state", "policy", "token", "steps_total", "steps_left", "failed", "error",
+           "finished_at")
+_locked = fastpath.builder(Workflow)
+
+
+def save_counters(db: str, workflow: Workflow, fields: Sequence[str]) -> None:
+    """Write ``fields`` of the workflow's row (its counters and state), by id."""
+    conn = connections[db]
+    meta = Workflow._meta
+    columns = [meta.get_field(name) for name in fields]
+    prepare = prepared_values.preparers(conn, f"{meta.label}:" + ",".join(fields), columns)
+    sql = _sql(conn, "save:" + ",".join(fields), lambda q: (
+        f"UPDATE {q(meta.db_table)} SET " + ", ".join(f"{q(f.column)} = %s" for f in columns)
+        + f" WHERE {q('id')} = %s"))
+    with conn.cursor() as cursor:
+        cursor.execute(sql, [function(getattr(workflow, f.attname))
+                             for function, f in zip(prepare, columns, strict=True)]
+                       + [workflow.pk])
