@@ -163,6 +163,8 @@ MEASURES = [
     ("worker_traced_1_cpu_us", "worker CPU per message with OpenTelemetry on, µs", "—"),
     ("tasks_worker_1_cpu_us", "django.tasks worker CPU per task, µs", "—"),
     ("chord_enqueue", "workflow: a 10,000-member chord's enqueue, steps/s", "—"),
+    ("chord_run_10k", "workflow: the same chord from its first member's start to the end of "
+     "its callback, members/s", "—"),
     ("tasks_django_us", "django.tasks' own cost per task (results, signals, log records), µs",
      "—"),
     ("tasks_db_drain_2", "django-tasks-db, two processes, msgs/s", "—"),
