@@ -5,7 +5,8 @@ locks, the two claim engines (row-locking, serial) and the claim transaction
 (``claims``), the resume point of a draining claim and the one path that makes
 messages ready again (``claim_resume``), the state transitions of claimed
 messages (``transitions``), the copy of finished messages into history, ordered
-groups, dedup keys, the trace, queue lookup, payload encoding, the hand-written
+groups, dedup keys, the trace, what handlers report (progress and log records,
+``handler_reports``), queue lookup, payload encoding, the hand-written
 statements of the hot path (``statements/``), and every use of Django's or a
 driver's private internals (``fastpath``, quarantined there with a plain path
 each).

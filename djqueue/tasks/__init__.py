@@ -2,8 +2,11 @@
 
 Owns: ``QueueBackend`` and ``QueueTask`` (``backend``), the handler of task
 queues and the records of their runs (``task_handler``; it is the handler
-source djqueue's AppConfig adds to the worker's registry), and the one place
-that tells ``django.tasks`` from the ``django_tasks`` backport (``compat``).
+source djqueue's AppConfig adds to the worker's registry), the one place
+that tells ``django.tasks`` from the ``django_tasks`` backport (``compat``), and
+workflows of tasks: composing them (``workflow_canvas``), enqueueing, batches
+and the handle (``workflows``), and the join in the ack transaction
+(``workflow_joins``).
 
 May import: djqueue.worker, djqueue.maintenance and below. Nothing below
 imports this package. Settings name the backend as
