@@ -5,8 +5,9 @@ queues and the records of their runs (``task_handler``; it is the handler
 source djqueue's AppConfig adds to the worker's registry), the one place
 that tells ``django.tasks`` from the ``django_tasks`` backport (``compat``), and
 workflows of tasks: composing them (``workflow_canvas``), enqueueing, batches
-and the handle (``workflows``), and the join in the ack transaction
-(``workflow_joins``).
+and the handle (``workflows``), the join in the ack transaction
+(``workflow_joins``), the checks before a step runs (``step_checks``), and
+cancel and retry (``workflow_operations``).
 
 May import: djqueue.worker, djqueue.maintenance and below. Nothing below
 imports this package. Settings name the backend as

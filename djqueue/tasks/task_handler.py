@@ -27,7 +27,7 @@ from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
-from djqueue.tasks import known_tasks, workflow_joins
+from djqueue.tasks import known_tasks, step_checks, workflow_joins
 from djqueue.tasks.backend import QueueBackend, QueueTask, task_queue_names
 from djqueue.tasks.compat import TaskContext, normalize_json, task_backends, task_finished, task_started
 from djqueue.tasks.records import (
@@ -123,7 +123,7 @@ def run_task(message: Message) -> None:
     args: list[Any] = list(record.args)
     kwargs: dict[str, Any] = record.kwargs
     if workflow_joins.PAYLOAD_KEY in message.payload:
-        prepared = workflow_joins.before_run(db, message, args, kwargs)
+        prepared = step_checks.before_run(db, message, args, kwargs)
         if prepared is None:
             _finish(message, record, batched, TaskStatus.FAILED, error=TaskCancelled(
                 "Not started: its workflow was cancelled or failed meanwhile."))
@@ -197,7 +197,7 @@ def _finish(message: Message, record: TaskRecord, batched: bool, status: str,
             **outcome: Any) -> None:
     """Record the end of the run: with the worker's next ack when batched, else now."""
     db = dialects.alias()
-    ref = workflow_joins.reference(message)
+    ref = step_checks.reference(message)
     if not batched:
         with transaction.atomic(using=db):
             finish(record, status, **outcome)

@@ -31,7 +31,7 @@ from djqueue.models import (
 )
 from djqueue.storage import dialects, fastpath
 from djqueue.storage.statements import message_inserts
-from djqueue.tasks import workflow_joins
+from djqueue.tasks import workflow_joins, workflow_operations
 from djqueue.tasks.backend import QueueBackend
 from djqueue.tasks.compat import Task, TaskResult
 from djqueue.tasks.records import record_from_message, to_task_result
@@ -103,14 +103,14 @@ class WorkflowHandle:
 
     def cancel(self) -> bool:
         """Steps that have not started never will; False if it had already ended."""
-        cancelled = workflow_joins.cancel(self.id)
+        cancelled = workflow_operations.cancel(self.id)
         self.refresh()
         return cancelled
 
     def retry(self) -> int:
         """Run the failed (and cancelled, skipped) steps again, then their dependants;
         returns how many steps will run. WorkflowBusy while steps still run."""
-        count = workflow_joins.retry(self.id)
+        count = workflow_operations.retry(self.id)
         self.refresh()
         return count
 
