@@ -88,8 +88,10 @@ class WorkflowHandle:
 
     @property
     def result(self) -> Any:
-        """The last step's return value (a chain's last step, a chord's callback)."""
-        return self.results[-1]
+        """The last step's return value (a chain's last step, a chord's callback); None
+        for an empty batch."""
+        results = self.results
+        return results[-1] if results else None
 
     @property
     def errors(self) -> dict[str, str]:

@@ -239,3 +239,15 @@ def test_a_message_naming_a_workflow_without_its_token_is_dead_lettered(spawn):
                       "the forged message to be dead-lettered")
     assert "not its own" in dead.last_error
     assert not Run.objects.filter(key=5).exists()
+
+
+def test_an_empty_batch_ends_at_once_and_one_with_only_callbacks_starts_them():
+    with djqueue.batch(name="nothing") as empty:
+        pass
+    assert empty.refresh().status == "SUCCEEDED" and empty.result is None
+    with djqueue.batch(on_success=djqueue.step(tasks.wf_node, 1),
+                       on_failure=djqueue.step(tasks.wf_node, 2)) as only_callbacks:
+        pass
+    states = [s.get_state_display() for s in only_callbacks.steps]
+    assert states == ["ready", "skipped"]  # no member failed: on_success is queued
+    assert Message.objects.count() == 1
