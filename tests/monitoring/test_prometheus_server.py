@@ -38,6 +38,15 @@ def query(port: int, expression: str) -> dict[str, float]:
     return {r["metric"].get("job", ""): float(r["value"][1]) for r in answer["data"]["result"]}
 
 
+def ready(port: int) -> bool:
+    """Whether Prometheus answers its readiness endpoint with 200."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=5) as answer:
+            return answer.status == 200
+    except OSError:  # refused while starting, or 503 (HTTPError is an OSError)
+        return False
+
+
 def listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -64,7 +73,8 @@ def prometheus(tmp_path: Path):
             [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{port}"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-        wait_until(lambda: listening(port), 30, "Prometheus to listen")
+        # Listening is not ready: the query API answers 503 until the TSDB has opened.
+        wait_until(lambda: ready(port), 60, "Prometheus to be ready (/-/ready)")
         return port
 
     yield start
