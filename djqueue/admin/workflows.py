@@ -123,6 +123,15 @@ def _cancel(workflow_id: int) -> str:
 
 
 def _steps(workflow: Workflow) -> tuple[list[StepView], list[tuple[int, int]]]:
+    """The workflow's steps and edges, read once a page (the graph and the table both
+    show them)."""
+    cached = getattr(workflow, "_djqueue_steps", None)
+    if cached is None:
+        cached = workflow._djqueue_steps = _read_steps(workflow)
+    return cached
+
+
+def _read_steps(workflow: Workflow) -> tuple[list[StepView], list[tuple[int, int]]]:
     rows = list(WorkflowStep.objects.filter(workflow_id=workflow.pk).order_by("position")
                 .values_list("position", "name", "state", "attempts", "started_at",
                              "finished_at", "message_id"))
