@@ -130,22 +130,16 @@ def settle(db: str, runs: Sequence[Settled]) -> None:
                        if constant_time_compare(r.token, workflow.token)),
                       key=lambda r: r.position)
         runs = {run.position: run for run in mine}
-        # Only steps still READY settle; locked in position order, then written in one
-        # UPDATE ... CASE a chunk, not one statement a step.
-        steps = []
-        for chunk in chunks(list(runs)):
-            for pk, position in workflow_statements.lock_ready_steps(db, workflow.pk, chunk):
-                run = runs[position]
-                steps.append(new_step(
-                    id=pk, position=position, state=run.state, result=run.result,
-                    error=run.error, error_class=run.error_class, message_id=run.message_id,
-                    attempts=run.attempts, started_at=run.started_at,
-                    finished_at=run.finished_at))
-        failed = any(step.state != StepState.SUCCEEDED for step in steps)
-        workflow_statements.update_steps(db, steps, workflow_statements.SETTLED_FIELDS if failed
-                                         else workflow_statements.SUCCEEDED_FIELDS)
-        if steps:
-            _after_settled(db, workflow, [runs[step.position] for step in steps])
+        # Only steps still READY settle: one UPDATE ... CASE a chunk, not one a step.
+        failed = any(run.state != StepState.SUCCEEDED for run in mine)
+        settled = workflow_statements.settle_ready_steps(db, workflow.pk, [new_step(
+            position=run.position, state=run.state, result=run.result, error=run.error,
+            error_class=run.error_class, message_id=run.message_id, attempts=run.attempts,
+            started_at=run.started_at, finished_at=run.finished_at) for run in runs.values()],
+            workflow_statements.SETTLED_FIELDS if failed
+            else workflow_statements.SUCCEEDED_FIELDS)
+        if settled:
+            _after_settled(db, workflow, [runs[position] for position in settled])
 
 
 def _after_settled(db: str, workflow: Workflow, done: list[Settled]) -> None:

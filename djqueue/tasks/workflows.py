@@ -127,7 +127,8 @@ def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> Wor
     if policy not in POLICIES:
         raise InvalidWorkflow(f"policy is 'stop' or 'continue', got {policy!r}")
     flat = flatten(node)
-    rows = [_step_row(position, step) for position, step in enumerate(flat.steps)]
+    checked: dict[int, QueueBackend] = {}
+    rows = [_step_row(position, step, checked) for position, step in enumerate(flat.steps)]
     for position, row in enumerate(rows):
         row.parents_left = len(flat.parents[position])
         row.state = StepState.WAITING if row.parents_left else StepState.READY
@@ -151,8 +152,30 @@ def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> Wor
 Node.enqueuer = staticmethod(enqueue_workflow)
 
 
-def _step_row(position: int, step: Step) -> WorkflowStep:
-    """An unsaved step row, once its task, backend and arguments are checked."""
+def _step_row(position: int, step: Step,
+              checked: dict[int, QueueBackend] | None = None) -> WorkflowStep:
+    """An unsaved step row, once its task, backend and arguments are checked. A task is
+    checked (and its queue made sure of) once per ``checked``, which an enqueue shares
+    between its steps: a chord's 10,000 members are one task."""
+    task: Task = step.task
+    backend = None if checked is None else checked.get(id(task))
+    if backend is None:
+        backend = _checked_backend(step)
+        if checked is not None:
+            checked[id(task)] = backend
+    try:
+        encode_payload({"args": step.args, "kwargs": step.kwargs})
+    except InvalidMessage as exc:
+        raise InvalidWorkflow(f"Step {step.name!r}: arguments must be JSON-serialisable: "
+                              f"{exc}") from None
+    return workflow_joins.new_step(
+        position=position, name=step.name[:200], task_path=task.module_path,
+        backend=backend.alias, queue_name=task.queue_name, priority=task.priority,
+        args=step.args, kwargs=step.kwargs, receives=step.receives,
+        failures_as=step.failures_as, gathers=step.gathers)
+
+
+def _checked_backend(step: Step) -> QueueBackend:
     task: Task = step.task
     backend = task.get_backend()
     if not isinstance(backend, QueueBackend):
@@ -162,17 +185,8 @@ def _step_row(position: int, step: Step) -> WorkflowStep:
     if task.run_after is not None:
         raise InvalidWorkflow(f"Step {step.name!r}: run_after is not supported in a "
                               "workflow (a step starts when its parents have finished)")
-    try:
-        encode_payload({"args": step.args, "kwargs": step.kwargs})
-    except InvalidMessage as exc:
-        raise InvalidWorkflow(f"Step {step.name!r}: arguments must be JSON-serialisable: "
-                              f"{exc}") from None
     backend.ensure_queue(task.queue_name)
-    return workflow_joins.new_step(
-        position=position, name=step.name[:200], task_path=task.module_path,
-        backend=backend.alias, queue_name=task.queue_name, priority=task.priority,
-        args=step.args, kwargs=step.kwargs, receives=step.receives,
-        failures_as=step.failures_as, gathers=step.gathers)
+    return backend
 
 
 def _name(name: str) -> str:
@@ -198,6 +212,7 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
                 raise InvalidWorkflow(f"A batch's callback is a step, got {callback!r}")
         self.name = _name(name)
         self.members: list[WorkflowStep] = []
+        self._checked: dict[int, QueueBackend] = {}
 
     def __enter__(self) -> WorkflowHandle:
         if workflow_joins.current_batch.get() is not None:
@@ -219,7 +234,7 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
 
     def add(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """A member (called by QueueBackend.enqueue inside the block)."""
-        row = _step_row(len(self.members), Step(task, *args, **kwargs))
+        row = _step_row(len(self.members), Step(task, *args, **kwargs), self._checked)
         row.workflow, row.state, row.parents_left = self.workflow, StepState.READY, 0
         message = workflow_joins.send_step(self.workflow, row)
         row.save(using=self.db, force_insert=True)

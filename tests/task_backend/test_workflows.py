@@ -251,3 +251,39 @@ def test_an_empty_batch_ends_at_once_and_one_with_only_callbacks_starts_them():
     states = [s.get_state_display() for s in only_callbacks.steps]
     assert states == ["ready", "skipped"]  # no member failed: on_success is queued
     assert Message.objects.count() == 1
+
+
+def test_a_step_settles_once_even_when_a_batch_names_one_that_is_no_longer_ready():
+    """The join's rule, in one ack transaction: of three runs, the one whose step has
+    already left READY writes nothing and counts nothing down; the other two settle and
+    count the callback down by two. A later delivery's runs of the same steps write
+    nothing."""
+    from django.utils import timezone
+
+    from djqueue.models import StepState
+    from djqueue.storage import dialects
+    from djqueue.tasks.workflow_joins import Settled, settle
+
+    handle = djqueue.chord([djqueue.step(tasks.wf_add, i, i) for i in range(3)],
+                           djqueue.step(tasks.wf_total)).enqueue()
+    workflow = Workflow.objects.get(pk=handle.id)
+    steps = list(WorkflowStep.objects.filter(workflow=workflow).order_by("position"))
+    WorkflowStep.objects.filter(pk=steps[1].pk).update(state=StepState.CANCELLED)
+    now = timezone.now()
+    runs = [Settled(step.message_id, workflow.pk, step.position, workflow.token,
+                    StepState.SUCCEEDED, 2 * step.position, "", "", 1, now, now)
+            for step in steps[:3]]
+    later = [Settled(run.message_id, workflow.pk, run.position, workflow.token,
+                     StepState.FAILED, None, "late", "x.Late", 2, now, timezone.now())
+             for run in runs]
+    db = dialects.alias()
+    for batch in (runs, later):
+        with transaction.atomic(using=db):
+            settle(db, batch)
+    after = {s.position: s for s in WorkflowStep.objects.filter(workflow=workflow)}
+    assert [after[p].state for p in range(3)] == [
+        StepState.SUCCEEDED, StepState.CANCELLED, StepState.SUCCEEDED]
+    assert after[1].result is None and after[2].result == 4
+    assert after[3].parents_left == 1  # three parents, two settled
+    workflow.refresh_from_db()
+    assert workflow.steps_left == 2  # four steps, two settled
