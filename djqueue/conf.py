@@ -71,6 +71,15 @@ class Settings:
     #: for (``Authorization: Bearer <token>``, Prometheus's ``authorization``
     #: setting); None: they answer anyone who can reach them.
     METRICS_TOKEN: str | None = None
+    #: The HTTP API (djqueue.http): threads (each with its database connection) its
+    #: endpoints run their database work on, per server process.
+    HTTP_DATABASE_THREADS: int = 8
+    #: The largest request body it reads; a larger one gets 413 before it is read.
+    HTTP_MAX_BODY_BYTES: int = 4 * 1024 * 1024
+    #: The longest long poll (``wait`` of a receive), seconds (SQS's limit, 20).
+    HTTP_MAX_WAIT: float = 20.0
+    #: The most messages one send or receive request carries.
+    HTTP_MAX_BATCH: int = 100
     #: OpenTelemetry spans for sends and handler runs, when an SDK is configured
     #: (djqueue.tracing); False: none, whatever is installed.
     TRACING: bool = True
@@ -151,6 +160,7 @@ _DURATIONS = {
     "REAPER_INTERVAL": (durations.HOUR, True),
     "STATS_INTERVAL": (durations.DAY, True),
     "PROGRESS_INTERVAL": (durations.HOUR, False),
+    "HTTP_MAX_WAIT": (durations.HOUR, False),
 }
 #: Whole-number settings: (lowest, highest).
 _COUNTS = {
@@ -159,6 +169,9 @@ _COUNTS = {
     "MAX_PAYLOAD_BYTES": (1, 64 * 1024 * 1024),
     "HANDLER_LOG_RECORDS": (1, 10_000),
     "HANDLER_LOG_CHARS": (100, 1024 * 1024),
+    "HTTP_DATABASE_THREADS": (1, 256),
+    "HTTP_MAX_BODY_BYTES": (1024, 256 * 1024 * 1024),
+    "HTTP_MAX_BATCH": (1, 10_000),
 }
 
 

@@ -45,6 +45,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "project.urls"
 WSGI_APPLICATION = "project.wsgi.application"
+ASGI_APPLICATION = "project.asgi.application"
 X_FRAME_OPTIONS = "SAMEORIGIN"  # django-admin-interface shows related-object popups in frames
 SILENCED_SYSTEM_CHECKS = ["security.W019"]
 

@@ -1,4 +1,5 @@
 from djqueue.models.alarm import Alarm, AlarmPolicy, Metric
+from djqueue.models.api_access import ApiClient, ApiGrant, ApiPermission, ApiToken
 from djqueue.models.dedup import DedupKey
 from djqueue.models.export import ExportRun
 from djqueue.models.group import MessageGroup
@@ -37,6 +38,10 @@ __all__ = [
     "SETTLED_STATES",
     "Alarm",
     "AlarmPolicy",
+    "ApiClient",
+    "ApiGrant",
+    "ApiPermission",
+    "ApiToken",
     "Body",
     "ConsumerGroup",
     "Dashboard",

@@ -84,6 +84,12 @@ class Registration:
             with contextlib.suppress(DatabaseError):
                 connections[dialects.alias()].close()
 
+    def set_queues(self, queues: list[str]) -> None:
+        """Serve (and be woken for) ``queues`` from now on (an HTTP API server's waits)."""
+        self.queues = queues
+        WorkerRecord.objects.using(dialects.alias()).filter(pk=self.worker_id).update(
+            queues=queues)
+
     def _holding(self) -> dict[str, object]:
         try:
             held = sorted(self._held())

@@ -1,0 +1,77 @@
+"""The HTTP API's clients in the admin: their grants, their tokens (issued, rotated and
+revoked from here, with the ``change`` permission on API clients), their quotas.
+
+A token's text is shown once, in the message after it is issued; only its hash is
+stored, so it cannot be shown again.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from djqueue.http import access
+from djqueue.models import ApiClient, ApiGrant, ApiToken
+
+
+class ApiGrantInline(admin.TabularInline):
+    model = ApiGrant
+    extra = 1
+    fields = ["queue_pattern", "permission"]
+
+
+class ApiTokenInline(admin.TabularInline):
+    model = ApiToken
+    extra = 0
+    can_delete = False
+    fields = ["key", "created_at", "expires_at", "revoked_at", "last_used_at"]
+    readonly_fields = ["key", "created_at", "revoked_at", "last_used_at"]
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # tokens are issued by the action, which shows the text once
+
+
+@admin.register(ApiClient)
+class ApiClientAdmin(admin.ModelAdmin):
+    list_display = ["name", "is_active", "requests_per_second", "grants_shown",
+                    "usable_tokens", "created_at"]
+    list_filter = ["is_active"]
+    search_fields = ["name", "description"]
+    inlines = [ApiGrantInline, ApiTokenInline]
+    actions = ["issue_token", "rotate_tokens", "revoke_tokens"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ApiClient]:
+        return super().get_queryset(request).prefetch_related("grants", "tokens")
+
+    @admin.display(description="grants")
+    def grants_shown(self, client: ApiClient) -> str:
+        return ", ".join(f"{g.get_permission_display()} on {g.queue_pattern}"
+                         for g in client.grants.all()) or "none"
+
+    @admin.display(description="usable tokens")
+    def usable_tokens(self, client: ApiClient) -> int:
+        now = timezone.now()
+        return sum(1 for token in client.tokens.all() if token.is_usable(now))
+
+    @admin.action(description="Issue a new token (shown once)", permissions=["change"])
+    def issue_token(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
+        for client in queryset:
+            token = access.issue_token(client)
+            messages.success(request, f"New token for {client.name} (copy it now; it is not "
+                                      f"shown again): {token}")
+
+    @admin.action(description="Rotate: a new token, the others expire in an hour",
+                  permissions=["change"])
+    def rotate_tokens(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
+        for client in queryset:
+            token = access.rotate_tokens(client, overlap=3600)
+            messages.success(request, f"New token for {client.name} (copy it now; its other "
+                                      f"tokens expire in an hour): {token}")
+
+    @admin.action(description="Revoke every token now", permissions=["change"])
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
+        count = ApiToken.objects.filter(client__in=queryset, revoked_at__isnull=True).update(
+            revoked_at=timezone.now())
+        messages.success(request, f"Revoked {count} token(s).")

@@ -1,0 +1,179 @@
+"""Long polls: receives that wait for a message on the event loop, not on a thread.
+
+A waiting receive joins the line of its queue(s) in this process and awaits an
+event; it holds no thread and no database connection. Only the first in each
+line claims, when something may have arrived:
+
+- a sender's wake-up: the process registers a row in ``djqueue_worker`` (as a
+  worker does, with a session lock and a heartbeat) naming the queues it has
+  waiters on, and binds a UDP socket on ``WAKE_HOST``; a send that commits sends
+  it a datagram (djqueue.api.worker_wakeups), so a message is claimed one round
+  trip after its commit;
+- every ``POLL_MAX`` seconds, for messages no datagram announced (another host, a
+  delay that ran out, a released lease).
+
+A waiter that claimed as many as it asked for hands the turn on at once (more
+may be there); one that claimed fewer leaves the rest of the line asleep. So a
+thousand waiters on a queue cost one claim per wake-up, not a thousand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+from djqueue.conf import get_settings
+from djqueue.http.database_threads import in_database
+from djqueue.processes.registration import Registration
+
+logger = logging.getLogger("djqueue.http")
+T = TypeVar("T")
+#: Seconds between two writes of the row's queue list, at most.
+QUEUES_WRITE_EVERY = 0.2
+
+
+class Waiter:
+    def __init__(self) -> None:
+        self.turn = asyncio.Event()
+
+
+class WaitingRoom:
+    """The lines of this process's waiting receives, by the queues they wait on."""
+
+    def __init__(self) -> None:
+        self.lines: dict[tuple[str, ...], deque[Waiter]] = {}
+        self._started = False
+        self._registration: Registration | None = None
+        self._queues_written: tuple[str, ...] = ()
+        self._queues_dirty = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # Waiting
+
+    async def receive(self, queues: tuple[str, ...], wait: float,
+                      claim: Callable[[], Awaitable[list[T]]], wanted: int) -> list[T]:
+        """``claim()`` at once, then as woken, until it returns messages or ``wait``
+        seconds have passed."""
+        found = await claim()
+        if found or wait <= 0:
+            return found
+        await self._start()
+        deadline = time.monotonic() + wait
+        async with self._in_line(queues) as waiter:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter.turn.wait(), remaining)
+                if not waiter.turn.is_set():
+                    return []
+                waiter.turn.clear()
+                found = await claim()
+                if found:
+                    if len(found) >= wanted:
+                        self.wake(queues, skip=waiter)  # there may be more
+                    return found
+
+    @contextlib.asynccontextmanager
+    async def _in_line(self, queues: tuple[str, ...]) -> AsyncIterator[Waiter]:
+        waiter = Waiter()
+        line = self.lines.setdefault(queues, deque())
+        line.append(waiter)
+        if len(line) == 1:
+            self._queues_dirty.set()
+        try:
+            yield waiter
+        finally:
+            line.remove(waiter)
+            if waiter.turn.is_set():  # woken but leaving: the turn goes on
+                self.wake(queues)
+            if not line:
+                del self.lines[queues]
+                self._queues_dirty.set()
+
+    def wake(self, queues: tuple[str, ...] | None = None, skip: Waiter | None = None) -> None:
+        """Give the turn to the first waiter of the line for ``queues`` (None: of every
+        line)."""
+        lines = self.lines.values() if queues is None else [self.lines.get(queues, deque())]
+        for line in lines:
+            for waiter in line:
+                if waiter is not skip:
+                    waiter.turn.set()
+                    break
+
+    # What wakes the lines
+
+    async def _start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        settings = get_settings()
+        address = ""
+        if settings.WAKE_HOST is not None:
+            transport, _ = await self._loop.create_datagram_endpoint(
+                lambda: _Doorbell(self), local_addr=(settings.WAKE_HOST, 0), family=socket.AF_INET)
+            address = "{}:{}".format(*transport.get_extra_info("sockname")[:2])
+        lock_key = uuid.uuid4().hex
+        self._registration = Registration(
+            f"http:{socket.gethostname()[:55]}:{os.getpid()}:{lock_key[:8]}", lock_key,
+            queues=[], concurrency=0, held=list, wake_address=address)
+        await in_database(self._registration.register)
+        for job in (self._poll, self._beat, self._write_queues):
+            self._loop.create_task(job())
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(get_settings().POLL_MAX)
+            self.wake()
+
+    async def _beat(self) -> None:
+        assert self._registration is not None
+        while True:
+            await asyncio.sleep(get_settings().HEARTBEAT_INTERVAL)
+            await in_database(self._registration.beat)
+
+    async def _write_queues(self) -> None:
+        """Keep the row's queue list (what senders wake this process for) current."""
+        assert self._registration is not None
+        while True:
+            await self._queues_dirty.wait()
+            self._queues_dirty.clear()
+            names = tuple(sorted({name for queues in self.lines for name in queues}))
+            if names != self._queues_written:
+                try:
+                    await in_database(self._registration.set_queues, list(names))
+                    self._queues_written = names
+                except Exception:
+                    logger.exception("Could not write the API server's queue list")
+                    self._queues_dirty.set()
+            await asyncio.sleep(QUEUES_WRITE_EVERY)
+
+
+class _Doorbell(asyncio.DatagramProtocol):
+    def __init__(self, room: WaitingRoom) -> None:
+        self.room = room
+
+    def datagram_received(self, data: bytes, addr: tuple) -> None:
+        self.room.wake()
+
+
+#: One room per event loop (an ASGI server runs one).
+_rooms: dict[int, WaitingRoom] = {}
+
+
+def room() -> WaitingRoom:
+    loop = asyncio.get_running_loop()
+    found = _rooms.get(id(loop))
+    if found is None:
+        found = _rooms[id(loop)] = WaitingRoom()
+    return found

@@ -1,0 +1,123 @@
+"""Manage the HTTP API's clients, tokens and grants (the admin does the same).
+
+    manage.py djqueue_api_client create billing --grant 'orders.*:send' --rate 50
+    manage.py djqueue_api_client token billing --expires-in 86400
+    manage.py djqueue_api_client rotate billing --overlap 3600
+    manage.py djqueue_api_client grant billing invoices receive
+    manage.py djqueue_api_client revoke djq_abcdefghijkl
+    manage.py djqueue_api_client list
+
+A token is printed once, when it is made; only its hash is stored.
+"""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from djqueue import durations
+from djqueue.http import access
+from djqueue.management.arguments import seconds
+from djqueue.models import ApiClient, ApiPermission
+
+PERMISSIONS = {"send": ApiPermission.SEND, "receive": ApiPermission.RECEIVE,
+               "full_control": ApiPermission.FULL_CONTROL,
+               "full-control": ApiPermission.FULL_CONTROL}
+
+
+class Command(BaseCommand):
+    help = "Create HTTP API clients, issue, rotate and revoke their tokens, grant queues."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True)
+        create = actions.add_parser("create", help="A new client, and its first token.")
+        create.add_argument("name")
+        create.add_argument("--grant", action="append", default=[], metavar="PATTERN:PERM",
+                            help="e.g. 'orders.*:send' (send, receive or full_control)")
+        create.add_argument("--rate", type=float, default=None,
+                            help="Its quota, requests a second (default: none).")
+        create.add_argument("--expires-in", type=seconds(durations.MAX_RETENTION), default=None)
+        token = actions.add_parser("token", help="Another token for a client.")
+        token.add_argument("name")
+        token.add_argument("--expires-in", type=seconds(durations.MAX_RETENTION), default=None)
+        rotate = actions.add_parser("rotate", help="A new token; the others expire after "
+                                                   "--overlap seconds.")
+        rotate.add_argument("name")
+        rotate.add_argument("--overlap", type=seconds(durations.MAX_RETENTION, positive=False),
+                            default=3600.0)
+        grant = actions.add_parser("grant", help="Let a client SEND, RECEIVE or have "
+                                                 "FULL_CONTROL on a queue or pattern.")
+        grant.add_argument("name")
+        grant.add_argument("pattern")
+        grant.add_argument("permission", choices=sorted(PERMISSIONS))
+        revoke = actions.add_parser("revoke", help="Revoke a token (its text or key).")
+        revoke.add_argument("token")
+        actions.add_parser("list", help="Clients, their grants and tokens.")
+
+    def handle(self, *args: object, **options: object) -> None:
+        action = options["action"]
+        if action == "create":
+            self._create(options)
+        elif action == "token":
+            client = self._client(options["name"])
+            self.stdout.write(access.issue_token(client, expires_in=options["expires_in"]))
+        elif action == "rotate":
+            client = self._client(options["name"])
+            self.stdout.write(access.rotate_tokens(client, overlap=options["overlap"]))
+        elif action == "grant":
+            self._grant(self._client(options["name"]), str(options["pattern"]),
+                        str(options["permission"]))
+        elif action == "revoke":
+            if not access.revoke_token(str(options["token"])):
+                raise CommandError("No usable token has that key.")
+            self.stdout.write("Revoked.")
+        else:
+            self._list()
+
+    def _create(self, options: dict) -> None:
+        name = str(options["name"])
+        if not 1 <= len(name) <= 100:
+            raise CommandError("A client's name has 1 to 100 characters.")
+        if ApiClient.objects.filter(name=name).exists():
+            raise CommandError(f"Client {name!r} exists already.")
+        rate = options["rate"]
+        if rate is not None and not 0 <= rate <= 1e6:
+            raise CommandError("--rate is a number of requests a second, 0 to 1,000,000.")
+        grants = [self._parse_grant(text) for text in options["grant"]]
+        client = ApiClient.objects.create(name=name, requests_per_second=rate)
+        for pattern, permission in grants:
+            self._grant(client, pattern, permission)
+        self.stdout.write(access.issue_token(client, expires_in=options["expires_in"]))
+
+    def _parse_grant(self, text: str) -> tuple[str, str]:
+        pattern, _, permission = text.rpartition(":")
+        if not pattern or permission not in PERMISSIONS:
+            raise CommandError(f"--grant {text!r}: use PATTERN:PERMISSION, the permission one "
+                               "of send, receive, full_control.")
+        return pattern, permission
+
+    def _grant(self, client: ApiClient, pattern: str, permission: str) -> None:
+        try:
+            access.grant(client, pattern, PERMISSIONS[permission])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+
+    def _client(self, name: object) -> ApiClient:
+        try:
+            return ApiClient.objects.get(name=name)
+        except ApiClient.DoesNotExist:
+            raise CommandError(f"No API client is named {name!r}.") from None
+
+    def _list(self) -> None:
+        for client in ApiClient.objects.prefetch_related("grants", "tokens"):
+            rate = f", {client.requests_per_second:g} requests/s" if (
+                client.requests_per_second is not None) else ""
+            state = "" if client.is_active else " (inactive)"
+            self.stdout.write(f"{client.name}{state}{rate}")
+            for grant in client.grants.all():
+                self.stdout.write(f"  grant {grant.get_permission_display()} on "
+                                  f"{grant.queue_pattern}")
+            for token in client.tokens.all():
+                status = ("revoked" if token.revoked_at else
+                          f"expires {token.expires_at:%Y-%m-%d %H:%M}" if token.expires_at
+                          else "no expiry")
+                self.stdout.write(f"  token djq_{token.key}_… {status}")

@@ -1,0 +1,39 @@
+"""Serve the project over ASGI with uvicorn, for the HTTP API's long polls (and the rest
+of the project's URLs): ``manage.py djqueue_http --port 8001``.
+
+Any ASGI server will do (``uvicorn project.asgi:application``, daphne, hypercorn);
+this command is the one that needs no module path: it serves ``ASGI_APPLICATION``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+from django.utils.module_loading import import_string
+
+from djqueue.management.arguments import whole_number
+
+
+class Command(BaseCommand):
+    help = "Serve the project (and its djqueue HTTP API) over ASGI with uvicorn."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=whole_number(0, 65535), default=8001)
+        parser.add_argument("--log-level", default="warning",
+                            choices=["critical", "error", "warning", "info", "debug"])
+
+    def handle(self, *args: object, **options: object) -> None:
+        import uvicorn
+
+        path = getattr(settings, "ASGI_APPLICATION", None)
+        if path:
+            application = import_string(path)
+        else:
+            from django.core.asgi import get_asgi_application
+
+            application = get_asgi_application()
+        # No lifespan: Django's ASGI handler does not take lifespan events.
+        uvicorn.run(application, host=str(options["host"]), port=int(options["port"]),
+                    log_level=str(options["log_level"]), lifespan="off",
+                    timeout_graceful_shutdown=5)
