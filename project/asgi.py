@@ -10,6 +10,12 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 application = get_asgi_application()
 
+# The HTTP API's requests skip the middleware, so a waiting one holds no thread
+# (djqueue.http.asgi says why). Imported once Django is set up.
+from djqueue.http.asgi import with_api  # noqa: E402
+
+application = with_api(application)
+
 if settings.DEBUG:
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 

@@ -29,7 +29,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
+from importlib import import_module
 
+from django.conf import settings
+from django.contrib.auth import get_user
 from django.db import transaction
 from django.utils import timezone
 
@@ -165,6 +168,17 @@ def authenticate(authorization: str, user=None) -> Caller:
         if everywhere:
             return Caller(name=f"user {user.get_username()}", everywhere=everywhere)
     raise Unauthenticated("This API needs an 'Authorization: Bearer <token>' header.")
+
+
+def session_user(request):
+    """The user signed in with the request's session cookie, if any (what
+    SessionMiddleware and AuthenticationMiddleware give a request that went through
+    them)."""
+    key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+    if not key:
+        return None
+    request.session = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    return get_user(request)
 
 
 def _from_token(token: str) -> Caller:

@@ -85,9 +85,14 @@ def _check_name(value: str, what: str) -> None:
 
 
 def _caller(request: HttpRequest) -> access.Caller:
-    """Runs on a database thread (the token's row is read)."""
-    user = getattr(request, "user", None) if request.method in ("GET", "HEAD") else None
-    return access.authenticate(request.META.get("HTTP_AUTHORIZATION", ""), user)
+    """Runs on a database thread (the token's row is read). A signed-in user counts for
+    GET alone (djqueue.http.access); served by djqueue.http.asgi, a request has no
+    middleware, so its session is read here."""
+    authorization = request.META.get("HTTP_AUTHORIZATION", "")
+    user = None
+    if not authorization and request.method in ("GET", "HEAD"):
+        user = getattr(request, "user", None) or access.session_user(request)
+    return access.authenticate(authorization, user)
 
 
 def _json(data: Any, status: int = 200) -> JsonResponse:

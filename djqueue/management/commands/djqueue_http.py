@@ -26,6 +26,8 @@ class Command(BaseCommand):
     def handle(self, *args: object, **options: object) -> None:
         import uvicorn
 
+        from djqueue.http.asgi import with_api
+
         path = getattr(settings, "ASGI_APPLICATION", None)
         if path:
             application = import_string(path)
@@ -33,6 +35,7 @@ class Command(BaseCommand):
             from django.core.asgi import get_asgi_application
 
             application = get_asgi_application()
+        application = with_api(application)  # no-op if project/asgi.py did it
         # No lifespan: Django's ASGI handler does not take lifespan events.
         uvicorn.run(application, host=str(options["host"]), port=int(options["port"]),
                     log_level=str(options["log_level"]), lifespan="off",
