@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -198,6 +199,16 @@ def validate_group_key(group_key: Any) -> None:
                                   or len(group_key) > MAX_GROUP_KEY_CHARS):
         raise InvalidMessage(f"group_key must be a non-empty string of at most "
                              f"{MAX_GROUP_KEY_CHARS} characters, got {group_key!r}.")
+    if group_key is not None:
+        check_no_nul(group_key, "group_key")
+
+
+def check_no_nul(text: str, what: str) -> None:
+    """Refuse the NUL character, which PostgreSQL stores in no text or JSON column: refused
+    on every database, so a key or header works the same on all three."""
+    if "\x00" in text:
+        raise InvalidMessage(f"{what} contains a NUL character (\\x00), which cannot be "
+                             "stored.")
 
 
 def validate_priority(priority: Any) -> None:
@@ -242,6 +253,11 @@ def _check_utf8(text: str, what: str) -> None:
                              f"{exc.start}.") from None
 
 
+#: A NUL as JSON text writes it: \u0000 after an even number of backslashes (an odd
+#: number would make it the text "\u0000", which is fine).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def check_headers(headers: Any) -> dict[str, Any] | None:
     if headers is None:
         return None
@@ -254,6 +270,9 @@ def check_headers(headers: Any) -> dict[str, Any] | None:
     except RecursionError:
         raise InvalidMessage("headers contain themselves (or are nested too deeply).") from None
     _check_utf8(text, "headers")
+    if _JSON_NUL.search(text):  # json.dumps writes NUL so; PostgreSQL's jsonb refuses it
+        raise InvalidMessage("headers contain a NUL character (\\x00), which cannot be "
+                             "stored.")
     return headers
 
 

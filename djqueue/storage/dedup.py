@@ -25,6 +25,9 @@ def validate_key(key: object) -> str:
         raise InvalidMessage(
             f"dedup_key must be a non-empty string of at most {MAX_KEY_CHARS} characters, "
             f"got {key!r}.")
+    if "\x00" in key:  # PostgreSQL stores no NUL in text: refused on every database
+        raise InvalidMessage("dedup_key contains a NUL character (\\x00), which cannot be "
+                             "stored.")
     return key
 
 

@@ -139,7 +139,8 @@ def record_failure(row: Message, error: str, now: datetime, *,
     """On a locked row: append ``error``, then schedule the retry or dead-letter it (at
     once with ``give_up``)."""
     queue = get_queue_by_id(row.queue_id)
-    error = str(error)[:MAX_ERROR_CHARS]
+    # PostgreSQL stores no NUL in text or JSON: one in an error must not lose the failure.
+    error = str(error)[:MAX_ERROR_CHARS].replace("\x00", "\\x00")
     row.errors = [*(row.errors or []), {
         "attempt": row.attempts, "at": now.isoformat(), "worker": row.owner, "error": error}]
     db = fastpath.database_of(row) or dialects.alias()

@@ -105,3 +105,20 @@ def test_worker_refuses_unknown_queue(queues):
     with override_settings(DJQUEUE={"HANDLERS": {"ghost": "tests.handlers.record"}}), \
             pytest.raises(CommandError, match="Queue 'ghost' does not exist"):
         call_command("djqueue_worker", "ghost", "--burst")
+
+
+def test_nul_characters_are_refused_in_keys_and_headers_and_escaped_in_errors():
+    """PostgreSQL stores no NUL in text or JSON; the same refusal on every database, and a
+    failure whose error text holds one is still recorded (the HTTP fuzz found the 500)."""
+    djqueue.create_queue("nul", backoff=[0])
+    before = snapshot()
+    for options in ({"group_key": "a\x00b"}, {"dedup_key": "a\x00"},
+                    {"headers": {"k": "\x00"}}, {"headers": {"a\x00": 1}}):
+        with pytest.raises(InvalidMessage, match="NUL"):
+            djqueue.send("nul", 1, **options)
+    assert snapshot() == before
+    djqueue.send("nul", {"text": "a\x00b"}, headers={"k": "\\u0000 is text"})  # both fine
+    [message] = djqueue.receive("nul")
+    message.nack(error="bad byte \x00 here")
+    row = Message.objects.get(pk=message.pk)
+    assert row.errors[-1]["error"] == "bad byte \\x00 here" and row.payload == {"text": "a\x00b"}
