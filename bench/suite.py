@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import http_api  # noqa: E402
 import measures  # noqa: E402
 from common import buffer_pool, fresh_database  # noqa: E402
 
@@ -72,6 +73,7 @@ def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
     results.update(measures.tasks(n // 4 if args.quick else n))
     results.update(measures.chord(min(n, 10_000)))
     results.update(measures.django_task_cost())
+    results.update(http_api.http_api())
     if not args.quick:
         for peer, prefix in (("tasks-db", "tasks_db"), ("celery", "celery")):
             found = run_peer(peer, max(2000, n // 10) if peer == "tasks-db" else n // 2)
@@ -174,6 +176,12 @@ MEASURES = [
     ("tasks_db_enqueue", "django-tasks-db enqueue, 1 per call", "—"),
     ("celery_enqueue", "Celery enqueue (delay), 1 per call", "—"),
     ("raw_claim_ack_1", "raw claim+ack, 1 per transaction", "—"),
+    ("http_send_1", "HTTP API: send, 1 per request (keep-alive client), msgs/s", "—"),
+    ("http_send_1_vs_api", "HTTP send 1 per request vs djqueue.send in the same run", "—"),
+    ("http_send_1_server_cpu_us", "HTTP send: the server's CPU per request, µs", "—"),
+    ("http_batch_100", "HTTP API: receive 100 + ack by receipt, msgs/s", "—"),
+    ("http_batch_100_vs_api", "HTTP receive+ack 100 vs receive(100)+ack_many, same run", "—"),
+    ("http_batch_100_server_cpu_us", "HTTP receive+ack: the server's CPU per message, µs", "—"),
 ]
 
 

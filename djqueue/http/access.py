@@ -5,7 +5,8 @@ secret (43 characters, 256 random bits) is checked against the SHA-256 stored
 there. Why SHA-256 and not a slow password hash: the secret is random and as long
 as a key, so no dictionary or brute force applies, and every request checks it.
 The token row is read on every request, so a revoked or expired token, or an
-inactive client, is refused (401) at once.
+inactive client, is refused (401) at once; a client's grants are read at most
+once a second (GRANTS_TTL), so a grant's change holds within a second.
 
 Grants name a queue or a pattern (``orders.*``, ``*``); FULL_CONTROL includes SEND
 and RECEIVE. A signed-in Django user (the session of the admin) may call the
@@ -39,6 +40,7 @@ from django.utils import timezone
 from djqueue.models import ApiClient, ApiGrant, ApiPermission, ApiToken
 from djqueue.models.api_access import PATTERN_RE
 from djqueue.storage import dialects
+from djqueue.storage.statements import api_statements
 
 PREFIX = "djq_"
 KEY_CHARS = 12
@@ -47,6 +49,8 @@ SECRET_CHARS = 43
 TOKEN_RE = re.compile(rf"^{PREFIX}([a-z0-9]{{{KEY_CHARS}}})_([A-Za-z0-9_-]{{{SECRET_CHARS}}})$")
 #: Seconds between two writes of a token's last_used_at.
 LAST_USED_EVERY = 60.0
+#: Seconds a process trusts its copy of a client's grants.
+GRANTS_TTL = 1.0
 _KEY_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 #: Django permissions of a signed-in user, and what each gives on every queue.
 USER_PERMISSIONS = {ApiPermission.SEND: "djqueue.api_send",
@@ -187,21 +191,42 @@ def _from_token(token: str) -> Caller:
         raise Unauthenticated("That is not a djqueue API token.")
     key, secret = match.groups()
     db = dialects.alias()
-    row = (ApiToken.objects.using(db).select_related("client").filter(key=key)
-           .only("id", "digest", "expires_at", "revoked_at", "client__name",
-                 "client__is_active", "client__requests_per_second", "client__request_burst")
-           .first())
     now = timezone.now()
-    if (row is None or not hmac.compare_digest(row.digest, _digest(secret))
-            or not row.is_usable(now) or not row.client.is_active):
+    row = api_statements.usable_token(db, key, now)
+    if row is None or not hmac.compare_digest(row.digest, _digest(secret)):
         raise Unauthenticated("The token is unknown, revoked or expired, or its client is "
                               "inactive.")
-    client = row.client
-    _take_quota(client)
-    grants = list(ApiGrant.objects.using(db).filter(client_id=client.pk).values_list(
-        "queue_pattern", "permission"))
-    _note_use(db, row.pk, now)
-    return Caller(name=f"client {client.name!r}", grants=grants)
+    _take_quota(row.client_id, row.requests_per_second, row.request_burst)
+    _note_use(db, row.token_id, now)
+    return Caller(name=f"client {row.client_name!r}", grants=_grants.of(db, row.client_id))
+
+
+class _Grants:
+    """Each client's grants, read at most GRANTS_TTL seconds ago (a token's validity is
+    read on every request; a grant's change holds within GRANTS_TTL)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read: dict[int, tuple[float, list[tuple[str, int]]]] = {}
+
+    def of(self, db: str, client_id: int) -> list[tuple[str, int]]:
+        moment = time.monotonic()
+        with self._lock:
+            found = self._read.get(client_id)
+        if found is not None and moment - found[0] < GRANTS_TTL:
+            return found[1]
+        grants = list(ApiGrant.objects.using(db).filter(client_id=client_id).values_list(
+            "queue_pattern", "permission"))
+        with self._lock:
+            self._read[client_id] = (moment, grants)
+        return grants
+
+    def forget(self) -> None:
+        with self._lock:
+            self._read.clear()
+
+
+_grants = _Grants()
 
 
 def _note_use(db: str, token_id: int, now: datetime) -> None:
@@ -234,13 +259,11 @@ class _Buckets:
 _buckets = _Buckets()
 
 
-def _take_quota(client: ApiClient) -> None:
-    rate = client.requests_per_second
+def _take_quota(client_id: int, rate: float | None, burst: int | None) -> None:
     if rate is None:
         return
     if rate <= 0:  # a quota of none: the client is held off without being disabled
         raise OverQuota(60.0)
-    burst = float(client.request_burst or max(1.0, rate))
-    wait = _buckets.take(client.pk, rate, burst)
+    wait = _buckets.take(client_id, rate, float(burst or max(1.0, rate)))
     if wait:
         raise OverQuota(wait)

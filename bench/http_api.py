@@ -1,0 +1,104 @@
+"""The HTTP API against the Python API, in the same run (``make bench``).
+
+A server process (``manage.py djqueue_http``, uvicorn) on a loopback port; one
+keep-alive client in this process. Two rows, each with the Python API's rate
+measured right before it and the server's CPU per request, which says where the
+time goes (the rest is the client, the loopback and the database's round trips):
+
+- ``http_send_1``: one send per request (and per commit), against ``djqueue.send``;
+- ``http_batch_100``: receive 100 and ack them by receipt, two requests a batch,
+  against ``receive(max_messages=100)`` + ``ack_many``.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from measures import PAYLOAD, ROOT, clear, env, fill, rate
+
+SENDS = 2000
+DRAIN = 10_000
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
+
+
+def http_api() -> dict[str, float]:
+    import httpx
+
+    import djqueue
+    from djqueue.http import access
+    from djqueue.models import ApiClient, ApiPermission
+
+    clear()
+    djqueue.create_queue("bench.http", exist_ok=True)
+    ApiClient.objects.filter(name="bench").delete()
+    client = ApiClient.objects.create(name="bench")
+    access.grant(client, "bench.http", ApiPermission.FULL_CONTROL)
+    token = access.issue_token(client)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "djqueue_http",
+                               "--port", str(port)], cwd=ROOT, env=env())
+    base = f"http://127.0.0.1:{port}/queue-api/"
+    results: dict[str, float] = {}
+    try:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"},
+                          timeout=30) as http:
+            for _ in range(300):
+                try:
+                    if http.get("openapi.json").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            for _ in range(200):  # warm: threads, connections, caches
+                http.post("queues/bench.http/messages", json={"payload": PAYLOAD})
+
+            started = time.perf_counter()
+            for _ in range(SENDS):
+                djqueue.send("bench.http", PAYLOAD)
+            results["api_send_1_same_run"] = rate(SENDS, time.perf_counter() - started)
+            cpu = _cpu_seconds(server.pid)
+            started = time.perf_counter()
+            for _ in range(SENDS):
+                response = http.post("queues/bench.http/messages", json={"payload": PAYLOAD})
+                assert response.status_code == 201, response.text
+            results["http_send_1"] = rate(SENDS, time.perf_counter() - started)
+            results["http_send_1_server_cpu_us"] = (_cpu_seconds(server.pid) - cpu) / SENDS * 1e6
+
+            clear()
+            fill(DRAIN, "bench.http")
+            started = time.perf_counter()
+            drained = 0
+            while messages := djqueue.receive("bench.http", max_messages=100):
+                drained += len(djqueue.ack_many(messages))
+            results["api_batch_100_same_run"] = rate(drained, time.perf_counter() - started)
+            fill(DRAIN, "bench.http")
+            cpu = _cpu_seconds(server.pid)
+            started = time.perf_counter()
+            drained = 0
+            while True:
+                got = http.post("queues/bench.http/receive", json={"max_messages": 100})
+                messages = got.json()["messages"]
+                if not messages:
+                    break
+                done = http.post("queues/bench.http/ack",
+                                 json={"receipts": [m["receipt"] for m in messages]})
+                drained += len(done.json()["done"])
+            results["http_batch_100"] = rate(drained, time.perf_counter() - started)
+            results["http_batch_100_server_cpu_us"] = (
+                (_cpu_seconds(server.pid) - cpu) / drained * 1e6)
+    finally:
+        server.terminate()
+        server.wait(30)
+    results["http_send_1_vs_api"] = results["http_send_1"] / results["api_send_1_same_run"]
+    results["http_batch_100_vs_api"] = (results["http_batch_100"]
+                                        / results["api_batch_100_same_run"])
+    return results
