@@ -2,8 +2,9 @@
 
 A server process (``manage.py djqueue_http``, uvicorn) on a loopback port; one
 keep-alive client in this process. Two rows, each with the Python API's rate
-measured right before it and the server's CPU per request, which says where the
-time goes (the rest is the client, the loopback and the database's round trips):
+measured right before it, the server's and the client's CPU per request, which say
+where the time goes (the rest is waiting: the loopback and the database's round
+trips, two a send: the token's row and the insert's commit):
 
 - ``http_send_1``: one send per request (and per commit), against ``djqueue.send``;
 - ``http_batch_100``: receive 100 and ack them by receipt, two requests a batch,
@@ -65,13 +66,14 @@ def http_api() -> dict[str, float]:
             for _ in range(SENDS):
                 djqueue.send("bench.http", PAYLOAD)
             results["api_send_1_same_run"] = rate(SENDS, time.perf_counter() - started)
-            cpu = _cpu_seconds(server.pid)
+            cpu, mine = _cpu_seconds(server.pid), time.process_time()
             started = time.perf_counter()
             for _ in range(SENDS):
                 response = http.post("queues/bench.http/messages", json={"payload": PAYLOAD})
                 assert response.status_code == 201, response.text
             results["http_send_1"] = rate(SENDS, time.perf_counter() - started)
             results["http_send_1_server_cpu_us"] = (_cpu_seconds(server.pid) - cpu) / SENDS * 1e6
+            results["http_send_1_client_cpu_us"] = (time.process_time() - mine) / SENDS * 1e6
 
             clear()
             fill(DRAIN, "bench.http")

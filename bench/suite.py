@@ -179,6 +179,7 @@ MEASURES = [
     ("http_send_1", "HTTP API: send, 1 per request (keep-alive client), msgs/s", "—"),
     ("http_send_1_vs_api", "HTTP send 1 per request vs djqueue.send in the same run", "—"),
     ("http_send_1_server_cpu_us", "HTTP send: the server's CPU per request, µs", "—"),
+    ("http_send_1_client_cpu_us", "HTTP send: the client's CPU per request (httpx), µs", "—"),
     ("http_batch_100", "HTTP API: receive 100 + ack by receipt, msgs/s", "—"),
     ("http_batch_100_vs_api", "HTTP receive+ack 100 vs receive(100)+ack_many, same run", "—"),
     ("http_batch_100_server_cpu_us", "HTTP receive+ack: the server's CPU per message, µs", "—"),

@@ -7,10 +7,13 @@ this command is the one that needs no module path: it serves ``ASGI_APPLICATION`
 
 from __future__ import annotations
 
+import sys
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils.module_loading import import_string
 
+from djqueue.conf import get_settings
 from djqueue.management.arguments import whole_number
 
 
@@ -36,6 +39,11 @@ class Command(BaseCommand):
 
             application = get_asgi_application()
         application = with_api(application)  # no-op if project/asgi.py did it
+        switch = get_settings().WORKER_SWITCH_INTERVAL
+        if switch is not None:
+            # As in workers: the event loop and the database threads hand the GIL to each
+            # other on every request; Python's 5 ms would let one wait that long.
+            sys.setswitchinterval(switch)
         # No lifespan: Django's ASGI handler does not take lifespan events.
         uvicorn.run(application, host=str(options["host"]), port=int(options["port"]),
                     log_level=str(options["log_level"]), lifespan="off",
