@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: migrate the database (SQLite in var/ unless DATABASE_URL is set),
-# create the demo admin and sample messages, then run the web admin, a worker
+# create the demo admin, sample messages and an HTTP API token, then run the web
+# admin and HTTP API (uvicorn), a worker
 # and the reaper until Ctrl-C, which stops them all (the worker gracefully).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,8 @@ stop() {
   wait "${pids[@]}" 2>/dev/null || true
 }
 trap stop INT TERM EXIT
-"$PY" manage.py runserver "127.0.0.1:$PORT" --noreload & pids+=($!)
+# Served over ASGI (uvicorn): the admin, the metrics and the HTTP API with its long polls.
+"$PY" manage.py djqueue_http --port "$PORT" & pids+=($!)
 "$PY" manage.py djqueue_worker default emails reports flaky --concurrency 4 & pids+=($!)
 "$PY" manage.py djqueue_reaper & pids+=($!)
 echo "Web admin: http://127.0.0.1:$PORT/admin/ (Ctrl-C stops everything)"

@@ -133,9 +133,9 @@ def rotate_tokens(client: ApiClient, *, overlap: float | timedelta = 3600,
 
 
 def revoke_token(token_or_key: str) -> bool:
-    """Revoke a token, given as its text or its key; False if there was none to revoke."""
-    match = TOKEN_RE.match(token_or_key)
-    key = match.group(1) if match else token_or_key
+    """Revoke a token, given as its text, its key, or ``djq_<key>`` (as the admin and the
+    list show it); False if there was none to revoke."""
+    key = token_or_key.removeprefix(PREFIX)[:KEY_CHARS]
     return bool(ApiToken.objects.using(dialects.alias()).filter(
         key=key, revoked_at__isnull=True).update(revoked_at=timezone.now()))
 

@@ -4,9 +4,11 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.utils import timezone
 
 import djqueue
-from djqueue.models import AlarmPolicy, ConsumerGroup
+from djqueue.http import access
+from djqueue.models import AlarmPolicy, ApiClient, ApiPermission, ConsumerGroup
 
 
 class Command(BaseCommand):
@@ -44,6 +46,19 @@ class Command(BaseCommand):
         from project.tasks import welcome_email
 
         welcome_email.enqueue(user.pk)
+        # The HTTP API: a demo client that may send to and receive from the demo queues,
+        # with a fresh token each run (the last run's are revoked).
+        client, _ = ApiClient.objects.get_or_create(
+            name="demo", defaults={"description": "make run's demo client"})
+        for pattern in ("emails", "reports", "flaky*", "signups"):
+            access.grant(client, pattern, ApiPermission.FULL_CONTROL)
+        client.tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        token = access.issue_token(client)
+        base = f"http://127.0.0.1:{os.environ.get('PORT', '8000')}"
         self.stdout.write(self.style.SUCCESS(
-            f"Demo ready. Admin: http://127.0.0.1:{os.environ.get('PORT', '8000')}/admin/  "
-            f"user {username!r} password {password!r}"))
+            f"Demo ready. Admin: {base}/admin/  user {username!r} password {password!r}"))
+        self.stdout.write(
+            f"HTTP API docs: {base}/queue-api/docs/  demo token: {token}\n"
+            f"Send a message with curl:\n  curl -X POST {base}/queue-api/queues/emails/messages "
+            f"-H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' "
+            f"""-d '{{"payload": {{"to": "you@example.com", "subject": "Hello over HTTP"}}}}'""")

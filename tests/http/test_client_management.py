@@ -1,0 +1,78 @@
+"""Managing the HTTP API's clients: the command and the admin (permission-checked)."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from djqueue.http import access
+from djqueue.models import ApiClient, ApiGrant, ApiPermission, ApiToken
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def command(*args: str) -> str:
+    out = io.StringIO()
+    call_command("djqueue_api_client", *args, stdout=out)
+    return out.getvalue().strip()
+
+
+def test_the_command_creates_grants_rotates_and_revokes():
+    first = command("create", "billing", "--grant", "orders.*:send", "--grant",
+                    "invoices:full_control", "--rate", "50")
+    assert access.authenticate(f"Bearer {first}").allows("orders.eu", ApiPermission.SEND)
+    client = ApiClient.objects.get(name="billing")
+    assert client.requests_per_second == 50
+    assert set(client.grants.values_list("queue_pattern", "permission")) == {
+        ("orders.*", ApiPermission.SEND), ("invoices", ApiPermission.FULL_CONTROL)}
+    command("grant", "billing", "refunds", "receive")
+    assert ApiGrant.objects.filter(client=client, queue_pattern="refunds").exists()
+    second = command("rotate", "billing", "--overlap", "60")
+    old = ApiToken.objects.get(key=first[4:16])
+    assert timezone.now() < old.expires_at <= timezone.now() + timedelta(seconds=61)
+    access.authenticate(f"Bearer {first}")  # still usable during the overlap
+    access.authenticate(f"Bearer {second}")
+    assert command("revoke", second[:16]) == "Revoked."
+    with pytest.raises(access.Unauthenticated):
+        access.authenticate(f"Bearer {second}")
+    listing = command("list")
+    assert "billing, 50 requests/s" in listing and "revoked" in listing
+    for bad in (["create", "billing"], ["create", "x", "--grant", "orders"],
+                ["grant", "billing", "bad pattern!", "send"], ["token", "nobody"],
+                ["revoke", "djq_unknownkey00"]):
+        with pytest.raises(CommandError):
+            command(*bad)
+    assert "nobody" not in command("list")
+
+
+def test_the_admin_issues_tokens_only_with_the_change_permission():
+    client = ApiClient.objects.create(name="svc")
+    admin = User.objects.create_superuser("root", password="x" * 12)
+    viewer = User.objects.create_user("viewer", password="x" * 12, is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_apiclient"))
+    url = reverse("admin:djqueue_apiclient_changelist")
+    browser = Client()
+    browser.force_login(viewer)
+    page = browser.get(url)
+    assert page.status_code == 200 and "issue_token" not in page.content.decode()
+    browser.post(url, {"action": "issue_token", "_selected_action": [client.pk]})
+    assert not ApiToken.objects.exists()
+    browser.force_login(admin)
+    done = browser.post(url, {"action": "issue_token", "_selected_action": [client.pk]},
+                        follow=True)
+    text = done.content.decode()
+    token = text[text.index("djq_"):text.index("djq_") + 60]
+    assert access.authenticate(f"Bearer {token}").name == "client 'svc'"
+    browser.post(url, {"action": "revoke_tokens", "_selected_action": [client.pk]})
+    with pytest.raises(access.Unauthenticated):
+        access.authenticate(f"Bearer {token}")
+    change = browser.get(reverse("admin:djqueue_apiclient_change", args=[client.pk]))
+    assert change.status_code == 200 and token[4:16] in change.content.decode()
+    assert token[17:] not in change.content.decode()  # the secret is never shown again

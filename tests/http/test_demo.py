@@ -1,0 +1,33 @@
+"""``make run``'s set-up prints a working demo token and curl line for the HTTP API."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from django.core.management import call_command
+
+from djqueue.http import access
+from djqueue.models import ApiPermission
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_demo_setup_prints_a_token_that_may_send_to_the_demo_queues(api_server):
+    out = io.StringIO()
+    call_command("demo_setup", stdout=out)
+    first = re.search(r"demo token: (djq_\S+)", out.getvalue()).group(1)
+    call_command("demo_setup", stdout=io.StringIO())  # a second run revokes the first token
+    with pytest.raises(access.Unauthenticated):
+        access.authenticate(f"Bearer {first}")
+    out = io.StringIO()
+    call_command("demo_setup", stdout=out)
+    token = re.search(r"demo token: (djq_\S+)", out.getvalue()).group(1)
+    caller = access.authenticate(f"Bearer {token}")
+    assert caller.allows("emails", ApiPermission.SEND) and caller.allows("flaky.dead",
+                                                                         ApiPermission.RECEIVE)
+    assert "curl -X POST" in out.getvalue()
+    with api_server.client(token) as http:
+        sent = http.post("queues/emails/messages", json={"payload": {"to": "you@example.com"}})
+        assert sent.status_code == 201, sent.text
