@@ -27,6 +27,7 @@ step "no import cycle among djqueue's modules" "$PY" scripts/check_import_cycles
 step "mkdocs build --strict" env NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 step "manage.py check" "$PY" manage.py check --fail-level WARNING
 step "makemigrations --check" "$PY" manage.py makemigrations --check --dry-run
+step "HTTP API reference matches its schema" "$PY" scripts/http_reference.py --check
 step "manage.py check --database (MariaDB)" env DATABASE_URL="$MARIADB_URL" "$PY" manage.py check --database default --fail-level WARNING
 step "pytest on MariaDB" suite "$MARIADB_URL" "$@"
 if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
