@@ -17,7 +17,7 @@ djqueue.tasks.step_checks; cancel and retry in djqueue.tasks.workflow_operations
 from __future__ import annotations
 
 import secrets
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ from djqueue.models import (
 )
 from djqueue.storage import fastpath
 from djqueue.storage.statements import workflow_statements
+from djqueue.tasks import workflow_edges
 
 #: The payload key of a step's message: [workflow id, step position, workflow token,
 #: 1 if the step receives results else 0].
@@ -162,9 +163,7 @@ def start_children(db: str, workflow: Workflow, parents: list[int]) -> None:
     left (or skip them, when their condition does not hold, and go on with theirs)."""
     steps = WorkflowStep.objects.using(db).filter(workflow_id=workflow.pk)
     while parents:
-        counts: Counter[int] = Counter()
-        for chunk in chunks(parents):
-            counts.update(workflow_statements.children_of(db, workflow.pk, chunk))  # adds
+        counts = workflow_edges.children(db, workflow.pk, workflow.token, parents)
         if not counts:
             return
         now_free: list[int] = []
