@@ -87,4 +87,27 @@ def check_database_features(app_configs: Any = None, databases: Any = None,
     if conn.vendor == "mysql" and not conn.features.has_select_for_update_skip_locked:
         return [Error(f"Database {alias!r} does not support SELECT ... FOR UPDATE SKIP LOCKED.",
                       hint="djqueue needs MariaDB >= 10.6 or MySQL >= 8.0.1.", id="djqueue.E005")]
+    if conn.vendor == "postgresql":
+        return _check_autovacuum(alias)
     return []
+
+
+def _check_autovacuum(alias: str) -> list[CheckMessage]:
+    """Every claim and ack leaves a dead row on PostgreSQL; without vacuums the queue's
+    table and indexes grow and drains slow down (djqueue.maintenance.vacuuming)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT name, setting FROM pg_settings "
+                       "WHERE name IN ('autovacuum', 'track_counts')")
+        found = dict(cursor.fetchall())
+    if found.get("autovacuum") == "on" and found.get("track_counts") == "on":
+        return []
+    reaper = ("the reaper vacuums djqueue's busiest tables when their dead rows reach "
+              "DJQUEUE['VACUUM_DEAD_ROWS']" if get_settings().VACUUM_DEAD_ROWS is not None
+              and found.get("track_counts") == "on" else
+              "nothing vacuums djqueue's tables (track_counts off, or VACUUM_DEAD_ROWS None)")
+    return [Warning(
+        f"PostgreSQL database {alias!r} runs with autovacuum {found.get('autovacuum')} and "
+        f"track_counts {found.get('track_counts')}: every ack leaves a dead row, and "
+        f"{reaper}.",
+        hint="Turn autovacuum on (the default); migration 0014 tunes it for djqueue's "
+             "tables. Keep a reaper running.", id="djqueue.W003")]

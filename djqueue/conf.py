@@ -71,6 +71,9 @@ class Settings:
     #: for (``Authorization: Bearer <token>``, Prometheus's ``authorization``
     #: setting); None: they answer anyone who can reach them.
     METRICS_TOKEN: str | None = None
+    #: PostgreSQL: the reaper vacuums a busy djqueue table once its dead rows reach this
+    #: many (djqueue.maintenance.vacuuming); None: never (leave it to autovacuum).
+    VACUUM_DEAD_ROWS: int | None = 50_000
     #: The HTTP API (djqueue.http): threads (each with its database connection) its
     #: endpoints run their database work on, per server process.
     HTTP_DATABASE_THREADS: int = 8
@@ -137,6 +140,11 @@ class Settings:
         if token is not None and (not isinstance(token, str) or len(token) < 16):
             raise ConfigurationError("DJQUEUE['METRICS_TOKEN'] must be None or a string of at "
                                      "least 16 characters")
+        dead_rows = overrides.get("VACUUM_DEAD_ROWS", 1)
+        if dead_rows is not None and (isinstance(dead_rows, bool) or not isinstance(
+                dead_rows, int) or not 1 <= dead_rows <= 10**10):
+            raise ConfigurationError("DJQUEUE['VACUUM_DEAD_ROWS'] must be None or a whole "
+                                     f"number from 1 to 10,000,000,000, got {dead_rows!r}")
         if "HANDLER_LOG_LEVEL" in overrides:
             overrides["HANDLER_LOG_LEVEL"] = _log_level(overrides["HANDLER_LOG_LEVEL"])
         if "BACKOFF" in overrides:

@@ -1,5 +1,5 @@
 """The reaper: returns the claims of dead workers and expired leases, promotes
-due messages, and prunes history. Any number may run at once: every change
+due messages, prunes history, and (PostgreSQL) vacuums busy tables. Any number may run at once: every change
 locks its rows with SKIP LOCKED and is idempotent.
 """
 
@@ -21,6 +21,7 @@ from django.utils import timezone
 from djqueue.conf import get_settings
 from djqueue.maintenance.periodic import Scheduler
 from djqueue.maintenance.pruning import prune_history
+from djqueue.maintenance.vacuuming import Vacuuming
 from djqueue.models import Message, Queue
 from djqueue.models import Worker as WorkerRecord
 from djqueue.monitoring import alarms, rollups
@@ -46,6 +47,7 @@ class ReapReport:
     groups_repaired: int = 0
     counted: int = 0
     alarms: int = 0
+    vacuums: int = 0
 
     def __bool__(self) -> bool:
         return any(vars(self).values())
@@ -64,6 +66,7 @@ class Reaper(ProcessBase):
         self._last_stats = 0.0
         self._hostname = socket.gethostname()[:255]
         self.scheduler = Scheduler() if get_settings().PERIODIC else None
+        self.vacuuming = Vacuuming()
 
     def run(self, *, once: bool = False) -> int:
         if not once:
@@ -99,6 +102,7 @@ class Reaper(ProcessBase):
             report.counted = self._step("statistics", rollups.roll_up)
             self._step("depth snapshot", rollups.sample_depth)
             report.alarms = self._step("alarms", lambda: len(alarms.evaluate()))
+            report.vacuums = self._step("vacuum", lambda: self.vacuuming.step(dialects.alias()))
         if time.monotonic() - self._last_prune >= PRUNE_EVERY:
             self._last_prune = time.monotonic()
             report.pruned = self._step("pruning", prune_history)
