@@ -73,7 +73,7 @@ class Settings:
     METRICS_TOKEN: str | None = None
     #: PostgreSQL: the reaper vacuums a busy djqueue table once its dead rows reach this
     #: many (djqueue.maintenance.vacuuming); None: never (leave it to autovacuum).
-    VACUUM_DEAD_ROWS: int | None = 50_000
+    VACUUM_DEAD_ROWS: int | None = 20_000
     #: The HTTP API (djqueue.http): threads (each with its database connection) its
     #: endpoints run their database work on, per server process.
     HTTP_DATABASE_THREADS: int = 8

@@ -34,6 +34,9 @@ logger = logging.getLogger("djqueue.reaper")
 
 RETURN_BATCH = 500
 PRUNE_EVERY = 60.0
+#: Seconds between two reads of the busy tables' dead rows (PostgreSQL; one cheap
+#: statement): a drain of 6,000 messages a second leaves 12,000 dead rows a second.
+VACUUM_CHECK_EVERY = 1.0
 
 
 @dataclass
@@ -64,6 +67,7 @@ class Reaper(ProcessBase):
         self.interval = interval if interval is not None else get_settings().REAPER_INTERVAL
         self._last_prune = 0.0
         self._last_stats = 0.0
+        self._last_vacuum_check = 0.0
         self._hostname = socket.gethostname()[:255]
         self.scheduler = Scheduler() if get_settings().PERIODIC else None
         self.vacuuming = Vacuuming()
@@ -102,6 +106,8 @@ class Reaper(ProcessBase):
             report.counted = self._step("statistics", rollups.roll_up)
             self._step("depth snapshot", rollups.sample_depth)
             report.alarms = self._step("alarms", lambda: len(alarms.evaluate()))
+        if time.monotonic() - self._last_vacuum_check >= VACUUM_CHECK_EVERY:
+            self._last_vacuum_check = time.monotonic()
             report.vacuums = self._step("vacuum", lambda: self.vacuuming.step(dialects.alias()))
         if time.monotonic() - self._last_prune >= PRUNE_EVERY:
             self._last_prune = time.monotonic()
