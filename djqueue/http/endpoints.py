@@ -95,6 +95,13 @@ def _caller(request: HttpRequest) -> access.Caller:
     return access.authenticate(authorization, user)
 
 
+def _granted(request: HttpRequest, name: str, needed: ApiPermission) -> access.Caller:
+    """The request's caller, if it may do ``needed`` on ``name`` (else 401 or 403)."""
+    caller = _caller(request)
+    caller.require(name, needed)
+    return caller
+
+
 def _json(data: Any, status: int = 200) -> JsonResponse:
     return JsonResponse(data, status=status, json_dumps_params={"separators": (",", ":")})
 
@@ -107,8 +114,7 @@ def _iso(moment: datetime | None) -> str | None:
 
 async def send_messages(request: HttpRequest, queue: str) -> HttpResponse:
     def work() -> dict[str, Any]:
-        caller = _caller(request)
-        caller.require(queue, ApiPermission.SEND)
+        _granted(request, queue, ApiPermission.SEND)
         body = bodies.json_body(request)
         q = get_queue(queue)
         if "messages" not in body:
@@ -204,8 +210,7 @@ def _receive_request(request: HttpRequest, caller: access.Caller) -> ReceiveRequ
 async def _long_poll(request: HttpRequest, name: str, permission_on: str,
                      queues_of: Callable[[], list[Queue]]) -> HttpResponse:
     def first() -> tuple[ReceiveRequest, list[Queue]]:
-        caller = _caller(request)
-        caller.require(permission_on, ApiPermission.RECEIVE)
+        caller = _granted(request, permission_on, ApiPermission.RECEIVE)
         return _receive_request(request, caller), queues_of()
 
     wanted, queues = await in_database(first)
@@ -251,8 +256,7 @@ def _finish(request: HttpRequest, permission_on: str, queues_of: Callable[[], li
             ) -> dict[str, Any]:
     """Ack, nack or extend: the messages the receipts name, in ``queues_of()``, each with
     the receipt's lease (only its holder's lease matches the row's)."""
-    caller = _caller(request)
-    caller.require(permission_on, ApiPermission.RECEIVE)
+    _granted(request, permission_on, ApiPermission.RECEIVE)
     body = bodies.json_body(request)
     bodies.check_fields(body, {"receipts", *fields})
     receipts = _receipts(body)
@@ -360,8 +364,7 @@ def _attributes(q: Queue) -> dict[str, Any]:
 
 async def peek_messages(request: HttpRequest, queue: str) -> HttpResponse:
     def work() -> dict[str, Any]:
-        caller = _caller(request)
-        caller.require(queue, ApiPermission.RECEIVE)
+        _granted(request, queue, ApiPermission.RECEIVE)
         state_name = request.GET.get("state")
         if state_name is not None and state_name not in STATE_NAMES:
             raise InvalidRequest(f"'state' is one of {', '.join(STATE_NAMES)}.")
@@ -380,8 +383,7 @@ async def peek_messages(request: HttpRequest, queue: str) -> HttpResponse:
 
 async def redrive_messages(request: HttpRequest, queue: str) -> HttpResponse:
     def work() -> dict[str, Any]:
-        caller = _caller(request)
-        caller.require(queue, ApiPermission.FULL_CONTROL)
+        caller = _granted(request, queue, ApiPermission.FULL_CONTROL)
         body = bodies.json_body(request)
         bodies.check_fields(body, {"to", "limit", "ids"})
         to = bodies.text(body, "to", longest=100, default=None)
@@ -399,8 +401,7 @@ async def redrive_messages(request: HttpRequest, queue: str) -> HttpResponse:
 
 async def purge_queue(request: HttpRequest, queue: str) -> HttpResponse:
     def work() -> dict[str, Any]:
-        caller = _caller(request)
-        caller.require(queue, ApiPermission.FULL_CONTROL)
+        _granted(request, queue, ApiPermission.FULL_CONTROL)
         bodies.check_fields(bodies.json_body(request), set())
         return {"purged": queue_operations.purge(queue)}
 
@@ -411,8 +412,7 @@ async def purge_queue(request: HttpRequest, queue: str) -> HttpResponse:
 
 async def publish_messages(request: HttpRequest, topic: str) -> HttpResponse:
     def work() -> dict[str, Any]:
-        caller = _caller(request)
-        caller.require(topic, ApiPermission.SEND)
+        _granted(request, topic, ApiPermission.SEND)
         body = bodies.json_body(request)
         found = topics.get_topic(topic)
         if "messages" not in body:
