@@ -1,0 +1,100 @@
+"""A queue over HTTP: its attributes and statistics, peek, and full control (redrive,
+purge)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Min
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+
+from djqueue.api import queue_operations
+from djqueue.api.queues import get_queue
+from djqueue.http import access, bodies
+from djqueue.http.database_threads import in_database
+from djqueue.http.endpoint_base import caller_of, check_name, granted, iso, json_response
+from djqueue.http.problems import InvalidRequest
+from djqueue.models import ApiPermission, History, Message, Queue, State
+from djqueue.storage import dialects
+
+STATE_NAMES = {state.name.lower(): state for state in State}
+
+
+async def queue_attributes(request: HttpRequest, queue: str) -> HttpResponse:
+    def work() -> dict[str, Any]:
+        caller = caller_of(request)
+        if not any(caller.allows(queue, p) for p in ApiPermission):
+            raise access.Forbidden(f"{caller.name} has no grant on {queue!r}.")
+        return _attributes(get_queue(queue, fresh=True))
+
+    return json_response(await in_database(work))
+
+
+def _attributes(q: Queue) -> dict[str, Any]:
+    db = dialects.alias()
+    counts = {name: 0 for name in STATE_NAMES}
+    for state, count in (Message.objects.using(db).filter(queue=q).values_list("state")
+                         .annotate(n=Count("id")).order_by()):
+        counts[State(state).name.lower()] = count
+    oldest = Message.objects.using(db).filter(queue=q).aggregate(m=Min("sent_at"))["m"]
+    return {
+        "name": q.name, "created_at": iso(q.created_at), "paused": q.paused,
+        "visibility_timeout": q.visibility_timeout, "max_attempts": q.max_attempts,
+        "backoff": q.backoff,
+        "dead_letter_queue": q.dead_letter_queue.name if q.dead_letter_queue_id else None,
+        "retention": q.retention, "max_depth": q.max_depth,
+        "max_payload_bytes": q.max_payload_bytes, "ordered": q.ordered,
+        "dedup_window": q.dedup_window, "exactly_once": q.exactly_once,
+        "rate_limit": q.rate_limit or None, "concurrency_limit": q.concurrency_limit,
+        "statistics": {"messages": counts, "pending": sum(counts.values()) - counts["dead"],
+                       "oldest_age": None if oldest is None else
+                       round((timezone.now() - oldest).total_seconds(), 3),
+                       "finished": History.objects.using(db).filter(queue=q).count()},
+    }
+
+
+async def peek_messages(request: HttpRequest, queue: str) -> HttpResponse:
+    def work() -> dict[str, Any]:
+        granted(request, queue, ApiPermission.RECEIVE)
+        state_name = request.GET.get("state")
+        if state_name is not None and state_name not in STATE_NAMES:
+            raise InvalidRequest(f"'state' is one of {', '.join(STATE_NAMES)}.")
+        limit = bodies.query_whole(request, "limit", low=1, high=queue_operations.MAX_PEEK,
+                                   default=10)
+        found = queue_operations.peek(
+            queue, state=None if state_name is None else STATE_NAMES[state_name], limit=limit)
+        return {"messages": [{
+            "id": m.pk, "state": State(m.state).name.lower(), "payload": m.payload,
+            "headers": m.headers or {}, "priority": m.priority, "group_key": m.group_key,
+            "attempts": m.attempts, "sent_at": iso(m.sent_at),
+            "visible_at": iso(m.visible_at), "errors": m.errors or []} for m in found]}
+
+    return json_response(await in_database(work))
+
+
+async def redrive_messages(request: HttpRequest, queue: str) -> HttpResponse:
+    def work() -> dict[str, Any]:
+        caller = granted(request, queue, ApiPermission.FULL_CONTROL)
+        body = bodies.json_body(request)
+        bodies.check_fields(body, {"to", "limit", "ids"})
+        to = bodies.text(body, "to", longest=100, default=None)
+        if to is not None:
+            check_name(to, "queue")
+            caller.require(to, ApiPermission.SEND)
+        limit = bodies.whole(body, "limit", low=1, high=10**9, default=None)
+        ids = body.get("ids")
+        if ids is not None and not isinstance(ids, list):
+            raise InvalidRequest("'ids' must be a list of message ids.")
+        return {"moved": queue_operations.redrive(queue, to, limit=limit, ids=ids)}
+
+    return json_response(await in_database(work))
+
+
+async def purge_queue(request: HttpRequest, queue: str) -> HttpResponse:
+    def work() -> dict[str, Any]:
+        granted(request, queue, ApiPermission.FULL_CONTROL)
+        bodies.check_fields(bodies.json_body(request), set())
+        return {"purged": queue_operations.purge(queue)}
+
+    return json_response(await in_database(work))
