@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -15,20 +14,23 @@ from django.utils import timezone
 
 from djqueue import signals, tracing
 from djqueue.api import worker_wakeups
+from djqueue.api.message_checks import (
+    check_headers,
+    check_payloads,
+    encode_payload,
+    validate_group_key,
+    validate_priority,
+)
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage, PayloadTooLarge, QueueFull
 from djqueue.models import Event, History, Message, Queue, State
 from djqueue.polling import Backoff, local_wakeup
 from djqueue.storage import dedup, dialects, fastpath, ordered_groups, trace
 from djqueue.storage.claim_resume import resume_points
-from djqueue.storage.payloads import encode as _encode
 from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import QueueRef, get_queue
 from djqueue.storage.statements.message_inserts import insert_messages
 from djqueue.storage.transitions import validate_delay
-
-SMALLINT = (-32768, 32767)
-MAX_GROUP_KEY_CHARS = 200
 
 
 def send(
@@ -194,86 +196,9 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
     return messages
 
 
-def validate_group_key(group_key: Any) -> None:
-    if group_key is not None and (not isinstance(group_key, str) or not group_key
-                                  or len(group_key) > MAX_GROUP_KEY_CHARS):
-        raise InvalidMessage(f"group_key must be a non-empty string of at most "
-                             f"{MAX_GROUP_KEY_CHARS} characters, got {group_key!r}.")
-    if group_key is not None:
-        check_no_nul(group_key, "group_key")
-
-
-def check_no_nul(text: str, what: str) -> None:
-    """Refuse the NUL character, which PostgreSQL stores in no text or JSON column: refused
-    on every database, so a key or header works the same on all three."""
-    if "\x00" in text:
-        raise InvalidMessage(f"{what} contains a NUL character (\\x00), which cannot be "
-                             "stored.")
-
-
-def validate_priority(priority: Any) -> None:
-    if isinstance(priority, bool) or not isinstance(priority, int) or not (
-            SMALLINT[0] <= priority <= SMALLINT[1]):
-        raise InvalidMessage(f"priority must be an integer from {SMALLINT[0]} to {SMALLINT[1]},"
-                             f" got {priority!r}.")
-
-
-def check_payloads(payloads: object) -> None:
-    """Refuse a string (one message per character), a dict or a non-iterable."""
-    if isinstance(payloads, str | bytes | bytearray | dict) or not isinstance(payloads, Iterable):
-        raise InvalidMessage(f"A batch takes an iterable of payloads (a list, say), not "
-                             f"{type(payloads).__name__}.")
-
-
 def payload_limit(queue: Queue) -> int:
     """A message's most bytes: the queue's ``max_payload_bytes``, else the setting's."""
     return queue.max_payload_bytes or get_settings().MAX_PAYLOAD_BYTES
-
-
-def encode_payload(payload: Any) -> str:
-    try:
-        body = _encode(payload)
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessage(f"Payload is not JSON-serialisable: {exc}") from None
-    except RecursionError:
-        raise InvalidMessage("Payload is not JSON-serialisable: it contains itself "
-                             "(or is nested too deeply).") from None
-    _check_utf8(body, "Payload")
-    return body
-
-
-def _check_utf8(text: str, what: str) -> None:
-    """Refuse a lone surrogate (no UTF-8 exists for it); ASCII text is not encoded."""
-    if text.isascii():
-        return
-    try:
-        text.encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidMessage(f"{what} is not valid Unicode text: {exc.reason} at position "
-                             f"{exc.start}.") from None
-
-
-#: A NUL as JSON text writes it: \u0000 after an even number of backslashes (an odd
-#: number would make it the text "\u0000", which is fine).
-_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-
-
-def check_headers(headers: Any) -> dict[str, Any] | None:
-    if headers is None:
-        return None
-    if not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers):
-        raise InvalidMessage("headers must be a dict with string keys.")
-    try:
-        text = json.dumps(headers, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessage(f"headers are not JSON-serialisable: {exc}") from None
-    except RecursionError:
-        raise InvalidMessage("headers contain themselves (or are nested too deeply).") from None
-    _check_utf8(text, "headers")
-    if _JSON_NUL.search(text):  # json.dumps writes NUL so; PostgreSQL's jsonb refuses it
-        raise InvalidMessage("headers contain a NUL character (\\x00), which cannot be "
-                             "stored.")
-    return headers
 
 
 def _visible_at(delay: Any, now: datetime) -> datetime:

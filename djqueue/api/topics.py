@@ -21,15 +21,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from djqueue.api.sending import (
-    announce,
+from djqueue.api.message_checks import (
     check_headers,
     check_payloads,
     encode_payload,
-    reserve_depth,
     validate_group_key,
     validate_priority,
 )
+from djqueue.api.sending import announce, reserve_depth
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, PayloadTooLarge, TopicNotFound
 from djqueue.models import (

@@ -30,10 +30,11 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from djqueue.api.message_checks import encode_payload
 from djqueue.api.message_reports import get_logs, get_progress
 from djqueue.api.queue_operations import delete
 from djqueue.api.queues import LIMIT_FIELDS, set_limits
-from djqueue.api.sending import encode_payload, send
+from djqueue.api.sending import send
 from djqueue.exceptions import InvalidMessage, QueueNotFound, TaskCancelled
 from djqueue.models import (
     FINISHED_STATUSES,

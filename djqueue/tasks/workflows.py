@@ -18,7 +18,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from djqueue.api.sending import encode_payload
+from djqueue.api.message_checks import encode_payload
 from djqueue.exceptions import InvalidMessage, InvalidWorkflow
 from djqueue.models import (
     FailurePolicy,
