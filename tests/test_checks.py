@@ -6,7 +6,9 @@ from django.test import override_settings
 
 
 def ids(**kwargs) -> set[str]:
-    return {m.id for m in run_checks(tags=["djqueue"], **kwargs)}
+    """The configuration checks' ids; the database checks (which connect, with ``check
+    --database``) have their own tests, e.g. tests/maintenance/test_vacuuming.py."""
+    return {m.id for m in run_checks(tags=["djqueue"], databases=[], **kwargs)}
 
 
 def test_default_configuration_is_clean():
@@ -21,7 +23,7 @@ def test_unknown_setting_is_e001():
 @pytest.mark.parametrize("interval", [0, -1, 2, "fast", True])
 def test_bad_worker_switch_interval_is_e001(interval):
     with override_settings(DJQUEUE={"WORKER_SWITCH_INTERVAL": interval}):
-        messages = run_checks(tags=["djqueue"])
+        messages = run_checks(tags=["djqueue"], databases=[])
     assert [m.id for m in messages] == ["djqueue.E001"]
     assert "WORKER_SWITCH_INTERVAL" in messages[0].msg
 
@@ -29,7 +31,7 @@ def test_bad_worker_switch_interval_is_e001(interval):
 @pytest.mark.parametrize("rescan", [-0.1, 61, "soon", True, None])
 def test_bad_claim_rescan_is_e001(rescan):
     with override_settings(DJQUEUE={"CLAIM_RESCAN": rescan}):
-        messages = run_checks(tags=["djqueue"])
+        messages = run_checks(tags=["djqueue"], databases=[])
     assert [m.id for m in messages] == ["djqueue.E001"]
     assert "CLAIM_RESCAN" in messages[0].msg
 
