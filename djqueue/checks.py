@@ -11,6 +11,7 @@ from django.utils.module_loading import import_string
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, HandlerNotFound
 from djqueue.maintenance.periodic import schedules
+from djqueue.storage import placement
 from djqueue.worker import registry
 
 
@@ -29,7 +30,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             registry.resolve(queue)
         except HandlerNotFound as exc:
             found.append(Error(str(exc), id="djqueue.E003"))
-    found.extend(_check_database(settings.DATABASE))
+    for alias in placement.databases():
+        found.extend(_check_database(alias))
     found.extend(_check_periodic())
     return found
 
@@ -78,11 +80,17 @@ def check_database_features(app_configs: Any = None, databases: Any = None,
                             **kwargs: Any) -> list[CheckMessage]:
     """Runs with ``check --database`` and before ``migrate``: it connects to the server."""
     try:
-        alias = get_settings().DATABASE
+        aliases = placement.databases()
     except (ConfigurationError, TypeError):
         return []  # reported as djqueue.E001
-    if not databases or alias not in databases:
-        return []
+    found: list[CheckMessage] = []
+    for alias in aliases:
+        if databases and alias in databases:
+            found.extend(_check_features(alias))
+    return found
+
+
+def _check_features(alias: str) -> list[CheckMessage]:
     conn = connections[alias]
     if conn.vendor == "mysql" and not conn.features.has_select_for_update_skip_locked:
         return [Error(f"Database {alias!r} does not support SELECT ... FOR UPDATE SKIP LOCKED.",

@@ -31,6 +31,10 @@ class Settings:
     #: Database alias holding djqueue's tables. Transactional send needs it to be
     #: the alias the application writes to.
     DATABASE: str = "default"
+    #: Queues kept on other database aliases than DATABASE: a queue's name, or a pattern
+    #: ending in ``*`` (``"reports.*"``), -> a ``DATABASES`` alias. The first rule that
+    #: matches places the queue; see djqueue.storage.placement.
+    QUEUE_DATABASES: dict[str, str] = field(default_factory=dict)
     #: Queue name -> dotted path of a handler ``callable(message)``.
     HANDLERS: dict[str, str] = field(default_factory=dict)
     #: Defaults for queues created without explicit options.
@@ -145,6 +149,7 @@ class Settings:
                 dead_rows, int) or not 1 <= dead_rows <= 10**10):
             raise ConfigurationError("DJQUEUE['VACUUM_DEAD_ROWS'] must be None or a whole "
                                      f"number from 1 to 10,000,000,000, got {dead_rows!r}")
+        _check_databases(overrides)
         if "HANDLER_LOG_LEVEL" in overrides:
             overrides["HANDLER_LOG_LEVEL"] = _log_level(overrides["HANDLER_LOG_LEVEL"])
         if "BACKOFF" in overrides:
@@ -200,6 +205,29 @@ def _check_seconds(overrides: dict[str, Any], name: str, wanted: str,
     number = value is None or (isinstance(value, int | float) and not isinstance(value, bool))
     if not (number and allowed(value)):
         raise ConfigurationError(f"DJQUEUE[{name!r}] must be {wanted}, got {value!r}")
+
+
+def _check_databases(overrides: dict[str, Any]) -> None:
+    """DATABASE and every QUEUE_DATABASES alias must be in Django's DATABASES."""
+    known = set(getattr(django_settings, "DATABASES", {}) or {})
+    home = overrides.get("DATABASE", "default")
+    if not isinstance(home, str) or home not in known:
+        raise ConfigurationError(f"DJQUEUE['DATABASE'] must name an alias of DATABASES "
+                                 f"({', '.join(sorted(known))}), got {home!r}")
+    rules = overrides.get("QUEUE_DATABASES", {})
+    if not isinstance(rules, dict):
+        raise ConfigurationError("DJQUEUE['QUEUE_DATABASES'] must be a dict: queue name or "
+                                 f"pattern -> database alias, got {rules!r}")
+    for pattern, alias in rules.items():
+        if not isinstance(pattern, str) or not pattern or "*" in pattern.rstrip("*") or (
+                pattern.endswith("**")):
+            raise ConfigurationError(
+                f"DJQUEUE['QUEUE_DATABASES']: {pattern!r} is not a queue name or a pattern "
+                f"ending in one '*'")
+        if not isinstance(alias, str) or alias not in known:
+            raise ConfigurationError(
+                f"DJQUEUE['QUEUE_DATABASES'][{pattern!r}] must name an alias of DATABASES "
+                f"({', '.join(sorted(known))}), got {alias!r}")
 
 
 def _log_level(value: object) -> int | None:

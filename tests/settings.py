@@ -44,6 +44,29 @@ TASKS = {
 if os.environ.get("DJQUEUE_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["DJQUEUE_TEST_DB_NAME"]
 
+
+def _beside(name: object, suffix: str) -> str:
+    """A second database's name beside ``name`` (a file path on SQLite)."""
+    text = str(name)
+    return (text[:-len(".sqlite3")] + suffix + ".sqlite3" if text.endswith(".sqlite3")
+            else text + suffix)
+
+
+# The placement tests (tests/placement): a second database on the same server, which
+# queues are placed on. Its test database sits beside the default one's, so a worker
+# started on the default test database (DJQUEUE_TEST_DB_NAME) finds it by the same rule.
+# Only there, and in the processes those tests start: every manage.py command's system
+# checks connect to each alias, and the second test database exists only while a
+# placement test runs.
+_default = DATABASES["default"]
+if not os.environ.get("DJQUEUE_TEST_DB_NAME") or os.environ.get("DJQUEUE_TEST_PLACED"):
+    DATABASES["queues"] = {
+        **_default, "NAME": _beside(_default["NAME"], "_queues"),
+        "TEST": {"NAME": _beside(_default.get("TEST", {}).get("NAME")
+                                 or f"test_{_default['NAME']}", "_queues")}}
+#: The queues the placement tests keep on it (a worker they start has the same rule).
+PLACED_QUEUES = {"placed.*": "queues"}
+
 DJQUEUE = {
     **DJQUEUE,
     "PERIODIC": {},
@@ -55,6 +78,9 @@ DJQUEUE = {
         "t.flaky": "tests.handlers.fail_then_succeed",
         "t.report": "tests.handlers.reporting",
         "news:all": "tests.handlers.record",
+        # the placement tests (tests/placement): queues on the second database
+        "placed.work": "tests.handlers.record",
+        "placed.slow": "tests.handlers.slow_record",
         # the limit tests (tests/limits)
         "l.rate": "tests.handlers.timed_run",
         "l.conc": "tests.handlers.timed_run",
@@ -100,6 +126,11 @@ LOGGING = {
     # INFO and up reach the root, where workers keep a handler's records (HANDLER_LOG_LEVEL).
     "root": {"level": "INFO"},
 }
+
+if os.environ.get("DJQUEUE_TEST_PLACED"):
+    DJQUEUE["QUEUE_DATABASES"] = PLACED_QUEUES
+if os.environ.get("DJQUEUE_TEST_TASK_QUEUES"):  # more queues of the default task backend
+    TASKS["default"]["QUEUES"] += os.environ["DJQUEUE_TEST_TASK_QUEUES"].split(",")
 
 if os.environ.get("DJQUEUE_TEST_PERIODIC"):
     DJQUEUE["PERIODIC"] = {

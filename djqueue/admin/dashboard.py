@@ -10,9 +10,11 @@ from django.urls import URLPattern, path, reverse
 
 from djqueue.admin import permissions
 from djqueue.admin.confirm import ask, confirmed
+from djqueue.admin.databases import database_query, request_database
 from djqueue.admin.operations import QUEUE_OPERATIONS
 from djqueue.models import Dashboard, Queue
 from djqueue.monitoring import snapshot
+from djqueue.storage import dialects, placement
 
 REFRESH_CHOICES = (0, 5, 30)
 #: Seconds between two refreshes of the charts, in place (no page reload).
@@ -44,11 +46,18 @@ class DashboardAdmin(admin.ModelAdmin):
         ]
 
     def dashboard_view(self, request: HttpRequest) -> TemplateResponse:
+        """The dashboard of one database (see djqueue.admin.databases): its queues,
+        workers, limits, groups, topics and alarms."""
         permissions.require(request, permissions.VIEW_DASHBOARD)
-        queue = Queue.objects.filter(name=request.GET.get("queue") or "").first()
+        db = request_database(request)
+        with dialects.using(db):
+            return self._dashboard(request, db)
+
+    def _dashboard(self, request: HttpRequest, db: str) -> TemplateResponse:
+        queue = Queue.objects.using(db).filter(name=request.GET.get("queue") or "").first()
         if request.GET.get("part") == "charts":  # the charts alone, for the page's script
             return TemplateResponse(request, "admin/djqueue/dashboard_charts.html",
-                                    {"charts": snapshot.charts(queue)})
+                                    {"charts": snapshot.charts(queue)}).render()
         try:
             refresh = int(request.GET.get("refresh", 0))
         except ValueError:
@@ -63,15 +72,18 @@ class DashboardAdmin(admin.ModelAdmin):
             "refresh": refresh if refresh in REFRESH_CHOICES else 0,
             "refresh_choices": REFRESH_CHOICES,
             "can": {name: user.has_perm(op.permission) for name, op in QUEUE_OPERATIONS.items()},
-        })
+            "database": db, "databases": placement.databases(),
+            "database_query": database_query(request),
+            "database_first": database_query(request, True),
+        }).render()
 
     def operation_view(self, request: HttpRequest, queue_id: int, operation: str) -> HttpResponse:
         op = QUEUE_OPERATIONS.get(operation)
         if op is None:
             raise Http404(f"No queue operation {operation!r}.")
         permissions.require(request, op.permission)
-        queue = get_object_or_404(Queue, pk=queue_id)
-        back = reverse("admin:djqueue_dashboard_changelist")
+        queue = get_object_or_404(Queue.objects.using(request_database(request)), pk=queue_id)
+        back = reverse("admin:djqueue_dashboard_changelist") + database_query(request, True)
         if op.question and not confirmed(request):
             return ask(request, self.admin_site, title=f"{op.label} {queue.name}?",
                        question=op.question, objects=[queue],

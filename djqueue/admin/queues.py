@@ -10,13 +10,14 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from djqueue.admin.confirm import ReplayForm, ask, confirmed
+from djqueue.admin.databases import PlacedAdmin, request_database
 from djqueue.admin.operations import QUEUE_OPERATIONS, QueueOperation
 from djqueue.admin.permissions import OperationPermissions
 from djqueue.admin.records import ReadOnlyAdmin
 from djqueue.api import consumer_groups
 from djqueue.api.queues import limits_changed
 from djqueue.models import Alarm, AlarmPolicy, ConsumerGroup, Queue, QueueStat, Topic
-from djqueue.storage import dialects
+from djqueue.storage import placement
 
 
 def queue_action(op: QueueOperation):
@@ -40,7 +41,7 @@ def queue_action(op: QueueOperation):
 
 
 @admin.register(Queue)
-class QueueAdmin(OperationPermissions, admin.ModelAdmin):
+class QueueAdmin(OperationPermissions, PlacedAdmin):
     list_display = ["name", "paused", "visibility_timeout", "max_attempts", "dead_letter_queue",
                     "max_depth", "ordered", "trace", "exactly_once"]
     list_filter = ["paused", "ordered", "trace", "exactly_once"]
@@ -59,8 +60,11 @@ class QueueAdmin(OperationPermissions, admin.ModelAdmin):
     ]
 
     def save_model(self, request: HttpRequest, obj: Queue, form, change: bool) -> None:
-        """Save, and apply changed limits as :func:`djqueue.set_limits` does."""
-        db = dialects.alias()
+        """Save, and apply changed limits as :func:`djqueue.set_limits` does. A new queue
+        goes where a QUEUE_DATABASES rule places it, else to the database shown."""
+        if not change:
+            obj._state.db = placement.ruled(obj.name) or request_database(request)
+        db = obj._state.db
         with transaction.atomic(using=db):
             before = (Queue.objects.using(db).select_for_update().filter(pk=obj.pk).first()
                       if change else None)
@@ -107,7 +111,7 @@ class TopicAdmin(ReadOnlyAdmin):
 
 
 @admin.register(AlarmPolicy)
-class AlarmPolicyAdmin(admin.ModelAdmin):
+class AlarmPolicyAdmin(PlacedAdmin):
     list_display = ["name", "metric", "queue", "consumer_group", "threshold", "cooldown",
                     "enabled", "firing", "last_fired_at"]
     list_filter = ["metric", "enabled", "firing"]

@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from djqueue.admin import report_views
+from djqueue.admin.databases import PlacedAdmin
 from djqueue.models import (
     History,
     PeriodicTick,
@@ -15,7 +16,7 @@ from djqueue.models import (
 )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(PlacedAdmin):
     """Rows that only djqueue itself writes: viewable, deletable by permission, never edited."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -16,7 +16,15 @@ from django.db import transaction
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from djqueue.api.topics import BATCH, START_EARLIEST, START_NOW, check_name, deliver, get_topic
+from djqueue.api.topics import (
+    BATCH,
+    START_EARLIEST,
+    START_NOW,
+    check_name,
+    deliver,
+    get_topic,
+    on_topic_database,
+)
 from djqueue.exceptions import ConfigurationError, InvalidMessage, TopicNotFound
 from djqueue.models import (
     PENDING_STATES,
@@ -34,6 +42,7 @@ from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.queue_lookup import create_queue, get_queue_by_id
 
 
+@on_topic_database
 def get_group(topic: str | Topic, group: str) -> ConsumerGroup:
     t = get_topic(topic)
     found = ConsumerGroup.objects.using(dialects.alias()).filter(topic=t, name=group).first()
@@ -44,6 +53,7 @@ def get_group(topic: str | Topic, group: str) -> ConsumerGroup:
 
 
 
+@on_topic_database
 def subscribe(topic: str | Topic, group: str, *, mode: str = GroupMode.CLUSTER,
               start: str = START_NOW, **queue_options: Any) -> ConsumerGroup:
     """Create consumer group ``group`` on ``topic``.
@@ -71,6 +81,7 @@ def subscribe(topic: str | Topic, group: str, *, mode: str = GroupMode.CLUSTER,
     return cg
 
 
+@on_topic_database
 def register_consumer(topic: str | Topic, group: str, consumer: str, *,
                       start: str = START_NOW) -> Queue:
     """Add a consumer to a broadcast group (idempotent); returns its own queue.
@@ -88,6 +99,7 @@ def register_consumer(topic: str | Topic, group: str, consumer: str, *,
     return _add_subscription(cg, consumer, start).queue
 
 
+@on_topic_database
 def unregister_consumer(topic: str | Topic, group: str, consumer: str) -> int:
     """Remove a broadcast consumer with its queue and its undelivered messages."""
     cg = get_group(topic, group)
@@ -103,6 +115,7 @@ def unregister_consumer(topic: str | Topic, group: str, consumer: str) -> int:
     return removed
 
 
+@on_topic_database
 def group_queues(topic: str | Topic, group: str) -> list[Queue]:
     cg = get_group(topic, group)
     return [s.queue for s in cg.subscriptions.using(dialects.alias()).select_related("queue")
@@ -110,6 +123,7 @@ def group_queues(topic: str | Topic, group: str) -> list[Queue]:
 
 
 
+@on_topic_database
 def reset_group(topic: str | Topic, group: str, *, to: datetime | int) -> int:
     """Move the group's position to a time or a message (body) id and replay from there.
 
@@ -169,6 +183,7 @@ class Lag:
     oldest_published_at: datetime | None
 
 
+@on_topic_database
 def group_lag(topic: str | Topic, group: str) -> list[Lag]:
     """Per queue of the group (one for cluster, one per consumer for broadcast)."""
     cg = get_group(topic, group)
@@ -188,7 +203,7 @@ def _add_subscription(cg: ConsumerGroup, consumer: str, start: str) -> Subscript
     if Queue.objects.using(db).filter(name=name).exists():
         raise ConfigurationError(f"A queue named {name!r} already exists.")
     with transaction.atomic(using=db):
-        queue = create_queue(name, **dict(cg.queue_options))
+        queue = create_queue(name, database=db, **dict(cg.queue_options))
         sub = Subscription.objects.using(db).create(group=cg, consumer=consumer, queue=queue,
                                                     topic=cg.topic)
     if start == START_EARLIEST:

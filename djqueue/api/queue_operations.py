@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, QuerySet, Value, When
 from django.utils import timezone
 
 from djqueue import durations, signals
@@ -13,7 +13,7 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State
 from djqueue.polling import local_wakeup
-from djqueue.storage import dialects, ordered_groups, trace
+from djqueue.storage import dialects, ordered_groups, placement, trace
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.claim_resume import ready_again
 from djqueue.storage.queue_lookup import QueueRef, get_queue
@@ -37,7 +37,11 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidMessage(f"limit must be a positive integer, got {limit!r}.")
     only = _check_ids(ids) if ids is not None else None
-    db = dialects.alias()
+    db = placement.database_of(source)
+    if target is not None and placement.database_of(target) != db:
+        raise InvalidMessage(
+            f"Queue {target.name!r} lives on database {placement.database_of(target)!r}, "
+            f"{source.name!r} on {db!r}: a redrive moves messages within one database.")
     moved = 0
     batch = get_settings().PRUNE_BATCH
     while limit is None or moved < limit:
@@ -72,7 +76,7 @@ def purge(queue: QueueRef) -> int:
     """Delete the queue's ready, scheduled, waiting and dead messages; in-flight ones
     finish normally."""
     q = get_queue(queue, fresh=True)
-    db = dialects.alias()
+    db = placement.database_of(q)
     removed = 0
     batch = get_settings().PRUNE_BATCH
     while True:
@@ -92,11 +96,13 @@ def purge(queue: QueueRef) -> int:
     return removed
 
 
-def retry_now(ids: list[int]) -> int:
-    """Make scheduled messages (waiting on a delay or a retry backoff) ready at once."""
-    db = dialects.alias()
+def retry_now(ids: list[int], *, queue: QueueRef | None = None) -> int:
+    """Make scheduled messages (waiting on a delay or a retry backoff) ready at once.
+    ``queue``: only that queue's (ids are per database: a queue placed on another
+    database than the home one needs it)."""
+    db, messages = _messages(queue)
     with transaction.atomic(using=db):
-        ready = _lock_ids(Message.objects.using(db).filter(
+        ready = _lock_ids(messages.filter(
             pk__in=_check_ids(ids), state=State.SCHEDULED), len(ids))
         ready_again(Message.objects.using(db).filter(pk__in=ready),
                     state=State.READY, visible_at=timezone.now())
@@ -105,17 +111,18 @@ def retry_now(ids: list[int]) -> int:
     return len(ready)
 
 
-def change_visibility(ids: list[int], seconds: float) -> int:
+def change_visibility(ids: list[int], seconds: float, *, queue: QueueRef | None = None) -> int:
     """SQS ChangeMessageVisibility: a claimed message's lease now ends ``seconds`` from now;
-    a ready or scheduled one becomes visible then (0: ready at once)."""
+    a ready or scheduled one becomes visible then (0: ready at once). ``queue`` as for
+    :func:`retry_now`."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not (
             0 <= seconds <= MAX_VISIBILITY):
         raise InvalidMessage(
             f"Visibility must be 0 to {MAX_VISIBILITY:g} seconds, got {seconds!r}.")
-    db = dialects.alias()
+    db, in_queue = _messages(queue)
     until = timezone.now() + timedelta(seconds=seconds)
     with transaction.atomic(using=db):
-        ids = _lock_ids(Message.objects.using(db).filter(
+        ids = _lock_ids(in_queue.filter(
             pk__in=_check_ids(ids), state__in=[State.READY, State.SCHEDULED, State.CLAIMED]),
             len(ids))
         messages = Message.objects.using(db).filter(pk__in=ids)
@@ -126,6 +133,16 @@ def change_visibility(ids: list[int], seconds: float) -> int:
     if changed and seconds == 0:
         transaction.on_commit(local_wakeup.notify, using=db)
     return changed
+
+
+def _messages(queue: QueueRef | None) -> tuple[str, QuerySet[Message]]:
+    """The database to work on and its messages: ``queue``'s, or the current database's."""
+    if queue is None:
+        db = dialects.alias()
+        return db, Message.objects.using(db).all()
+    q = get_queue(queue)
+    db = placement.database_of(q)
+    return db, Message.objects.using(db).filter(queue=q)
 
 
 def _check_ids(ids: object) -> list[int]:
@@ -145,12 +162,13 @@ def _lock_ids(query, limit: int) -> list[int]:
     return list(query.values_list("pk", flat=True)[:limit])
 
 
-def get_message(message_id: int) -> Message | None:
+def get_message(message_id: int, *, queue: QueueRef | None = None) -> Message | None:
     """A pending or dead message by id, without claiming it. Its lease token is left
-    out: the token is the proof of ownership, which only its receiver holds."""
+    out: the token is the proof of ownership, which only its receiver holds.
+    ``queue`` as for :func:`retry_now`."""
     if isinstance(message_id, bool) or not isinstance(message_id, int):
         raise InvalidMessage(f"get_message() takes a message id, not {message_id!r}.")
-    return _without_lease(Message.objects.using(dialects.alias()).filter(pk=message_id).first())
+    return _without_lease(_messages(queue)[1].filter(pk=message_id).first())
 
 
 def peek(queue: QueueRef | None = None, *, state: State | None = None,
@@ -159,9 +177,7 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
     their lease tokens, as :func:`get_message`)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PEEK:
         raise InvalidMessage(f"limit must be a whole number from 1 to {MAX_PEEK}, got {limit!r}.")
-    query = Message.objects.using(dialects.alias()).order_by("id")
-    if queue is not None:
-        query = query.filter(queue=get_queue(queue))
+    query = _messages(queue)[1].order_by("id")
     if state is not None:
         query = query.filter(state=State(state))
     if older_than is not None:
@@ -181,17 +197,23 @@ def _without_lease(message: Message | None) -> Message | None:
     return message
 
 
-def delete(message: Message | int, *, only_unclaimed: bool = False) -> bool:
+def delete(message: Message | int, *, only_unclaimed: bool = False,
+           queue: QueueRef | None = None) -> bool:
     """Remove a message directly; history records it as deleted.
 
     With ``only_unclaimed`` a message some receiver holds is left alone (False).
+    A message id (not a Message) takes ``queue`` as for :func:`retry_now`.
     """
     pk = message.pk if isinstance(message, Message) else message
     if isinstance(pk, bool) or not isinstance(pk, int):
         raise InvalidMessage(f"delete() takes a Message or a message id, not {message!r}.")
-    db = dialects.alias()
+    if isinstance(message, Message):
+        db = placement.database_of(message)
+        messages = Message.objects.using(db).all()
+    else:
+        db, messages = _messages(queue)
     with transaction.atomic(using=db):
-        row = Message.objects.using(db).select_for_update().filter(pk=pk).first()
+        row = messages.select_for_update().filter(pk=pk).first()
         if row is None or (only_unclaimed and row.state == State.CLAIMED):
             return False
         History.objects.using(db).bulk_create([history_row(row, Outcome.DELETED, timezone.now())])
@@ -202,5 +224,10 @@ def delete(message: Message | int, *, only_unclaimed: bool = False) -> bool:
     return True
 
 
-def finished(message_id: int) -> History | None:
-    return History.objects.using(dialects.alias()).filter(pk=message_id).first()
+def finished(message_id: int, *, queue: QueueRef | None = None) -> History | None:
+    """A finished message's history row; ``queue`` as for :func:`retry_now`."""
+    if queue is None:
+        return History.objects.using(dialects.alias()).filter(pk=message_id).first()
+    q = get_queue(queue)
+    return History.objects.using(placement.database_of(q)).filter(
+        pk=message_id, queue_id=q.pk).first()

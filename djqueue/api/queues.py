@@ -9,7 +9,7 @@ from django.db import transaction
 
 from djqueue.exceptions import ConfigurationError
 from djqueue.models import MessageGroup, Queue, QueueLimiter
-from djqueue.storage import dialects, ordered_groups, queue_lookup
+from djqueue.storage import ordered_groups, placement, queue_lookup
 from djqueue.storage.queue_lookup import QueueRef, create_queue, get_queue
 
 __all__ = ["LIMIT_FIELDS", "create_queue", "get_queue", "limits_changed", "pause", "resume",
@@ -22,7 +22,7 @@ LIMIT_FIELDS = ("rate_limit", "rate_burst", "concurrency_limit", "group_concurre
 
 def set_paused(ref: QueueRef, paused: bool) -> Queue:
     queue = get_queue(ref, fresh=True)
-    Queue.objects.using(dialects.alias()).filter(pk=queue.pk).update(paused=paused)
+    Queue.objects.using(placement.database_of(queue)).filter(pk=queue.pk).update(paused=paused)
     queue.paused = paused
     queue_lookup.forget(queue.name)
     return queue
@@ -51,9 +51,10 @@ def set_limits(ref: QueueRef, **limits: Any) -> Queue:
     if unknown:
         raise ConfigurationError(f"Unknown limit(s): {', '.join(sorted(unknown))}; "
                                  f"limits are {', '.join(LIMIT_FIELDS)}.")
-    db = dialects.alias()
+    found = get_queue(ref)
+    db = placement.database_of(found)
     with transaction.atomic(using=db):
-        queue = Queue.objects.using(db).select_for_update().get(pk=get_queue(ref).pk)
+        queue = Queue.objects.using(db).select_for_update().get(pk=found.pk)
         before = Queue(**{f: getattr(queue, f) for f in LIMIT_FIELDS})
         for name, value in limits.items():
             setattr(queue, name, "" if value is None and name.endswith("rate_limit") else value)

@@ -25,7 +25,7 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage, PayloadTooLarge, QueueFull
 from djqueue.models import Event, History, Message, Queue, State
 from djqueue.polling import Backoff, local_wakeup
-from djqueue.storage import dedup, dialects, fastpath, ordered_groups, trace
+from djqueue.storage import dedup, dialects, fastpath, ordered_groups, placement, trace
 from djqueue.storage.claim_resume import resume_points
 from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import QueueRef, get_queue
@@ -55,7 +55,8 @@ def send(
     ``timeout`` seconds (default: forever) for room instead of raising QueueFull.
     """
     q = get_queue(queue)
-    with tracing.producing(q.name, 1, headers) as produced:
+    with dialects.using(placement.database_of(q)), tracing.producing(
+            q.name, 1, headers) as produced:
         [message] = _build(q, [payload], [group_key], delay=delay, priority=priority,
                            headers=produced.headers)
         if dedup_key is not None:
@@ -94,7 +95,8 @@ def send_batch(
             raise InvalidMessage("group_keys needs one key (or None) per payload, "
                                  "and excludes group_key.")
     keys = group_keys if group_keys is not None else [group_key] * len(payloads)
-    with tracing.producing(q.name, len(payloads), headers) as produced:
+    with dialects.using(placement.database_of(q)), tracing.producing(
+            q.name, len(payloads), headers) as produced:
         messages = _build(q, payloads, keys, delay=delay, priority=priority,
                           headers=produced.headers)
         if not messages:
@@ -231,15 +233,16 @@ def announce(messages: list[Message], conn: BaseDatabaseWrapper | None = None) -
     connection, where the caller has it."""
     db = dialects.alias()
     if (conn or connections[db]).in_atomic_block:
-        transaction.on_commit(lambda: _committed(messages), using=db)
+        transaction.on_commit(lambda: _committed(messages, db), using=db)
     else:
-        _committed(messages)  # what on_commit would do, without its bookkeeping
+        _committed(messages, db)  # what on_commit would do, without its bookkeeping
 
 
-def _committed(messages: list[Message]) -> None:
+def _committed(messages: list[Message], db: str) -> None:
     resume_points.sent(messages)
     local_wakeup.notify()
-    worker_wakeups.wake_workers(_queue_names(messages))
+    with dialects.using(db):
+        worker_wakeups.wake_workers(_queue_names(messages))
     signals.messages_sent.send(sender=Message, messages=messages)
 
 

@@ -11,10 +11,11 @@ so a group can be reset to an earlier point and replay them
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -41,13 +42,34 @@ from djqueue.models import (
     Topic,
 )
 from djqueue.models.queue import validate_queue_name
-from djqueue.storage import dialects, ordered_groups, trace
+from djqueue.storage import dialects, ordered_groups, placement, trace
 from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import get_queue_by_id
 
 BATCH = 1000
 START_NOW, START_EARLIEST = "now", "earliest"
+F = TypeVar("F", bound=Callable[..., Any])
 
+
+def topic_database(topic: str | Topic) -> str:
+    """A topic's database: its row's, else the one a QUEUE_DATABASES rule names for its
+    name, else the home one. Its bodies, groups and the groups' queues live there too
+    (a delivery references its body)."""
+    if isinstance(topic, Topic):
+        return placement.database_of(topic)
+    return (placement.ruled(topic) if isinstance(topic, str) else None) or placement.home()
+
+
+def on_topic_database(function: F) -> F:
+    """Run ``function(topic, ...)`` on its topic's database (see dialects.using)."""
+    @functools.wraps(function)
+    def on_database(topic: str | Topic, *args: Any, **kwargs: Any) -> Any:
+        with dialects.using(topic_database(topic)):
+            return function(topic, *args, **kwargs)
+    return cast(F, on_database)
+
+
+@on_topic_database
 
 def create_topic(name: str, *, retention: float | None = None, exist_ok: bool = False) -> Topic:
     check_name(name, "topic", 40)
@@ -66,6 +88,7 @@ def create_topic(name: str, *, retention: float | None = None, exist_ok: bool = 
     return topic
 
 
+@on_topic_database
 def get_topic(topic: str | Topic) -> Topic:
     if isinstance(topic, Topic):
         return topic
@@ -84,6 +107,7 @@ def publish(topic: str | Topic, payload: Any, *, headers: dict[str, Any] | None 
                          group_key=group_key)[0]
 
 
+@on_topic_database
 def publish_batch(topic: str | Topic, payloads: Iterable[Any], *,
                   headers: dict[str, Any] | None = None, priority: int = 0,
                   group_key: str | None = None) -> list[Body]:

@@ -61,8 +61,9 @@ class _WakeAddresses:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._loaded = -1e9
-        self._by_queue: dict[str, list[tuple[str, int]]] = {}
+        #: database -> (when read, queue name -> addresses): workers register on the
+        #: database of the queues they serve (djqueue.processes.registration).
+        self._by_database: dict[str, tuple[float, dict[str, list[tuple[str, int]]]]] = {}
         self._socket: socket.socket | None = None
 
     def wake_workers(self, queue_names: Iterable[str]) -> None:
@@ -83,14 +84,16 @@ class _WakeAddresses:
                     self._socket.sendto(b"", address)
 
     def forget(self) -> None:
-        self._loaded = -1e9
+        self._by_database = {}
 
     def _addresses(self) -> dict[str, list[tuple[str, int]]]:
-        if time.monotonic() - self._loaded < get_settings().WAKE_REFRESH:
-            return self._by_queue
+        db = dialects.alias()
+        loaded = self._by_database.get(db)
+        if loaded is not None and time.monotonic() - loaded[0] < get_settings().WAKE_REFRESH:
+            return loaded[1]
         by_queue: dict[str, list[tuple[str, int]]] = {}
         try:
-            rows = Worker.objects.using(dialects.alias()).exclude(wake_address="").values_list(
+            rows = Worker.objects.using(db).exclude(wake_address="").values_list(
                 "wake_address", "queues")
             for address, queues in rows:
                 host, _, port = address.rpartition(":")
@@ -98,7 +101,7 @@ class _WakeAddresses:
                     by_queue.setdefault(name, []).append((host, int(port)))
         except (DatabaseError, ValueError):
             logger.warning("Could not read the workers' wake addresses", exc_info=True)
-        self._by_queue, self._loaded = by_queue, time.monotonic()
+        self._by_database = {**self._by_database, db: (time.monotonic(), by_queue)}
         return by_queue
 
 

@@ -19,7 +19,7 @@ from typing import TypeVar
 from django.db import connections
 
 from djqueue.conf import get_settings
-from djqueue.storage import dialects
+from djqueue.storage import placement
 
 T = TypeVar("T")
 _lock = threading.Lock()
@@ -36,11 +36,12 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def _call(function: Callable[..., T], *args: object) -> T:
-    conn = connections[dialects.alias()]
     # A connection that failed (a server restart) is replaced; a healthy one is kept,
     # whatever CONN_MAX_AGE says of request-bound connections.
-    if conn.connection is not None and conn.errors_occurred and not conn.is_usable():
-        conn.close()
+    for db in placement.databases():
+        conn = connections[db]
+        if conn.connection is not None and conn.errors_occurred and not conn.is_usable():
+            conn.close()
     return function(*args)
 
 

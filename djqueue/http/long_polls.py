@@ -33,6 +33,7 @@ from typing import TypeVar
 from djqueue.conf import get_settings
 from djqueue.http.database_threads import in_database
 from djqueue.processes.registration import Registration
+from djqueue.storage import placement
 
 logger = logging.getLogger("djqueue.http")
 T = TypeVar("T")
@@ -126,7 +127,8 @@ class WaitingRoom:
         lock_key = uuid.uuid4().hex
         self._registration = Registration(
             f"http:{socket.gethostname()[:55]}:{os.getpid()}:{lock_key[:8]}", lock_key,
-            queues=[], concurrency=0, held=list, wake_address=address)
+            queues=[], concurrency=0, held=list, wake_address=address,
+            databases=placement.databases())
         await in_database(self._registration.register)
         for job in (self._poll, self._beat, self._write_queues):
             self._loop.create_task(job())

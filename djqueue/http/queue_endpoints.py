@@ -16,7 +16,7 @@ from djqueue.http.database_threads import in_database
 from djqueue.http.endpoint_base import caller_of, check_name, granted, iso, json_response
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission, History, Message, Queue, State
-from djqueue.storage import dialects
+from djqueue.storage import placement
 
 STATE_NAMES = {state.name.lower(): state for state in State}
 
@@ -32,7 +32,7 @@ async def queue_attributes(request: HttpRequest, queue: str) -> HttpResponse:
 
 
 def _attributes(q: Queue) -> dict[str, Any]:
-    db = dialects.alias()
+    db = placement.database_of(q)
     counts = {name: 0 for name in STATE_NAMES}
     for state, count in (Message.objects.using(db).filter(queue=q).values_list("state")
                          .annotate(n=Count("id")).order_by()):

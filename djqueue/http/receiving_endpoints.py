@@ -26,7 +26,7 @@ from djqueue.http.database_threads import in_database
 from djqueue.http.endpoint_base import granted, iso, json_response
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission, Message, Queue
-from djqueue.storage import dialects
+from djqueue.storage import dialects, placement
 from djqueue.storage.transitions import MAX_ERROR_CHARS, ack_many, extend, fail, release
 
 RECEIPT_RE = re.compile(r"^([1-9][0-9]{0,18})\.([0-9a-f]{32})$")
@@ -111,8 +111,10 @@ def _finish(request: HttpRequest, permission_on: str, queues_of: Callable[[], li
     body = bodies.json_body(request)
     bodies.check_fields(body, {"receipts", *fields})
     receipts = _receipts(body)
-    queue_ids = [q.pk for q in queues_of()]
-    messages = list(Message.objects.using(dialects.alias()).filter(
+    queues = queues_of()  # one queue, or a topic group's: one database either way
+    queue_ids = [q.pk for q in queues]
+    db = placement.database_of(queues[0]) if queues else dialects.alias()
+    messages = list(Message.objects.using(db).filter(
         pk__in=list(receipts), queue_id__in=queue_ids).select_related("queue"))
     for message in messages:
         message.lease_token = receipts[message.pk]

@@ -19,7 +19,7 @@ from djqueue.http.database_threads import in_database
 from djqueue.http.endpoint_base import granted, json_response
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission, Queue
-from djqueue.storage import dialects
+from djqueue.storage import placement
 
 SEND_FIELDS = {"payload", "delay", "priority", "headers", "group_key", "dedup_key"}
 PUBLISH_FIELDS = {"payload", "priority", "headers", "group_key"}
@@ -60,7 +60,7 @@ def _send_many(queue: Queue, entries: list[Any]) -> dict[str, Any]:
     priority and headers go in one multi-row insert; an entry with a dedup key alone."""
     ids: list[int] = []
     duplicates: list[int] = []
-    with transaction.atomic(using=dialects.alias()):
+    with transaction.atomic(using=placement.database_of(queue)):
         run: list[dict[str, Any]] = []
         for position, entry in enumerate(entries):
             if not isinstance(entry, dict):
@@ -108,7 +108,7 @@ async def publish_messages(request: HttpRequest, topic: str) -> HttpResponse:
             bodies.check_fields(body, {"messages"})
             entries = bodies.listed(body, "messages", longest=get_settings().HTTP_MAX_BATCH)
         ids: list[int] = []
-        with transaction.atomic(using=dialects.alias()):
+        with transaction.atomic(using=topics.topic_database(found)):
             for position, entry in enumerate(entries):
                 if not isinstance(entry, dict):
                     raise InvalidRequest(f"messages[{position}] must be an object.")

@@ -1,6 +1,10 @@
 """The reaper: returns the claims of dead workers and expired leases, promotes
-due messages, prunes history, and (PostgreSQL) vacuums busy tables. Any number may run at once: every change
-locks its rows with SKIP LOCKED and is idempotent.
+due messages, prunes history, and (PostgreSQL) vacuums busy tables. Any number may
+run at once: every change locks its rows with SKIP LOCKED and is idempotent.
+
+One reaper serves every database djqueue keeps queues on
+(djqueue.storage.placement), one after the other in each pass; a database that
+fails its pass (its server is down) is logged and the others are still served.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from djqueue.models import Message, Queue
 from djqueue.models import Worker as WorkerRecord
 from djqueue.monitoring import alarms, rollups
 from djqueue.processes.base import ProcessBase
-from djqueue.storage import dialects, ordered_groups, queue_lookup
+from djqueue.storage import dialects, ordered_groups, placement, queue_lookup
 from djqueue.storage.session_locks import session_lock_free
 from djqueue.storage.transitions import promote_due, return_claims
 
@@ -54,6 +58,10 @@ class ReapReport:
 
     def __bool__(self) -> bool:
         return any(vars(self).values())
+
+    def add(self, other: ReapReport) -> None:
+        for name, value in vars(other).items():
+            setattr(self, name, getattr(self, name) + value)
 
 
 class Reaper(ProcessBase):
@@ -86,6 +94,30 @@ class Reaper(ProcessBase):
         return report
 
     def reap(self) -> ReapReport:
+        """One pass over every database (the home one first)."""
+        stats_due = time.monotonic() - self._last_stats >= get_settings().STATS_INTERVAL
+        vacuum_due = time.monotonic() - self._last_vacuum_check >= VACUUM_CHECK_EVERY
+        prune_due = time.monotonic() - self._last_prune >= PRUNE_EVERY
+        now = time.monotonic()
+        self._last_stats = now if stats_due else self._last_stats
+        self._last_vacuum_check = now if vacuum_due else self._last_vacuum_check
+        self._last_prune = now if prune_due else self._last_prune
+        report = ReapReport()
+        for db in placement.databases():
+            with dialects.using(db):
+                try:
+                    report.add(self._reap_database(db, stats_due, vacuum_due, prune_due))
+                except DatabaseError:
+                    logger.exception("Reaper: the pass over database %s failed; going on", db,
+                                     extra={"database": db})
+                    with contextlib.suppress(DatabaseError):
+                        connections[db].close()
+        if self.scheduler is not None:  # its rows are on the home database
+            report.periodic = self._step("periodic tasks", self.scheduler.tick)
+        return report
+
+    def _reap_database(self, db: str, stats_due: bool, vacuum_due: bool,
+                       prune_due: bool) -> ReapReport:
         report = ReapReport()
         for worker in self.dead_workers():
             report.dead_workers += 1
@@ -94,23 +126,20 @@ class Reaper(ProcessBase):
             # Rows the dead worker's last transactions still lock (the server has not
             # yet rolled them back) were skipped: keep the row, so the next pass
             # returns them, instead of leaving them to their lease's expiry.
-            if not claims.using(dialects.alias()).exists():
-                WorkerRecord.objects.using(dialects.alias()).filter(pk=worker.pk).delete()
+            if not claims.using(db).exists():
+                WorkerRecord.objects.using(db).filter(pk=worker.pk).delete()
+        if not Queue.objects.using(db).exists():  # nothing more to serve: write nothing
+            return report
         report.expired = self._drain(
             Message.objects.expired(timezone.now()), "lease expired (held by {owner})")
         report.promoted = self._step("promotion", promote_due)
-        if self.scheduler is not None:
-            report.periodic = self._step("periodic tasks", self.scheduler.tick)
-        if time.monotonic() - self._last_stats >= get_settings().STATS_INTERVAL:
-            self._last_stats = time.monotonic()
+        if stats_due:
             report.counted = self._step("statistics", rollups.roll_up)
             self._step("depth snapshot", rollups.sample_depth)
             report.alarms = self._step("alarms", lambda: len(alarms.evaluate()))
-        if time.monotonic() - self._last_vacuum_check >= VACUUM_CHECK_EVERY:
-            self._last_vacuum_check = time.monotonic()
-            report.vacuums = self._step("vacuum", lambda: self.vacuuming.step(dialects.alias()))
-        if time.monotonic() - self._last_prune >= PRUNE_EVERY:
-            self._last_prune = time.monotonic()
+        if vacuum_due:
+            report.vacuums = self._step("vacuum", lambda: self.vacuuming.step(db))
+        if prune_due:
             report.pruned = self._step("pruning", prune_history)
             report.groups_repaired = self._step("ordered groups", self.repair_groups)
         return report

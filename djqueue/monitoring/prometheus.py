@@ -8,6 +8,10 @@ six indexed queries with ten messages or ten million (``QUERIES``); it never
 counts the message table. The figures are as fresh as the reaper's last pass
 (``djqueue_depth_sampled_timestamp_seconds`` says when that was).
 
+With queues on several databases (djqueue.storage.placement) each family holds
+the series of all of them: a queue's name is one queue wherever it lives, and a
+worker serving several databases is one worker.
+
 Used by :func:`djqueue.monitoring.views.metrics` (a view to mount) and by
 ``manage.py djqueue_metrics`` (a port of its own). ``prometheus_client`` is
 imported here alone, when metrics are first asked for.
@@ -23,9 +27,10 @@ from django.utils import timezone
 
 from djqueue import histograms
 from djqueue.models import Period, Queue, QueueLimiter, QueueStat, StatsCursor, Worker
-from djqueue.storage import dialects
+from djqueue.storage import placement
 
-#: The queries one collection runs, whatever the backlog (a test holds it to this).
+#: The queries one collection runs on each database, whatever the backlog (a test holds
+#: it to this).
 QUERIES = 5
 #: Bucket bounds (seconds) of the wait and run histograms. djqueue keeps finer
 #: buckets (10 % apart); each is counted under the first bound at or above its
@@ -49,10 +54,10 @@ class DjqueueCollector:
             HistogramMetricFamily,
         )
 
-        db = dialects.alias()
         now = timezone.now()
-        queues = list(Queue.objects.using(db).select_related("depth").order_by("name"))
-        names = {q.pk: q.name for q in queues}
+        by_database = {db: list(Queue.objects.using(db).select_related("depth").order_by("name"))
+                       for db in placement.databases()}
+        queues = [q for found in by_database.values() for q in found]
 
         messages = GaugeMetricFamily("djqueue_queue_messages",
                                      "Messages in the queue by state, at the reaper's last sample.",
@@ -78,19 +83,20 @@ class DjqueueCollector:
         if latest:
             sampled.add_metric([], latest)
         yield from (messages, oldest, paused, sampled)
-        yield from _totals(db, names, CounterMetricFamily, HistogramMetricFamily)
-        yield from _workers(db, now, GaugeMetricFamily)
-        yield from _limits(db, queues, now, GaugeMetricFamily, CounterMetricFamily)
-        counted = StatsCursor.objects.using(db).filter(name="stats").values_list(
-            "until", flat=True).first()
-        if counted is not None:
+        yield from _totals(by_database, CounterMetricFamily, HistogramMetricFamily)
+        yield from _workers(list(by_database), now, GaugeMetricFamily)
+        yield from _limits(by_database, now, GaugeMetricFamily, CounterMetricFamily)
+        counted = min((until for db in by_database for until in StatsCursor.objects.using(
+            db).filter(name="stats").values_list("until", flat=True)), default=None)
+        if counted is not None:  # the database counted least far says it
             until = GaugeMetricFamily("djqueue_stats_counted_until_timestamp_seconds",
                                       "How far the reaper's statistics have counted.")
             until.add_metric([], counted.timestamp())
             yield until
 
 
-def _totals(db: str, names: dict[int, str], counter: Any, histogram: Any) -> Iterator[Any]:
+def _totals(by_database: dict[str, list[Queue]], counter: Any,
+            histogram: Any) -> Iterator[Any]:
     sent = counter("djqueue_messages_sent", "Messages sent to the queue.", labels=["queue"])
     finished = counter("djqueue_messages_finished",
                        "Messages that left the queue for good: acked, or deleted.",
@@ -104,8 +110,10 @@ def _totals(db: str, names: dict[int, str], counter: Any, histogram: Any) -> Ite
                      "Time from send to claim, of acked messages.", labels=["queue"])
     run = histogram("djqueue_message_run_seconds",
                     "Time from claim to ack, of acked messages.", labels=["queue"])
-    for row in QueueStat.objects.using(db).filter(period=Period.TOTAL).order_by("queue_id"):
-        name = names.get(row.queue_id)
+    rows = [(row, {q.pk: q.name for q in queues}.get(row.queue_id))
+            for db, queues in by_database.items()
+            for row in QueueStat.objects.using(db).filter(period=Period.TOTAL).order_by("queue_id")]
+    for row, name in rows:
         if name is None:
             continue
         sent.add_metric([name], row.sent)
@@ -135,7 +143,7 @@ def _buckets(hist: dict[str, int]) -> list[tuple[str, float]]:
     return buckets
 
 
-def _workers(db: str, now: Any, gauge: Any) -> Iterator[Any]:
+def _workers(databases: list[str], now: Any, gauge: Any) -> Iterator[Any]:
     up = gauge("djqueue_worker_up", "1 for each registered worker process.",
                labels=["worker", "host"])
     held = gauge("djqueue_worker_messages_held", "Messages the worker held at its last beat.",
@@ -144,7 +152,11 @@ def _workers(db: str, now: Any, gauge: Any) -> Iterator[Any]:
                 labels=["worker"])
     threads = gauge("djqueue_worker_concurrency", "The worker's handler threads.",
                     labels=["worker"])
-    for worker in Worker.objects.using(db).order_by("started_at"):
+    seen: set[str] = set()
+    for worker in (w for db in databases for w in Worker.objects.using(db).order_by("started_at")):
+        if worker.id in seen:  # present on each database it serves
+            continue
+        seen.add(worker.id)
         up.add_metric([worker.id, worker.hostname], 1.0)
         held.add_metric([worker.id], float(worker.holding))
         age.add_metric([worker.id], max((now - worker.heartbeat_at).total_seconds(), 0.0))
@@ -152,9 +164,10 @@ def _workers(db: str, now: Any, gauge: Any) -> Iterator[Any]:
     yield from (up, held, age, threads)
 
 
-def _limits(db: str, queues: list[Queue], now: Any, gauge: Any,
+def _limits(by_database: dict[str, list[Queue]], now: Any, gauge: Any,
             counter: Any) -> Iterator[Any]:
-    limited = {q.pk: q for q in queues if q.limits_claims}
+    limited = {(db, q.pk): q for db, queues in by_database.items() for q in queues
+               if q.limits_claims}
     if not limited:
         return
     concurrency = gauge("djqueue_queue_concurrency_limit",
@@ -169,8 +182,11 @@ def _limits(db: str, queues: list[Queue], now: Any, gauge: Any,
     held_back = counter("djqueue_queue_throttled_seconds",
                         "Seconds the queue's limits have held ready messages back.",
                         labels=["queue"])
-    for limiter in QueueLimiter.objects.using(db).filter(queue_id__in=list(limited)):
-        queue = limited[limiter.queue_id]
+    limiters = [(db, limiter) for db in by_database
+                for limiter in QueueLimiter.objects.using(db).filter(
+                    queue_id__in=[pk for (where, pk) in limited if where == db])]
+    for db, limiter in limiters:
+        queue = limited[db, limiter.queue_id]
         if queue.concurrency_limit is not None:
             concurrency.add_metric([queue.name], float(queue.concurrency_limit))
         per_second = queue.rate()

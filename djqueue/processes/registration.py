@@ -2,6 +2,10 @@
 
 The reaper declares a worker dead when its session lock is free, its process is
 gone, or its heartbeat stopped; then it returns the worker's claims.
+
+A process serving queues on several databases (djqueue.storage.placement) is
+present on each: a row and a session lock on every one, so each database's
+reaper judges the claims made there by what that database shows.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from django.db import DatabaseError, connections
 from django.utils import timezone
@@ -28,14 +32,17 @@ HELD_IDS_SHOWN = 10
 
 class Registration:
     def __init__(self, worker_id: str, lock_key: str, *, queues: list[str], concurrency: int,
-                 held: Callable[[], list[int]], wake_address: str = "") -> None:
+                 held: Callable[[], list[int]], wake_address: str = "",
+                 databases: Sequence[str] | None = None) -> None:
         self.worker_id = worker_id
+        #: The databases it is present on (default: the current one).
+        self.databases = tuple(databases or (dialects.alias(),))
         self.wake_address = wake_address
         self.lock_key = lock_key
         self.queues = queues
         self.concurrency = concurrency
         self._held = held
-        self._lock = SessionLock(lock_key)
+        self._locks = {db: SessionLock(lock_key, db) for db in self.databases}
         #: Set by deregister, before the row goes: a heartbeat that then finds no row
         #: must not register the stopping worker again.
         self._leaving = threading.Event()
@@ -43,9 +50,13 @@ class Registration:
         self._registration = threading.Lock()
 
     def register(self) -> None:
-        if not self._lock.acquire():
-            raise DjqueueError(f"Session lock {self.lock_key} is already held.")
-        WorkerRecord.objects.using(dialects.alias()).update_or_create(
+        for db in self.databases:
+            self._register(db)
+
+    def _register(self, db: str) -> None:
+        if not self._locks[db].acquire():
+            raise DjqueueError(f"Session lock {self.lock_key} is already held on {db!r}.")
+        WorkerRecord.objects.using(db).update_or_create(
             pk=self.worker_id, defaults={
                 "hostname": socket.gethostname()[:255], "pid": os.getpid(),
                 "lock_key": self.lock_key, "queues": self.queues,
@@ -55,40 +66,47 @@ class Registration:
     def deregister(self) -> None:
         with self._registration:
             self._leaving.set()
-            try:
-                WorkerRecord.objects.using(dialects.alias()).filter(pk=self.worker_id).delete()
-            except DatabaseError:
-                logger.exception("Could not delete the worker row",
-                                 extra={"worker": self.worker_id})
-        self._lock.close()
+            for db in self.databases:
+                try:
+                    WorkerRecord.objects.using(db).filter(pk=self.worker_id).delete()
+                except DatabaseError:
+                    logger.exception("Could not delete the worker row on %s", db,
+                                     extra={"worker": self.worker_id})
+        for lock in self._locks.values():
+            lock.close()
 
     def beat(self) -> None:
         """One heartbeat: keep the lock and the row alive, report what is held; a row the
         reaper deleted (a long pause) is registered again, unless the worker is leaving."""
-        if self._leaving.is_set():
-            return
+        holding = self._holding()
+        for db in self.databases:  # each on its own: one server down stops no other beat
+            if self._leaving.is_set():
+                return
+            self._beat(db, holding)
+
+    def _beat(self, db: str, holding: dict[str, object]) -> None:
         try:
-            if not self._lock.is_alive():
-                self._lock.acquire()
-            beat = WorkerRecord.objects.using(dialects.alias()).filter(pk=self.worker_id).update(
-                heartbeat_at=timezone.now(), **self._holding())
+            if not self._locks[db].is_alive():
+                self._locks[db].acquire()
+            beat = WorkerRecord.objects.using(db).filter(pk=self.worker_id).update(
+                heartbeat_at=timezone.now(), **holding)
             if not beat:
                 with self._registration:
                     if self._leaving.is_set():
                         return
-                    logger.warning("Worker row was reaped; registering again",
+                    logger.warning("Worker row was reaped on %s; registering again", db,
                                    extra={"worker": self.worker_id})
-                    self.register()
+                    self._register(db)
         except (DatabaseError, MemoryError):
-            logger.exception("Heartbeat failed", extra={"worker": self.worker_id})
+            logger.exception("Heartbeat failed on %s", db, extra={"worker": self.worker_id})
             with contextlib.suppress(DatabaseError):
-                connections[dialects.alias()].close()
+                connections[db].close()
 
     def set_queues(self, queues: list[str]) -> None:
         """Serve (and be woken for) ``queues`` from now on (an HTTP API server's waits)."""
         self.queues = queues
-        WorkerRecord.objects.using(dialects.alias()).filter(pk=self.worker_id).update(
-            queues=queues)
+        for db in self.databases:
+            WorkerRecord.objects.using(db).filter(pk=self.worker_id).update(queues=queues)
 
     def _holding(self) -> dict[str, object]:
         try:

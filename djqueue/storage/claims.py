@@ -100,6 +100,15 @@ def ack_and_claim(
     return acked, claimed
 
 
+def ack_all(acks: list[Message], *, owner: str, hook: AckHook | None = None) -> list[Message]:
+    """:func:`ack_and_claim` of ``acks`` alone, a transaction on each database they are on."""
+    acked: list[Message] = []
+    for db, (_, group) in by_database([], acks).items():
+        with dialects.using(db):
+            acked += ack_and_claim(group, [], 0, owner=owner, hook=hook)[0]
+    return acked
+
+
 class _ClaimEnd(NamedTuple):
     queue_id: int
     full: bool
@@ -179,16 +188,17 @@ def attach_bodies(db: str, messages: Sequence[Message]) -> None:
 
 
 class PromotionClock:
-    """Lets one receiving loop promote due scheduled messages at most once a PROMOTE_INTERVAL."""
+    """Lets one receiving loop promote due scheduled messages at most once a PROMOTE_INTERVAL
+    on each database."""
 
     def __init__(self) -> None:
-        self.last = 0.0
+        self.last: dict[str, float] = {}
 
-    def due(self) -> bool:
+    def due(self, db: str) -> bool:
         now = time.monotonic()
-        if now - self.last < get_settings().PROMOTE_INTERVAL:
+        if now - self.last.get(db, 0.0) < get_settings().PROMOTE_INTERVAL:
             return False
-        self.last = now
+        self.last[db] = now
         return True
 
 
@@ -215,7 +225,46 @@ def claim_ready(
         wait.clear()
     acks = acks or []
     active = [q for q in queues if not q.paused]
-    if not active:
+    found = by_database(active, acks)
+    if len(found) == 1:  # the usual case: every queue on one database
+        [(db, (active, acks))] = found.items()
+        with dialects.using(db):
+            return _claim_checked(acks, active, limit, owner=owner,
+                                  visibility_timeout=visibility_timeout, clock=clock,
+                                  where=where, peek=peek, hook=hook, wait=wait)
+    acked: list[Message] = []
+    claimed: list[Message] = []
+    for db, (active, acks) in found.items():  # earlier queues' databases first
+        with dialects.using(db):
+            done, got = _claim_checked(acks, active, max(limit - len(claimed), 0),
+                                       owner=owner, visibility_timeout=visibility_timeout,
+                                       clock=clock, where=where, peek=peek, hook=hook,
+                                       wait=wait)
+        acked += done
+        claimed += got
+    return acked, claimed
+
+
+def by_database(queues: Sequence[Queue], acks: Sequence[Message],
+                ) -> dict[str, tuple[list[Queue], list[Message]]]:
+    """The queues and acks of each database (djqueue.storage.placement), in the order of
+    the queues (databases with acks alone last); {} when there are neither."""
+    found: dict[str, tuple[list[Queue], list[Message]]] = {}
+    for queue in queues:
+        found.setdefault(fastpath.database_of(queue) or dialects.alias(), ([], []))[0].append(
+            queue)
+    for message in acks:
+        found.setdefault(fastpath.database_of(message) or dialects.alias(), ([], []))[1].append(
+            message)
+    return found
+
+
+def _claim_checked(acks: list[Message], active: list[Queue], limit: int, *, owner: str,
+                   visibility_timeout: float | None, clock: PromotionClock,
+                   where: Q | None, peek: bool, hook: AckHook | None,
+                   wait: LimitWait | None) -> tuple[list[Message], list[Message]]:
+    """claim_ready on the current database."""
+    if not active or limit <= 0:
         return ack_and_claim(acks, [], 0, owner=owner, hook=hook) if acks else ([], [])
     try:
         return _claim_ready(acks, active, limit, owner=owner,
@@ -252,7 +301,8 @@ def _claim_ready(acks: list[Message], active: Sequence[Queue], limit: int, *, ow
         acked, messages = ack_and_claim(acks, active, limit, owner=owner,
                                         visibility_timeout=visibility_timeout, where=where,
                                         hook=hook, wait=wait)
-    if len(messages) < limit and clock.due() and promote_due([q.pk for q in active]):
+    if len(messages) < limit and clock.due(dialects.alias()) and promote_due(
+            [q.pk for q in active]):
         messages += ack_and_claim([], active, limit - len(messages), owner=owner,
                                   visibility_timeout=visibility_timeout, where=where,
                                   wait=wait)[1]

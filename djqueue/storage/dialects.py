@@ -9,6 +9,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import TypeVar
 
 from django.db import OperationalError, connections, transaction
@@ -21,8 +22,34 @@ T = TypeVar("T")
 DEADLOCK_RETRIES = 5
 
 
+#: The database the operation in progress works on, when it is not DATABASE (see using).
+_current: ContextVar[str | None] = ContextVar("djqueue_database", default=None)
+
+
 def alias() -> str:
-    return get_settings().DATABASE
+    """The database alias of the operation in progress: the one ``using`` set, or the
+    home database (``DJQUEUE["DATABASE"]``)."""
+    return _current.get() or get_settings().DATABASE
+
+
+@contextlib.contextmanager
+def using(db: str | None) -> Iterator[str]:
+    """Run the block on database ``db`` (None: leave the current one).
+
+    Why a context and not only arguments: what a message's handler, a task's record,
+    a worker's or the reaper's pass write follows the database of the queue they
+    serve (djqueue.storage.placement); the entry points (the API's functions, a
+    worker's claim and handler runs, the reaper's pass over each database) say it
+    once here instead of every function below them taking it along.
+    """
+    if db is None:
+        yield alias()
+        return
+    token = _current.set(db)
+    try:
+        yield db
+    finally:
+        _current.reset(token)
 
 
 def connection() -> BaseDatabaseWrapper:

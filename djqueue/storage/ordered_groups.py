@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from djqueue.models import GROUP_HOLDING_STATES, Message, MessageGroup, State
 from djqueue.polling import local_wakeup
-from djqueue.storage import dialects
+from djqueue.storage import dialects, fastpath
 from djqueue.storage.queue_lookup import get_queue_by_id
 from djqueue.storage.statements import vendor_sql
 
@@ -43,7 +43,7 @@ def ordered_group(message: Message) -> GroupId | None:
     """The (queue, key) group ``message`` belongs to, if its queue is ordered."""
     if not message.group_key:
         return None
-    if not get_queue_by_id(message.queue_id).ordered:
+    if not get_queue_by_id(message.queue_id, fastpath.database_of(message)).ordered:
         return None
     return (message.queue_id, message.group_key)
 
@@ -53,7 +53,7 @@ def holding_group(message: Message) -> GroupId | None:
     messages of a key may hold it (ordered, or ``group_concurrency``)."""
     if not message.group_key:
         return None
-    if get_queue_by_id(message.queue_id).group_holders is None:
+    if get_queue_by_id(message.queue_id, fastpath.database_of(message)).group_holders is None:
         return None
     return (message.queue_id, message.group_key)
 

@@ -21,7 +21,7 @@ from django.dispatch import receiver
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, QueueNotFound
 from djqueue.models import Queue
-from djqueue.storage import dialects
+from djqueue.storage import dialects, placement
 
 QueueRef = str | Queue
 logger = logging.getLogger("djqueue")
@@ -40,29 +40,39 @@ def get_queue(ref: QueueRef, *, fresh: bool = False) -> Queue:
     if not isinstance(ref, str):
         raise TypeError(
             f"A queue is named by a string or given as a Queue, not {type(ref).__name__}.")
-    db = dialects.alias()
-    key = (db, ref)
+    key = ("", ref)
     now = time.monotonic()
     if not fresh:
         hit = _cache.get(key)
         if hit is not None and now - hit[0] < get_settings().QUEUE_CACHE_TTL:
             return hit[1]
-    try:
-        queue = Queue.objects.using(db).get(name=ref)
-    except Queue.DoesNotExist:
+    queue = _find(ref)
+    if queue is None:
         if get_settings().AUTO_CREATE_QUEUES:
             queue = create_queue(ref, exist_ok=True)
         else:
             raise QueueNotFound(ref) from None
+    db = placement.database_of(queue)
     with _cache_lock:
         _cache[key] = (now, queue)
         _cache_by_id[(db, queue.pk)] = (now, queue)
     return queue
 
 
-def get_queue_by_id(pk: int) -> Queue:
-    """The queue with primary key ``pk``, through the same cache as :func:`get_queue`."""
-    db = dialects.alias()
+def _find(name: str) -> Queue | None:
+    """Queue ``name``'s row from the database it lives on (see djqueue.storage.placement)."""
+    for db in placement.candidates(name):
+        queue = Queue.objects.using(db).filter(name=name).first()
+        if queue is not None:
+            placement.remember(name, db)
+            return queue
+    return None
+
+
+def get_queue_by_id(pk: int, db: str | None = None) -> Queue:
+    """The queue with primary key ``pk`` on database ``db`` (default: the current one; ids
+    are per database), through the same cache as :func:`get_queue`."""
+    db = db or dialects.alias()
     now = time.monotonic()
     hit = _cache_by_id.get((db, pk))
     if hit is not None and now - hit[0] < get_settings().QUEUE_CACHE_TTL:
@@ -70,29 +80,51 @@ def get_queue_by_id(pk: int) -> Queue:
     queue = Queue.objects.using(db).get(pk=pk)
     with _cache_lock:
         _cache_by_id[(db, pk)] = (now, queue)
-        _cache[(db, queue.name)] = (now, queue)
     return queue
 
 
-def create_queue(name: str, *, exist_ok: bool = False, **options: Any) -> Queue:
-    """Create a queue with validated options; ``dead_letter_queue`` may be a name."""
+def create_queue(name: str, *, exist_ok: bool = False, database: str | None = None,
+                 **options: Any) -> Queue:
+    """Create a queue with validated options; ``dead_letter_queue`` may be a name.
+
+    ``database``: the alias to keep it on (see djqueue.storage.placement); by default
+    the one a QUEUE_DATABASES rule names, else the home database. A name is one
+    queue: creating it on a second database is refused.
+    """
+    if not isinstance(name, str):
+        raise ConfigurationError(f"A queue's name is a string, not {type(name).__name__}.")
+    db = placement.creation_database(name, database)
+    existing = _find(name)
+    if existing is not None:
+        there = placement.database_of(existing)
+        if there != db and (database is not None or placement.ruled(name) is not None):
+            raise ConfigurationError(
+                f"Queue {name!r} already exists on database {there!r}, not {db!r}.")
+        if exist_ok:
+            return existing
+        raise ConfigurationError(f"Invalid queue {name!r}: a queue of this name already "
+                                 f"exists (on database {there!r}).")
     dlq = options.get("dead_letter_queue")
     if isinstance(dlq, str):
-        options["dead_letter_queue"] = get_queue(dlq, fresh=True)
+        options["dead_letter_queue"] = dlq = get_queue(dlq, fresh=True)
     elif dlq is not None and not isinstance(dlq, Queue):
         raise ConfigurationError(f"dead_letter_queue is a queue's name or a Queue, not {dlq!r}.")
+    if dlq is not None and placement.database_of(dlq) != db:
+        raise ConfigurationError(
+            f"Queue {name!r} lives on database {db!r}; its dead-letter queue "
+            f"{dlq.name!r} lives on {placement.database_of(dlq)!r}. A message is moved to "
+            f"its dead-letter queue in one transaction, so both must share a database.")
     unknown = set(options) - {f.name for f in Queue._meta.get_fields()
                               if getattr(f, "editable", False) and f.name not in {"id", "name"}}
     if unknown:
         raise ConfigurationError(f"Unknown queue option(s): {', '.join(sorted(unknown))}")
-    db = dialects.alias()
-    if exist_ok:
-        existing = Queue.objects.using(db).filter(name=name).first()
-        if existing is not None:
-            return existing
     queue = Queue(name=name, **options)
+    # Why: the check that the dead-letter queue's row exists reads the database the row
+    # is on (Django's default router); the name's uniqueness was checked above, on
+    # every database (Django's own check would read the default alias only).
+    queue._state.db = db
     try:
-        queue.full_clean(validate_unique=not exist_ok)
+        queue.full_clean(validate_unique=False)
     except ValidationError as exc:
         raise ConfigurationError(f"Invalid queue {name!r}: {exc.message_dict}") from None
     if exist_ok:
@@ -103,6 +135,7 @@ def create_queue(name: str, *, exist_ok: bool = False, **options: Any) -> Queue:
                 name=name, defaults={f: getattr(queue, f) for f in _option_names()})
     else:
         queue.save(using=db)
+    placement.remember(name, db)
     return queue
 
 
@@ -124,12 +157,15 @@ def forget_cached() -> None:
     with _cache_lock:
         _cache.clear()
         _cache_by_id.clear()
+    placement.forget()
 
 
 @receiver(post_save, sender=Queue)
 @receiver(post_delete, sender=Queue)
 def _invalidate(sender: type[Queue], instance: Queue, **kwargs: Any) -> None:
     forget(instance.name)
+    if kwargs.get("signal") is post_delete:
+        placement.forget(instance.name)
 
 
 def forget(name: str) -> None:

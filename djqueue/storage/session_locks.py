@@ -10,11 +10,27 @@ has none (its workers are found dead by their heartbeats alone).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from djqueue.conf import get_settings
 from djqueue.storage.dialects import alias, connection
+
+
+def _mysql_name(key: str, conn: BaseDatabaseWrapper) -> str:
+    """The lock's name on MySQL/MariaDB, whose named locks are the whole server's.
+
+    Why the database in it: a worker serving queues on two databases of one server
+    holds a lock on each (djqueue.processes.registration); with one name the second
+    GET_LOCK would find the first holding it. The home database keeps the plain
+    name, so reapers and workers of earlier versions still agree on it.
+    """
+    if conn.alias == get_settings().DATABASE:
+        return f"djqueue:{key}"
+    schema = hashlib.sha256(str(conn.settings_dict["NAME"]).encode()).hexdigest()[:8]
+    return f"djqueue:{key}:{schema}"
 
 
 def _pg_key(key: str) -> int:
@@ -50,7 +66,7 @@ class SessionLock:
         self._conn.ensure_connection()
         with self._conn.cursor() as cursor:
             if self._conn.vendor == "mysql":
-                cursor.execute("SELECT GET_LOCK(%s, 0)", [f"djqueue:{self.key}"])
+                cursor.execute("SELECT GET_LOCK(%s, 0)", [_mysql_name(self.key, self._conn)])
             else:
                 cursor.execute("SELECT pg_try_advisory_lock(%s)", [_pg_key(self.key)])
             return bool(cursor.fetchone()[0])
@@ -76,7 +92,8 @@ class SessionLock:
         if self._conn is not None:
             with contextlib.suppress(Exception), self._conn.cursor() as cursor:
                 if self._conn.vendor == "mysql":
-                    cursor.execute("SELECT RELEASE_LOCK(%s)", [f"djqueue:{self.key}"])
+                    cursor.execute("SELECT RELEASE_LOCK(%s)",
+                                   [_mysql_name(self.key, self._conn)])
                 else:
                     cursor.execute("SELECT pg_advisory_unlock(%s)", [_pg_key(self.key)])
             with contextlib.suppress(Exception):
@@ -91,7 +108,7 @@ def session_lock_free(key: str, conn: BaseDatabaseWrapper | None = None) -> bool
         return None
     if conn.vendor == "mysql":
         with conn.cursor() as cursor:
-            cursor.execute("SELECT IS_FREE_LOCK(%s)", [f"djqueue:{key}"])
+            cursor.execute("SELECT IS_FREE_LOCK(%s)", [_mysql_name(key, conn)])
             return bool(cursor.fetchone()[0])
     # Why a transaction-level try-lock: it is freed at commit, so probing never
     # leaves the prober holding the lock.

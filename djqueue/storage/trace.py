@@ -18,8 +18,8 @@ from djqueue.storage.queue_lookup import get_queue_by_id
 MAX_DETAIL_CHARS = 2000
 
 
-def traced(queue_id: int | None) -> bool:
-    return queue_id is not None and get_queue_by_id(queue_id).trace
+def traced(queue_id: int | None, db: str | None = None) -> bool:
+    return queue_id is not None and get_queue_by_id(queue_id, db).trace
 
 
 def record(db: str, messages: Iterable[Message], event: Event, *, detail: str = "",
@@ -30,13 +30,13 @@ def record(db: str, messages: Iterable[Message], event: Event, *, detail: str = 
     ``queue_id`` overrides the message's queue; ``also_queue_id`` names a second
     queue whose ``trace`` also counts (a move between queues).
     """
-    also = traced(also_queue_id)
+    also = traced(also_queue_id, db)
     tracing: dict[int, bool] = {}  # one lookup per queue, not per message
     rows = []
     for message in messages:
         qid = queue_id if queue_id is not None else message.queue_id
         if qid not in tracing:
-            tracing[qid] = also or traced(qid)
+            tracing[qid] = also or traced(qid, db)
         if tracing[qid]:
             at = at or timezone.now()
             rows.append(TraceEvent(

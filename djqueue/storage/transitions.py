@@ -37,14 +37,18 @@ def ack_many(messages: Iterable[Message]) -> list[Message]:
     messages = list(messages)
     if not messages:
         return []
-    db = dialects.alias()
+    by_database = _by_database(messages)
+    if len(by_database) > 1:
+        return [m for group in by_database.values() for m in ack_many(group)]
+    db = _database(messages[0])
     now = timezone.now()
 
     def acking() -> list[Message]:
         with dialects.short_transaction(db):
             return ack_locked(db, messages, now)
 
-    owned = dialects.retry_deadlocks(acking)
+    with dialects.using(db):
+        owned = dialects.retry_deadlocks(acking)
     if owned:
         signals.messages_acked.send(sender=Message, messages=owned)
     return owned
@@ -85,10 +89,14 @@ def history_row(message: Message, outcome: Outcome, now: datetime) -> History:
 def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
     """Give messages back without counting the delivery (Q4M ``queue_abort``)."""
     delay = validate_delay(delay)
-    by_id = {m.pk: m for m in messages}
-    if not by_id:
+    messages = list(messages)
+    if not messages:
         return 0
-    db = dialects.alias()
+    by_database = _by_database(messages)
+    if len(by_database) > 1:
+        return sum(release(group, delay=delay) for group in by_database.values())
+    by_id = {m.pk: m for m in messages}
+    db = _database(messages[0])
     now = timezone.now()
 
     def releasing() -> int:
@@ -107,7 +115,8 @@ def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
                          detail=f"released, visible again in {delay:g} s" if delay else "")
         return len(mine)
 
-    return dialects.retry_deadlocks(releasing)
+    with dialects.using(db):
+        return dialects.retry_deadlocks(releasing)
 
 
 def fail(message: Message, error: str, *, delay: float | None = None,
@@ -115,7 +124,7 @@ def fail(message: Message, error: str, *, delay: float | None = None,
     """Record a failed delivery; retry after ``delay`` (default: backoff) or dead-letter
     (at once with ``dead_letter``: the message can never be processed)."""
     delay = validate_delay(delay)
-    db = dialects.alias()
+    db = _database(message)
 
     def failing() -> Message:
         # The statistics upsert can be a deadlock victim beside the reaper's (InnoDB's
@@ -129,7 +138,8 @@ def fail(message: Message, error: str, *, delay: float | None = None,
             record_failure(found, error, timezone.now(), retry_delay=delay, give_up=dead_letter)
         return found
 
-    row = dialects.retry_deadlocks(failing)
+    with dialects.using(db):
+        row = dialects.retry_deadlocks(failing)
     message.state, message.errors, message.queue_id = row.state, row.errors, row.queue_id
     return row
 
@@ -138,7 +148,7 @@ def record_failure(row: Message, error: str, now: datetime, *,
                    retry_delay: float | None = None, give_up: bool = False) -> None:
     """On a locked row: append ``error``, then schedule the retry or dead-letter it (at
     once with ``give_up``)."""
-    queue = get_queue_by_id(row.queue_id)
+    queue = get_queue_by_id(row.queue_id, fastpath.database_of(row))
     # PostgreSQL stores no NUL in text or JSON: one in an error must not lose the failure.
     error = str(error)[:MAX_ERROR_CHARS].replace("\x00", "\\x00")
     row.errors = [*(row.errors or []), {
@@ -187,7 +197,7 @@ def extend(message: Message, seconds: float) -> None:
             f"extend() needs a number of seconds above 0 and at most {MAX_LEASE:g}, "
             f"got {seconds!r}.")
     until = timezone.now() + timedelta(seconds=seconds)
-    updated = Message.objects.using(dialects.alias()).filter(
+    updated = Message.objects.using(_database(message)).filter(
         pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token,
     ).update(visible_at=until)
     if not updated:
@@ -257,8 +267,8 @@ def run_and_ack(message: Message, call) -> None:
     even past its lease; if the process dies the transaction rolls back, the
     handler's writes with it, and the message is delivered again.
     """
-    db = dialects.alias()
-    with transaction.atomic(using=db):
+    db = _database(message)
+    with dialects.using(db), transaction.atomic(using=db):
         owned = (Message.objects.using(db).select_for_update()
                  .filter(pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token)
                  .values_list("pk", flat=True).first())
@@ -266,6 +276,18 @@ def run_and_ack(message: Message, call) -> None:
             raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
         call()
         ack_many([message])
+
+
+def _database(message: Message) -> str:
+    """The database a message was read from (its queue's: djqueue.storage.placement)."""
+    return fastpath.database_of(message) or dialects.alias()
+
+
+def _by_database(messages: list[Message]) -> dict[str, list[Message]]:
+    found: dict[str, list[Message]] = {}
+    for message in messages:
+        found.setdefault(_database(message), []).append(message)
+    return found
 
 
 class _MessageTransitions:

@@ -44,7 +44,7 @@ from djqueue.models import (
     TaskRecord,
     TaskStatus,
 )
-from djqueue.storage import dialects
+from djqueue.storage import dialects, placement
 from djqueue.storage.queue_lookup import create_queue, get_queue
 from djqueue.storage.statements import message_inserts
 from djqueue.tasks import known_tasks, workflow_joins
@@ -62,6 +62,7 @@ from djqueue.tasks.records import (
     finish,
     record_from_message,
     record_id,
+    result_locations,
     running_record,
     to_task_result,
 )
@@ -177,7 +178,7 @@ class QueueBackend(BaseTaskBackend):
 
     def _send(self, queue: Any, task: Task, payload: dict[str, Any], key: str | None,
               group_key: str | None = None) -> TaskResult:
-        db = dialects.alias()
+        db = placement.database_of(queue)
         with transaction.atomic(using=db) if "result_id" in payload else nullcontext():
             message = send(queue, payload, delay=task.run_after, priority=task.priority,
                            dedup_key=key, group_key=group_key)
@@ -191,17 +192,17 @@ class QueueBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
-        db = dialects.alias()
-        records = TaskRecord.objects.using(db).filter(pk=result_id)
-        record = records.first()
-        if record is None or record.status not in FINISHED_STATUSES:
-            message = _pending_message(db, record.message_id if record else result_id)
-            # No message: it may have finished between the two reads (the record came
-            # with its ack), so read the record again.
-            record = running_record(message, record) if message else records.first()
-        if record is None:
-            raise TaskResultDoesNotExist(result_id)
-        return to_task_result(record)
+        for db, message_id in result_locations(str(result_id)):
+            records = TaskRecord.objects.using(db).filter(pk=result_id)
+            record = records.first()
+            if record is None or record.status not in FINISHED_STATUSES:
+                message = _pending_message(db, record.message_id if record else message_id)
+                # No message: it may have finished between the two reads (the record
+                # came with its ack), so read the record again.
+                record = running_record(message, record) if message else records.first()
+            if record is not None:
+                return to_task_result(record)
+        raise TaskResultDoesNotExist(result_id)
 
     def ensure_queue(self, name: str):
         """The task queue ``name``, created with QUEUE_OPTIONS if missing. The limits that
@@ -236,19 +237,28 @@ def cancel(result_id: str) -> bool:
     a RUNNING one gets ``cancel_requested`` set, which it can check through
     :func:`cancel_requested`. False if the task had already finished.
     """
-    db = dialects.alias()
+    for db, message_id in result_locations(str(result_id)):
+        with dialects.using(db):
+            cancelled = _cancel(db, result_id, message_id)
+        if cancelled is not None:
+            return cancelled
+    raise TaskResultDoesNotExist(result_id)
+
+
+def _cancel(db: str, result_id: str, message_id: int | None) -> bool | None:
+    """cancel() on one database: None if the task is not there."""
     with transaction.atomic(using=db):
         record = TaskRecord.objects.using(db).select_for_update().filter(pk=result_id).first()
         if record is not None and record.status in FINISHED_STATUSES:
             return False
-        message = _pending_message(db, record.message_id if record else result_id, lock=True)
+        message = _pending_message(db, record.message_id if record else message_id, lock=True)
         if message is not None:
             record = running_record(message, record)
         if record is None:
-            raise TaskResultDoesNotExist(result_id)
+            return None
         record.cancel_requested = True
         if record.status == TaskStatus.READY and record.message_id is not None and (
-                delete(record.message_id, only_unclaimed=True)):
+                delete(message or record.message_id, only_unclaimed=True)):
             finish(record, TaskStatus.FAILED, error=TaskCancelled("Cancelled before it started."),
                    save=False)
         # A running task's record is written at its end, which keeps the flag.
@@ -256,22 +266,16 @@ def cancel(result_id: str) -> bool:
     return True
 
 
-def _pending_message(db: str, message_id: str | int | None,
-                     lock: bool = False) -> Message | None:
+def _pending_message(db: str, message_id: int | None, lock: bool = False) -> Message | None:
     """A task's message, if it is still pending."""
-    if message_id is None or not _is_message_id(str(message_id)):
+    if message_id is None:
         return None
-    query = Message.objects.using(db).filter(pk=int(message_id))
+    query = Message.objects.using(db).filter(pk=message_id)
     message = (query.select_for_update() if lock else query).first()
     if message is None or not isinstance(message.payload, dict) or not (
             "task" in message.payload or "task_result_id" in message.payload):
         return None
     return message
-
-
-def _is_message_id(text: str) -> bool:
-    """Whether ``text`` can be a message id (ASCII digits: ``"²".isdigit()`` is true too)."""
-    return text.isascii() and text.isdigit() and len(text) < 19
 
 
 def cancel_requested(context: Any) -> bool:
@@ -283,26 +287,33 @@ def cancel_requested(context: Any) -> bool:
 def task_progress(result_id: str) -> MessageProgress | None:
     """The progress a task reported (``djqueue.report_progress()`` inside it), by its
     result id; None if it reported none (or the id is unknown)."""
-    message_id = _task_message_id(result_id)
-    return None if message_id is None else get_progress(message_id)
+    found = _task_message(result_id)
+    if found is None:
+        return None
+    with dialects.using(found[0]):
+        return get_progress(found[1])
 
 
 def task_logs(result_id: str) -> list[MessageLog]:
     """The log records kept from a task's runs, by its result id, oldest first."""
-    message_id = _task_message_id(result_id)
-    return [] if message_id is None else get_logs(message_id)
+    found = _task_message(result_id)
+    if found is None:
+        return []
+    with dialects.using(found[0]):
+        return get_logs(found[1])
 
 
-def _task_message_id(result_id: str) -> int | None:
-    """A task run's message id: its record's, or the result id itself before the record
-    exists (a first run's record is written when it ends)."""
+def _task_message(result_id: str) -> tuple[str, int] | None:
+    """A task run's database and message id: its record's, or the one the result id
+    names before the record exists (a first run's record is written when it ends)."""
     if not isinstance(result_id, str):
         raise TypeError(f"a task result id is text, got {type(result_id).__name__}")
-    stored = TaskRecord.objects.using(dialects.alias()).filter(pk=result_id[:36]).values_list(
-        "message_id", flat=True).first()
-    if stored is not None:
-        return stored
-    return int(result_id) if _is_message_id(result_id) else None
+    for db, message_id in result_locations(result_id):
+        stored = TaskRecord.objects.using(db).filter(pk=result_id[:36]).values_list(
+            "message_id", flat=True).first()
+        if stored is not None or message_id is not None:
+            return db, stored if stored is not None else message_id
+    return None
 
 
 def task_queue_names() -> set[str]:

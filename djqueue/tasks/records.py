@@ -17,16 +17,40 @@ from django.utils import timezone
 
 from djqueue.exceptions import UntrustedTask
 from djqueue.models import Message, State, TaskRecord, TaskStatus
-from djqueue.storage import dialects, fastpath
+from djqueue.storage import dialects, fastpath, placement
 from djqueue.storage.statements import message_inserts
 from djqueue.tasks import known_tasks
 from djqueue.tasks.compat import Task, TaskError, TaskResult
 
 
 def record_id(message: Message) -> str:
-    """The result id of a task message: given at enqueue on commit, else its own id."""
+    """The result id of a task message: given at enqueue on commit, else its own id, with
+    ``@database`` after it when its queue lives on another database than the home one
+    (ids are per database: djqueue.storage.placement)."""
     payload = message.payload
-    return payload.get("result_id") or payload.get("task_result_id") or str(message.pk)
+    given = payload.get("result_id") or payload.get("task_result_id")
+    if given:
+        return given
+    db = fastpath.database_of(message)
+    return str(message.pk) if db is None or db == placement.home() else f"{message.pk}@{db}"
+
+
+def result_locations(result_id: str) -> list[tuple[str, int | None]]:
+    """Where a task result may be: (database, its message's id if the result id says it)
+    pairs, in the order to look. A message id names the home database, ``id@database``
+    that database; any other id (given at enqueue on commit) is looked for on each."""
+    number, at, db = result_id.partition("@")
+    if at:
+        return [(db, int(number))] if is_message_id(number) and db in placement.databases(
+            ) else []
+    if is_message_id(result_id):
+        return [(placement.home(), int(result_id))]
+    return [(db, None) for db in placement.databases()]
+
+
+def is_message_id(text: str) -> bool:
+    """Whether ``text`` can be a message id (ASCII digits: ``"²".isdigit()`` is true too)."""
+    return text.isascii() and text.isdigit() and len(text) < 19
 
 
 def record_from_message(message: Message) -> TaskRecord:

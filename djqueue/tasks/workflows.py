@@ -29,7 +29,8 @@ from djqueue.models import (
     WorkflowState,
     WorkflowStep,
 )
-from djqueue.storage import dialects, fastpath
+from djqueue.storage import dialects, fastpath, placement
+from djqueue.storage.queue_lookup import get_queue
 from djqueue.storage.statements import message_inserts
 from djqueue.tasks import workflow_joins, workflow_operations
 from djqueue.tasks.backend import QueueBackend
@@ -46,6 +47,8 @@ class WorkflowHandle:
     def __init__(self, workflow: Workflow) -> None:
         self._workflow = workflow
         self._steps: list[WorkflowStep] | None = None
+        #: The database it lives on: its steps' queues' (djqueue.storage.placement).
+        self.database = placement.database_of(workflow)
 
     def __repr__(self) -> str:
         return f"<WorkflowHandle #{self.id} {self.status}>"
@@ -77,7 +80,7 @@ class WorkflowHandle:
         """Its steps in composition order: ``name``, ``state``, ``result``, ``error``,
         ``attempts``, ``started_at``, ``finished_at``."""
         if self._steps is None:
-            self._steps = list(WorkflowStep.objects.using(dialects.alias()).filter(
+            self._steps = list(WorkflowStep.objects.using(self.database).filter(
                 workflow_id=self.id).order_by("position"))
         return self._steps
 
@@ -99,26 +102,31 @@ class WorkflowHandle:
         return {s.name: s.error for s in self.steps if s.state == StepState.FAILED}
 
     def refresh(self) -> WorkflowHandle:
-        self._workflow.refresh_from_db(using=dialects.alias())
+        self._workflow.refresh_from_db(using=self.database)
         self._steps = None
         return self
 
     def cancel(self) -> bool:
         """Steps that have not started never will; False if it had already ended."""
-        cancelled = workflow_operations.cancel(self.id)
+        with dialects.using(self.database):
+            cancelled = workflow_operations.cancel(self.id)
         self.refresh()
         return cancelled
 
     def retry(self) -> int:
         """Run the failed (and cancelled, skipped) steps again, then their dependants;
         returns how many steps will run. WorkflowBusy while steps still run."""
-        count = workflow_operations.retry(self.id)
+        with dialects.using(self.database):
+            count = workflow_operations.retry(self.id)
         self.refresh()
         return count
 
 
-def get_workflow(workflow_id: int) -> WorkflowHandle:
-    return WorkflowHandle(Workflow.objects.using(dialects.alias()).get(pk=workflow_id))
+def get_workflow(workflow_id: int, *, database: str | None = None) -> WorkflowHandle:
+    """Workflow ``workflow_id`` of ``database`` (ids are per database; default: the home
+    one, where workflows whose queues are not placed elsewhere live)."""
+    return WorkflowHandle(Workflow.objects.using(database or placement.home()).get(
+        pk=workflow_id))
 
 
 def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> WorkflowHandle:
@@ -132,8 +140,8 @@ def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> Wor
     for position, row in enumerate(rows):
         row.parents_left = len(flat.parents[position])
         row.state = StepState.WAITING if row.parents_left else StepState.READY
-    db = dialects.alias()
-    with transaction.atomic(using=db):
+    db = _steps_database(rows)
+    with dialects.using(db), transaction.atomic(using=db):
         workflow = Workflow.objects.using(db).create(
             name=_name(name), policy=POLICIES[policy], token=workflow_joins.new_token(),
             steps_total=len(rows), steps_left=len(rows), created_at=timezone.now())
@@ -175,6 +183,24 @@ def _step_row(position: int, step: Step,
         failures_as=step.failures_as, gathers=step.gathers)
 
 
+def _steps_database(rows: list[WorkflowStep], db: str | None = None) -> str:
+    """The database of the steps' queues (``db`` if given, which they must agree with).
+
+    Why one: a step settles in the transaction that acks its message, and that
+    transaction writes the workflow's rows, so a workflow lives with its queues.
+    """
+    found = {name: placement.database_of(get_queue(name))
+             for name in dict.fromkeys(row.queue_name for row in rows)}
+    if db is not None:
+        found = {"": db, **found}
+    if len(set(found.values())) > 1:
+        raise InvalidWorkflow(
+            "A workflow's steps must run on queues of one database (a step settles in the "
+            "transaction that acks it); these are on several: " + ", ".join(
+                f"{name or 'the batch'}: {where}" for name, where in found.items()))
+    return next(iter(found.values()), placement.home())
+
+
 def _checked_backend(step: Step) -> QueueBackend:
     task: Task = step.task
     backend = task.get_backend()
@@ -203,7 +229,8 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
     and an exception in it leaves no row."""
 
     def __init__(self, *, on_success: Step | None = None, on_failure: Step | None = None,
-                 on_finish: Step | None = None, name: str = "") -> None:
+                 on_finish: Step | None = None, name: str = "",
+                 database: str | None = None) -> None:
         self.callbacks = [(s, run_if) for s, run_if in (
             (on_success, RunIf.ALL_SUCCEEDED), (on_failure, RunIf.ANY_FAILED),
             (on_finish, RunIf.ALWAYS)) if s is not None]
@@ -213,11 +240,15 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
         self.name = _name(name)
         self.members: list[WorkflowStep] = []
         self._checked: dict[int, QueueBackend] = {}
+        #: Where it lives: its callbacks' queues' database, else ``database``, else the
+        #: home one; every member's queue must be there too (see _steps_database).
+        self._database = database
 
     def __enter__(self) -> WorkflowHandle:
         if workflow_joins.current_batch.get() is not None:
             raise InvalidWorkflow("Batches do not nest")
-        self.db = dialects.alias()
+        self.db = _steps_database([_step_row(0, callback, self._checked)
+                                   for callback, _ in self.callbacks], self._database)
         self._atomic = transaction.atomic(using=self.db)
         self._atomic.__enter__()
         try:
@@ -235,6 +266,7 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
     def add(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """A member (called by QueueBackend.enqueue inside the block)."""
         row = _step_row(len(self.members), Step(task, *args, **kwargs), self._checked)
+        _steps_database([row], self.db)
         row.workflow, row.state, row.parents_left = self.workflow, StepState.READY, 0
         message = workflow_joins.send_step(self.workflow, row)
         row.save(using=self.db, force_insert=True)

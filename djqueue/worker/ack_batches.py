@@ -17,7 +17,7 @@ from django.db import DatabaseError
 
 from djqueue.exceptions import NotOwner
 from djqueue.models import Message
-from djqueue.storage.claims import ack_and_claim
+from djqueue.storage.claims import ack_all
 from djqueue.storage.transitions import fail
 from djqueue.types import AckHook
 
@@ -110,24 +110,25 @@ class AckBatches:
 
     def acked(self, acks: list[Message], acked: list[Message]) -> None:
         """Account for ``acks`` after an ack that succeeded for ``acked``."""
-        done = {m.pk for m in acked}
+        # By identity: ids are per database, and a worker may serve several.
+        done = {id(m) for m in acked}
         self.stats.acked += len(done)
         for message in acks:
-            if message.pk not in done:
+            if id(message) not in done:
                 self.stats.lost += 1
                 logger.warning("Message %s finished after its lease was lost; it will run again",
                                message.pk, extra={"worker": self.worker_id,
                                                   "message_id": message.pk})
             self._forget(message)
-        settled = {m.pk for m in acks}
-        self.unflushed = [d for d in self.unflushed if d.message.pk not in settled]
+        settled = {id(m) for m in acks}
+        self.unflushed = [d for d in self.unflushed if id(d.message) not in settled]
 
     def flush(self) -> None:
         """Ack in a batch, record failures. A DatabaseError leaves the rest for later."""
         self.collect()
         acks = self.acks()
         if acks:
-            self.acked(acks, ack_and_claim(acks, [], 0, owner=self.worker_id, hook=self._hook)[0])
+            self.acked(acks, ack_all(acks, owner=self.worker_id, hook=self._hook))
         while self.unflushed:
             done = self.unflushed[0]
             if done.error is not None:

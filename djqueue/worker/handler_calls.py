@@ -15,13 +15,14 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 from django.db import DatabaseError, close_old_connections, connections
 
 from djqueue import tracing
 from djqueue.exceptions import NotOwner, UnprocessableMessage
 from djqueue.models import Message
-from djqueue.storage import dialects, handler_reports, ordered_groups
+from djqueue.storage import dialects, fastpath, handler_reports, ordered_groups, placement
 from djqueue.storage.transitions import run_and_ack
 from djqueue.worker import registry
 from djqueue.worker.ack_batches import Done
@@ -33,10 +34,11 @@ IDLE_CHECK = 1.0
 
 
 def reset_connection() -> None:
-    """Close djqueue's connection in this thread after a database error: the next
-    statement opens a fresh one."""
-    with contextlib.suppress(DatabaseError):
-        connections[dialects.alias()].close()
+    """Close djqueue's connections in this thread after a database error: the next
+    statement on each opens a fresh one."""
+    for db in {dialects.alias(), *placement.databases()}:
+        with contextlib.suppress(DatabaseError):
+            connections[db].close()
 
 
 class HandlerCalls:
@@ -66,6 +68,12 @@ class HandlerCalls:
                 else:
                     entry.func(message)
 
+        # What the handler's run writes (its task record, progress, a workflow's join)
+        # goes to its message's database (djqueue.storage.placement).
+        with dialects.using(fastpath.database_of(message)):
+            return self._run(message, call, exactly_once)
+
+    def _run(self, message: Message, call: Callable[[], None], exactly_once: bool) -> Done:
         try:
             self._check_idle_connection()
             if message.queue.skip_stale and ordered_groups.is_stale(message):

@@ -28,13 +28,13 @@ from djqueue.polling import Backoff, local_wakeup
 from djqueue.processes.base import ProcessBase
 from djqueue.processes.registration import Registration
 from djqueue.processes.thread_switch import switch_interval
-from djqueue.storage.claim_limits import LimitWait
-from djqueue.storage.claims import PromotionClock, claim_ready
+from djqueue.storage import placement
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.storage.transitions import release
 from djqueue.types import AckHook
 from djqueue.worker import handler_logs, registry
 from djqueue.worker.ack_batches import AckBatches, Done, WorkerStats
+from djqueue.worker.database_claims import DatabaseClaims
 from djqueue.worker.handler_calls import HandlerCalls, reset_connection
 from djqueue.worker.handler_threads import HandlerThreads
 from djqueue.worker.options import WorkerOptions
@@ -59,7 +59,9 @@ class Worker(ProcessBase):
         #: Set when stuck handler threads made the worker stop to be started afresh.
         self.recycle = False
         self.max_stuck = options.max_stuck or max(4, 2 * options.concurrency)
-        #: Claimed and not yet settled; only the loop thread touches it.
+        #: Claimed and not yet settled, by the message object's identity (ids are per
+        #: database, and the queues served may live on several); only the loop thread
+        #: touches it.
         self._held: dict[int, Message] = {}
         #: Each handler's in_claim_transaction hook, with the queues it serves.
         self._hooks: dict[AckHook, set[str]] = {}
@@ -75,12 +77,14 @@ class Worker(ProcessBase):
             time_limit=options.time_limit, accepting=lambda: not self.stop_signals.stop.is_set())
         wake_host = self.settings.WAKE_HOST
         self.wake_socket = WakeSocket(wake_host) if wake_host is not None else None
-        self.registration = Registration(self.id, self.lock_key, queues=options.queues,
-                                 concurrency=options.concurrency, held=lambda: list(self._held),
-                                 wake_address=self.wake_socket.address if self.wake_socket else "")
-        self._promotion = PromotionClock()
-        #: How soon a limited queue may let more start (claim_limits): the idle sleep's cap.
-        self._limit_wait = LimitWait()
+        self.registration = Registration(
+            self.id, self.lock_key, queues=options.queues, concurrency=options.concurrency,
+            held=lambda: [m.pk for m in list(self._held.values())],
+            wake_address=self.wake_socket.address if self.wake_socket else "",
+            databases=list(dict.fromkeys(placement.database_of(q) for q in self.queues)))
+        self._claims = DatabaseClaims(self.id, visibility_timeout=options.visibility_timeout,
+                                      where=self.where, hook=self._hook,
+                                      on_error=self._claim_failed)
 
     # Lifecycle (see ProcessBase.run: register, heartbeat, main, shutdown, deregister)
 
@@ -164,35 +168,33 @@ class Worker(ProcessBase):
                     len(self._held), len(self._acks.unflushed))):
                 continue
             backoff.sleep(_soonest(self._acks.due(self.options.batch_size),
-                                   self._limit_wait.seconds))
+                                   self._claims.limit_wait.seconds))
 
     def _claim(self, limit: int, peek: bool = False) -> int:
-        """Claim up to ``limit``, acking the finished messages in the same transaction."""
-        acks = self._acks.acks()
+        """Claim up to ``limit``, acking the finished messages in the same transactions
+        (one a database: djqueue.worker.database_claims)."""
         started = time.monotonic()
-        try:
-            acked, messages = claim_ready(
-                [get_queue(q.name) for q in self.queues], limit, owner=self.id,
-                visibility_timeout=self.options.visibility_timeout, clock=self._promotion,
-                where=self.where, peek=peek, acks=acks, hook=self._hook,
-                wait=self._limit_wait)
-        except Exception as exc:  # the worker outlives any one failed claim
-            logger.exception("Claim failed; retrying after a pause", extra={"worker": self.id})
-            self.stats.claim_errors += 1
-            if isinstance(exc, DatabaseError):
-                self._reset_connection()
-            self.stop_signals.stop.wait(1.0)
+        claimed = self._claims.claim([get_queue(q.name) for q in self.queues],
+                                     self._acks.acks(), limit, peek=peek)
+        if claimed.failed and not claimed.messages and not claimed.tried:
+            self.stop_signals.stop.wait(1.0)  # nothing answered: pause before the next try
             return 0
+        messages = claimed.messages
         if messages:
             self._prefetch.claimed(time.monotonic() - started)
-        if acks:
-            self._acks.acked(acks, acked)
+        if claimed.tried:
+            self._acks.acked(claimed.tried, claimed.acked)
         for message in messages:
-            self._held[message.pk] = message
+            self._held[id(message)] = message
         for message in messages:
             self._threads.submit(message)
         self.stats.claimed += len(messages)
         return len(messages)
+
+    def _claim_failed(self, db: str, exc: Exception) -> None:
+        self.stats.claim_errors += 1
+        if isinstance(exc, DatabaseError):
+            self._reset_connection()
 
     def _in_claim_transaction(self, db: str, acks: Sequence[Message],
                               acked: Sequence[Message]) -> None:
@@ -254,7 +256,7 @@ class Worker(ProcessBase):
             self.stop_signals.stop.wait(0.5)
 
     def _forget(self, message: Message) -> None:
-        self._held.pop(message.pk, None)
+        self._held.pop(id(message), None)
 
     # Shutdown
 
@@ -273,8 +275,8 @@ class Worker(ProcessBase):
                 break
             local_wakeup.wait(local_wakeup.generation, 0.05)
         self._release(self._drain_unstarted())
-        unflushed = {d.message.pk for d in self._acks.unflushed}
-        still_running = [m for pk, m in self._held.items() if pk not in unflushed]
+        unflushed = {id(d.message) for d in self._acks.unflushed}
+        still_running = [m for key, m in self._held.items() if key not in unflushed]
         if still_running:
             logger.warning("Releasing %d message(s) whose handlers did not finish in time",
                            len(still_running), extra={"worker": self.id})

@@ -1,0 +1,114 @@
+"""The admin on several databases: every djqueue page shows one database at a time.
+
+djqueue keeps each queue, and all of its rows, on one database
+(djqueue.storage.placement). Where there are several, each list has a
+"database" filter (the home database when none is chosen), and the pages opened
+from it (a row, an action, the dashboard's buttons) carry the choice along in
+their address, as Django carries any list filter; with one database nothing
+changes. Why not one list over all of them: ids are per database, and Django's
+lists, counts and paginators read one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db import models
+from django.http import HttpRequest, QueryDict
+
+from djqueue.storage import dialects, placement
+
+#: The query parameter naming the database a page shows.
+PARAMETER = "database"
+
+
+def request_database(request: HttpRequest) -> str:
+    """The database a request's page is about: ``?database=``, or the one its list filters
+    (kept by Django in ``_changelist_filters``) name, else the home one."""
+    value = request.GET.get(PARAMETER)
+    if value is None and "_changelist_filters" in request.GET:
+        value = QueryDict(request.GET["_changelist_filters"]).get(PARAMETER)
+    return value if value in placement.databases() else placement.home()
+
+
+def database_query(request: HttpRequest, first: bool = False) -> str:
+    """``database=...`` to append to a link, or "" on the home database."""
+    db = request_database(request)
+    if db == placement.home():
+        return ""
+    return f"{'?' if first else '&'}{PARAMETER}={db}"
+
+
+class DatabaseFilter(admin.SimpleListFilter):
+    """Which database the list shows (the choice is applied by PlacedAdmin.get_queryset)."""
+
+    title = "database"
+    parameter_name = PARAMETER
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list:
+        return [(db, db) for db in placement.databases()]
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
+        return queryset
+
+    def choices(self, changelist: Any) -> Any:
+        current = self.value() or placement.home()
+        for db, label in self.lookup_choices:
+            yield {"selected": db == current, "display": label,
+                   "query_string": changelist.get_query_string({self.parameter_name: db})}
+
+
+class PlacedRelatedFilter(admin.RelatedFieldListFilter):
+    """A list filter by a related row (a message's queue) offering the rows of the
+    database shown (Django's offers the default database's)."""
+
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list:
+        rows = field.related_model._default_manager.using(request_database(request))
+        ordering = self.field_admin_ordering(field, request, model_admin)
+        return [(row.pk, str(row)) for row in (rows.order_by(*ordering) if ordering else rows)]
+
+
+class PlacedAdmin(admin.ModelAdmin):
+    """A djqueue model's admin that reads and writes the database the request names."""
+
+    # Every view runs, and renders, on the request's database, so what it calls (an
+    # action through the API, a field reading a message's progress) works there too.
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        return _on_database(request, super().changelist_view, request, extra_context)
+
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _on_database(request, super().changeform_view, request, *args, **kwargs)
+
+    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _on_database(request, super().delete_view, request, *args, **kwargs)
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
+        return super().get_queryset(request).using(request_database(request))
+
+    def get_list_filter(self, request: HttpRequest) -> list:
+        filters = list(super().get_list_filter(request))
+        if len(placement.databases()) == 1:
+            return filters
+        return [DatabaseFilter, *(
+            (f, PlacedRelatedFilter) if isinstance(f, str) and isinstance(
+                self.model._meta.get_field(f), models.ForeignKey) else f for f in filters)]
+
+    def save_model(self, request: HttpRequest, obj: models.Model, form: Any,
+                   change: bool) -> None:
+        obj.save(using=obj._state.db or request_database(request))
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest,
+                                 **kwargs: Any) -> Any:
+        kwargs.setdefault("queryset", db_field.remote_field.model._default_manager.using(
+            request_database(request)))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+def _on_database(request: HttpRequest, view: Any, *args: Any, **kwargs: Any) -> Any:
+    with dialects.using(request_database(request)):
+        response = view(*args, **kwargs)
+        if hasattr(response, "render") and not getattr(response, "is_rendered", True):
+            response.render()
+    return response

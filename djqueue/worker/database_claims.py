@@ -1,0 +1,87 @@
+"""A worker's claims on each database its queues live on, each one on its own.
+
+A worker may serve queues on several databases (djqueue.storage.placement). Each
+claim goes to one database with that database's finished messages, so the
+acks that ride along commit where their rows are. A database that fails its
+claim (its server is down, a failover is under way) is left alone for a
+growing pause while the others go on; its finished messages wait, unacked, for
+its return, and its claims come back to whoever serves it once their leases
+end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from django.db.models import Q
+
+from djqueue.models import Message, Queue
+from djqueue.storage.claim_limits import LimitWait
+from djqueue.storage.claims import PromotionClock, by_database, claim_ready
+from djqueue.types import AckHook
+
+logger = logging.getLogger("djqueue.worker")
+#: Seconds a failed database is left alone: the first pause, and the longest.
+FIRST_PAUSE, LONGEST_PAUSE = 0.5, 5.0
+
+
+class Claimed:
+    """What one round of claims did: acked, claimed, and the acks that were not tried."""
+
+    def __init__(self) -> None:
+        self.acked: list[Message] = []
+        self.tried: list[Message] = []
+        self.messages: list[Message] = []
+        self.failed = 0
+
+
+class DatabaseClaims:
+    def __init__(self, worker_id: str, *, visibility_timeout: float | None, where: Q | None,
+                 hook: AckHook | None, on_error: Callable[[str, Exception], None]) -> None:
+        self.worker_id = worker_id
+        self.visibility_timeout = visibility_timeout
+        self.where = where
+        self.hook = hook
+        self.on_error = on_error
+        self.promotion = PromotionClock()
+        #: How soon a limited queue may let more start (claim_limits): the idle sleep's cap.
+        self.limit_wait = LimitWait()
+        #: database -> (monotonic time it may be tried again, the pause that set it)
+        self._paused: dict[str, tuple[float, float]] = {}
+
+    def claim(self, queues: Sequence[Queue], acks: list[Message], limit: int, *,
+              peek: bool) -> Claimed:
+        """Claim up to ``limit`` from ``queues`` (earlier queues' databases first), acking
+        ``acks`` on their databases in the same transactions."""
+        self.limit_wait.clear()
+        round_ = Claimed()
+        now = time.monotonic()
+        for db, (on_db, acks_on_db) in by_database(queues, acks).items():
+            if self._paused.get(db, (0.0, 0.0))[0] > now:
+                continue
+            wait = LimitWait()
+            try:
+                acked, messages = claim_ready(
+                    on_db, max(limit - len(round_.messages), 0), owner=self.worker_id,
+                    visibility_timeout=self.visibility_timeout, clock=self.promotion,
+                    where=self.where, peek=peek, acks=acks_on_db, hook=self.hook, wait=wait)
+            except Exception as exc:  # the worker outlives any one failed claim
+                round_.failed += 1
+                self._pause(db, exc)
+                continue
+            self._paused.pop(db, None)
+            if wait.seconds is not None:
+                self.limit_wait.note(wait.seconds)
+            round_.acked += acked
+            round_.tried += acks_on_db
+            round_.messages += messages
+        return round_
+
+    def _pause(self, db: str, exc: Exception) -> None:
+        pause = min(self._paused.get(db, (0.0, FIRST_PAUSE / 2))[1] * 2, LONGEST_PAUSE)
+        self._paused[db] = (time.monotonic() + pause, pause)
+        logger.error("Claim on database %s failed; leaving it for %g s", db, pause,
+                     exc_info=exc, extra={"worker": self.worker_id, "database": db})
+        self.on_error(db, exc)  # the worker counts it, and drops a broken connection

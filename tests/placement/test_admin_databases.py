@@ -1,0 +1,89 @@
+"""The admin with a queue on a second database: its lists, pages, actions and the
+dashboard show and work on the database chosen, and nothing lands on the home one."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+
+import djqueue
+from djqueue.models import Message, Queue, State
+from djqueue.monitoring import rollups
+from djqueue.storage import dialects
+from tests.placement.conftest import BOTH_DATABASES, djqueue_rows
+
+pytestmark = BOTH_DATABASES
+
+
+@pytest.fixture
+def superuser() -> Client:
+    call_command("loaddata", "djqueue_admin_theme", verbosity=0)
+    User.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.login(username="root", password="pw")
+    return client
+
+
+def test_lists_and_pages_show_the_chosen_database(superuser):
+    djqueue.create_queue("home.q")
+    djqueue.send("home.q", {"where": "home"})
+    djqueue.create_queue("placed.admin")
+    placed = djqueue.send("placed.admin", {"where": "placed-only"})
+    messages = reverse("admin:djqueue_message_changelist")
+    home_page = superuser.get(messages).content.decode()
+    assert "home.q" in home_page and "placed.admin" not in home_page
+    assert 'data-database="queues"' not in home_page
+    page = superuser.get(messages, {"database": "queues"}).content.decode()
+    assert "placed.admin" in page and "home.q" not in page
+    assert "?database=queues" in page  # the filter offers both databases
+    detail = superuser.get(reverse("admin:djqueue_message_change", args=[placed.pk]),
+                           {"database": "queues"})
+    assert detail.status_code == 200 and "placed-only" in detail.content.decode()
+    queue = Queue.objects.using("queues").get(name="placed.admin")
+    change = superuser.get(reverse("admin:djqueue_queue_change", args=[queue.pk]),
+                           {"database": "queues"})
+    assert change.status_code == 200 and "placed.admin" in change.content.decode()
+
+
+def test_an_action_and_an_edit_work_on_the_chosen_database(superuser):
+    djqueue.create_queue("placed.ops")
+    sent = djqueue.send("placed.ops", {"n": 1}, delay=3600)
+    url = reverse("admin:djqueue_message_changelist") + "?database=queues"
+    response = superuser.post(url, {"action": "retry_now", ACTION_CHECKBOX_NAME: [sent.pk]})
+    assert response.status_code == 302
+    assert Message.objects.using("queues").get(pk=sent.pk).state == State.READY
+    queue = Queue.objects.using("queues").get(name="placed.ops")
+    form = superuser.get(reverse("admin:djqueue_queue_change", args=[queue.pk]),
+                         {"database": "queues"}).context["adminform"].form
+    data = {k: v for k, v in form.initial.items() if v is not None}
+    data.update({"name": "placed.ops", "max_attempts": 7, "backoff": "[1]",
+                 "dead_letter_queue": ""})
+    response = superuser.post(
+        reverse("admin:djqueue_queue_change", args=[queue.pk]) + "?database=queues", data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Queue.objects.using("queues").get(name="placed.ops").max_attempts == 7
+    assert not djqueue_rows("default").get("djqueue_queue")
+
+
+def test_the_dashboard_shows_one_database_and_its_buttons_act_there(superuser):
+    djqueue.create_queue("home.q")
+    djqueue.create_queue("placed.dash")
+    djqueue.send_batch("placed.dash", [{"n": i} for i in range(3)])
+    with dialects.using("queues"):
+        rollups.sample_depth()
+    dashboard = reverse("admin:djqueue_dashboard_changelist")
+    page = superuser.get(dashboard, {"database": "queues"}).content.decode()
+    assert 'data-queue="placed.dash"' in page and 'data-queue="home.q"' not in page
+    assert '<b data-database="queues">' in page
+    home = superuser.get(dashboard).content.decode()
+    assert 'data-queue="home.q"' in home and 'data-queue="placed.dash"' not in home
+    queue = Queue.objects.using("queues").get(name="placed.dash")
+    pause = reverse("admin:djqueue_dashboard_operation", args=[queue.pk, "pause"])
+    response = superuser.post(pause + "?database=queues")
+    assert response.status_code == 302 and response["Location"].endswith("?database=queues")
+    assert Queue.objects.using("queues").get(name="placed.dash").paused
+    assert not Queue.objects.get(name="home.q").paused
