@@ -32,9 +32,9 @@ class Settings:
     #: the alias the application writes to.
     DATABASE: str = "default"
     #: Queues kept on other database aliases than DATABASE: a queue's name, or a pattern
-    #: ending in ``*`` (``"reports.*"``), -> a ``DATABASES`` alias. The first rule that
-    #: matches places the queue; see djqueue.storage.placement.
-    QUEUE_DATABASES: dict[str, str] = field(default_factory=dict)
+    #: ending in ``*`` (``"reports.*"``), -> a ``DATABASES`` alias, or a list of two or
+    #: more (the queue is partitioned over them). See djqueue.storage.placement.
+    QUEUE_DATABASES: dict[str, str | list[str]] = field(default_factory=dict)
     #: Queue name -> dotted path of a handler ``callable(message)``.
     HANDLERS: dict[str, str] = field(default_factory=dict)
     #: Defaults for queues created without explicit options.
@@ -224,10 +224,17 @@ def _check_databases(overrides: dict[str, Any]) -> None:
             raise ConfigurationError(
                 f"DJQUEUE['QUEUE_DATABASES']: {pattern!r} is not a queue name or a pattern "
                 f"ending in one '*'")
-        if not isinstance(alias, str) or alias not in known:
+        aliases = list(alias) if isinstance(alias, list | tuple) else [alias]
+        if isinstance(alias, list | tuple) and (len(aliases) < 2 or len(set(aliases)) != len(
+                aliases)):
             raise ConfigurationError(
-                f"DJQUEUE['QUEUE_DATABASES'][{pattern!r}] must name an alias of DATABASES "
-                f"({', '.join(sorted(known))}), got {alias!r}")
+                f"DJQUEUE['QUEUE_DATABASES'][{pattern!r}]: a partitioned queue's list names "
+                f"two or more different aliases, got {alias!r}")
+        for one in aliases:
+            if not isinstance(one, str) or one not in known:
+                raise ConfigurationError(
+                    f"DJQUEUE['QUEUE_DATABASES'][{pattern!r}] must name an alias of DATABASES "
+                    f"({', '.join(sorted(known))}) or a list of them, got {alias!r}")
 
 
 def _log_level(value: object) -> int | None:

@@ -36,6 +36,12 @@ class QueueFull(DjqueueError):
     """The queue holds ``max_depth`` pending messages already."""
 
 
+class PartitionUnavailable(DjqueueError):
+    """A partitioned queue's partition cannot take the message: its database does not
+    answer (a keyed message must go to its key's partition, and waits for no other), or
+    no partition answers at all."""
+
+
 class NotOwner(DjqueueError):
     """The message is no longer claimed by this receiver (its lease expired or was released).
 

@@ -5,6 +5,7 @@ the test database through DJQUEUE_TEST_DB_NAME.
 """
 
 import os
+import sys
 
 from project.settings import *  # noqa: F403
 from project.settings import DATABASES, DJQUEUE, INSTALLED_APPS
@@ -55,17 +56,19 @@ def _beside(name: object, suffix: str) -> str:
 # The placement tests (tests/placement): a second database on the same server, which
 # queues are placed on. Its test database sits beside the default one's, so a worker
 # started on the default test database (DJQUEUE_TEST_DB_NAME) finds it by the same rule.
-# Only there, and in the processes those tests start: every manage.py command's system
-# checks connect to each alias, and the second test database exists only while a
-# placement test runs.
+# Only in the test run and in the processes the placement tests start: every manage.py
+# command's system checks connect to each alias, and the second test database exists
+# only while a placement test runs.
 _default = DATABASES["default"]
-if not os.environ.get("DJQUEUE_TEST_DB_NAME") or os.environ.get("DJQUEUE_TEST_PLACED"):
-    DATABASES["queues"] = {
-        **_default, "NAME": _beside(_default["NAME"], "_queues"),
-        "TEST": {"NAME": _beside(_default.get("TEST", {}).get("NAME")
-                                 or f"test_{_default['NAME']}", "_queues")}}
-#: The queues the placement tests keep on it (a worker they start has the same rule).
-PLACED_QUEUES = {"placed.*": "queues"}
+if "pytest" in sys.modules or os.environ.get("DJQUEUE_TEST_PLACED"):
+    for _alias in ("queues", "p2", "p3"):  # p2 and p3: two more partitions beside queues
+        DATABASES[_alias] = {
+            **_default, "NAME": _beside(_default["NAME"], f"_{_alias}"),
+            "TEST": {"NAME": _beside(_default.get("TEST", {}).get("NAME")
+                                     or f"test_{_default['NAME']}", f"_{_alias}")}}
+#: The queues the placement tests keep on it (a worker they start has the same rules):
+#: placed.* on queues; parted.* partitioned over queues, p2 and p3.
+PLACED_QUEUES = {"placed.*": "queues", "parted.*": ["queues", "p2", "p3"]}
 
 DJQUEUE = {
     **DJQUEUE,
@@ -81,6 +84,7 @@ DJQUEUE = {
         # the placement tests (tests/placement): queues on the second database
         "placed.work": "tests.handlers.record",
         "placed.slow": "tests.handlers.slow_record",
+        "parted.work": "tests.handlers.record",
         # the limit tests (tests/limits)
         "l.rate": "tests.handlers.timed_run",
         "l.conc": "tests.handlers.timed_run",

@@ -13,10 +13,10 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State
 from djqueue.polling import local_wakeup
-from djqueue.storage import dialects, ordered_groups, placement, trace
+from djqueue.storage import dialects, ordered_groups, partitions, placement, trace
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.claim_resume import ready_again
-from djqueue.storage.queue_lookup import QueueRef, get_queue
+from djqueue.storage.queue_lookup import QueueRef, get_queue, get_queue_on
 from djqueue.storage.transitions import history_row
 
 #: The longest visibility change allowed (SQS allows 12 hours).
@@ -34,6 +34,15 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
     """
     source = get_queue(dead_letter_queue, fresh=True)
     target = get_queue(to, fresh=True) if to is not None else None
+    if source.partitions is not None:  # each partition's dead letters, where they are
+        moved = 0
+        for db in partitions.served(source):
+            moved += redrive(get_queue_on(source.name, db),
+                             None if target is None else get_queue_on(target.name, db),
+                             None if limit is None else limit - moved, ids)
+            if limit is not None and moved >= limit:
+                break
+        return moved
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidMessage(f"limit must be a positive integer, got {limit!r}.")
     only = _check_ids(ids) if ids is not None else None
@@ -76,6 +85,8 @@ def purge(queue: QueueRef) -> int:
     """Delete the queue's ready, scheduled, waiting and dead messages; in-flight ones
     finish normally."""
     q = get_queue(queue, fresh=True)
+    if q.partitions is not None:
+        return sum(purge(get_queue_on(q.name, db)) for db in partitions.served(q))
     db = placement.database_of(q)
     removed = 0
     batch = get_settings().PRUNE_BATCH
@@ -141,6 +152,10 @@ def _messages(queue: QueueRef | None) -> tuple[str, QuerySet[Message]]:
         db = dialects.alias()
         return db, Message.objects.using(db).all()
     q = get_queue(queue)
+    if q.partitions is not None:
+        raise InvalidMessage(
+            f"Queue {q.name!r} is partitioned and message ids are per partition: give the "
+            "partition's queue (a received message's .queue) instead.")
     db = placement.database_of(q)
     return db, Message.objects.using(db).filter(queue=q)
 
@@ -177,7 +192,12 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
     their lease tokens, as :func:`get_message`)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PEEK:
         raise InvalidMessage(f"limit must be a whole number from 1 to {MAX_PEEK}, got {limit!r}.")
-    query = _messages(queue)[1].order_by("id")
+    q = get_queue(queue) if queue is not None else None
+    if q is not None and q.partitions is not None:  # each partition's, oldest sent first
+        found = [m for db in partitions.served(q) for m in peek(
+            get_queue_on(q.name, db), state=state, older_than=older_than, limit=limit)]
+        return sorted(found, key=lambda m: m.sent_at)[:limit]
+    query = _messages(q)[1].order_by("id")
     if state is not None:
         query = query.filter(state=State(state))
     if older_than is not None:

@@ -10,22 +10,56 @@ from django.db import transaction
 from djqueue.exceptions import ConfigurationError
 from djqueue.models import MessageGroup, Queue, QueueLimiter
 from djqueue.storage import ordered_groups, placement, queue_lookup
-from djqueue.storage.queue_lookup import QueueRef, create_queue, get_queue
+from djqueue.storage import partitions as partition_layout
+from djqueue.storage.queue_lookup import QueueRef, get_queue
 
-__all__ = ["LIMIT_FIELDS", "create_queue", "get_queue", "limits_changed", "pause", "resume",
-           "set_limits", "set_paused"]
+__all__ = ["LIMIT_FIELDS", "add_partition", "create_queue", "get_queue", "limits_changed",
+           "pause", "remove_partition", "resume", "set_limits", "set_paused"]
 
 #: The queue options that limit claims (see djqueue.storage.claim_limits).
 LIMIT_FIELDS = ("rate_limit", "rate_burst", "concurrency_limit", "group_concurrency",
                 "group_rate_limit", "group_rate_burst")
 
 
+def create_queue(name: str, *, exist_ok: bool = False, database: str | None = None,
+                 partitions: list[str] | None = None, **options: Any) -> Queue:
+    """Create a queue with validated options; ``dead_letter_queue`` may be a name.
+
+    ``database``: keep it on that alias (djqueue.storage.placement). ``partitions``:
+    spread it over these aliases (djqueue.storage.partitions; its dead-letter queue
+    must be partitioned over the same ones). By default a QUEUE_DATABASES rule
+    decides, else it lives on the home database.
+    """
+    layout = partitions
+    if layout is None and isinstance(name, str):
+        layout = placement.ruled_partitions(name)
+    if layout is None:
+        return queue_lookup.create_queue(name, exist_ok=exist_ok, database=database, **options)
+    if database is not None:
+        raise ConfigurationError(f"Queue {name!r}: give database= or partitions=, not both.")
+    return partition_layout.create_partitioned(name, layout, exist_ok=exist_ok, **options)
+
+
+add_partition = partition_layout.add_partition
+remove_partition = partition_layout.remove_partition
+
+
 def set_paused(ref: QueueRef, paused: bool) -> Queue:
+    """Pause or resume a queue (every partition of a partitioned one)."""
     queue = get_queue(ref, fresh=True)
-    Queue.objects.using(placement.database_of(queue)).filter(pk=queue.pk).update(paused=paused)
+    for row in _rows(queue):
+        Queue.objects.using(placement.database_of(row)).filter(pk=row.pk).update(paused=paused)
     queue.paused = paused
     queue_lookup.forget(queue.name)
     return queue
+
+
+def _rows(queue: Queue) -> list[Queue]:
+    """A queue's rows: its own, and each partition's."""
+    if queue.partitions is None:
+        return [queue]
+    return [queue, *(queue_lookup.get_queue_on(queue.name, db) for db in partition_layout.served(queue)
+                     if db != placement.database_of(queue))]
 
 
 def pause(ref: QueueRef) -> Queue:
@@ -52,6 +86,9 @@ def set_limits(ref: QueueRef, **limits: Any) -> Queue:
         raise ConfigurationError(f"Unknown limit(s): {', '.join(sorted(unknown))}; "
                                  f"limits are {', '.join(LIMIT_FIELDS)}.")
     found = get_queue(ref)
+    if found.partitions is not None:  # each partition holds them for its own messages
+        for row in _rows(found)[1:]:
+            set_limits(row, **limits)
     db = placement.database_of(found)
     with transaction.atomic(using=db):
         queue = Queue.objects.using(db).select_for_update().get(pk=found.pk)

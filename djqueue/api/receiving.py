@@ -18,6 +18,7 @@ from djqueue.api.condition_parser import compile_condition
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Message, Queue
 from djqueue.polling import Backoff
+from djqueue.storage import partitions
 from djqueue.storage.claim_limits import LimitWait
 from djqueue.storage.claims import PromotionClock, claim_ready
 from djqueue.storage.queue_lookup import QueueRef, get_queue
@@ -81,7 +82,8 @@ def receive(
     backoff = Backoff()
     limited = LimitWait()
     while True:
-        _, messages = claim_ready([get_queue(r) for r in refs], max_messages, owner=owner,
+        _, messages = claim_ready(partitions.expand([get_queue(r) for r in refs]),
+                                  max_messages, owner=owner,
                                   visibility_timeout=visibility_timeout, clock=_promotion,
                                   where=condition, wait=limited)
         if messages or time.monotonic() >= deadline:

@@ -25,7 +25,15 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage, PayloadTooLarge, QueueFull
 from djqueue.models import Event, History, Message, Queue, State
 from djqueue.polling import Backoff, local_wakeup
-from djqueue.storage import dedup, dialects, fastpath, ordered_groups, placement, trace
+from djqueue.storage import (
+    dedup,
+    dialects,
+    fastpath,
+    ordered_groups,
+    partitions,
+    placement,
+    trace,
+)
 from djqueue.storage.claim_resume import resume_points
 from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import QueueRef, get_queue
@@ -55,6 +63,10 @@ def send(
     ``timeout`` seconds (default: forever) for room instead of raising QueueFull.
     """
     q = get_queue(queue)
+    if q.partitions is not None:  # to the partition its key (or its turn) names
+        return partitions.send_to_partition(q, group_key, lambda row: send(
+            row, payload, delay=delay, priority=priority, headers=headers, group_key=group_key,
+            dedup_key=dedup_key, block=block, timeout=timeout), block=block, timeout=timeout)
     with dialects.using(placement.database_of(q)), tracing.producing(
             q.name, 1, headers) as produced:
         [message] = _build(q, [payload], [group_key], delay=delay, priority=priority,
@@ -95,6 +107,9 @@ def send_batch(
             raise InvalidMessage("group_keys needs one key (or None) per payload, "
                                  "and excludes group_key.")
     keys = group_keys if group_keys is not None else [group_key] * len(payloads)
+    if q.partitions is not None:
+        return _send_partitioned(q, payloads, keys, delay=delay, priority=priority,
+                                 headers=headers, block=block, timeout=timeout)
     with dialects.using(placement.database_of(q)), tracing.producing(
             q.name, len(payloads), headers) as produced:
         messages = _build(q, payloads, keys, delay=delay, priority=priority,
@@ -102,6 +117,30 @@ def send_batch(
         if not messages:
             return []
         return _with_flow_control(lambda: _insert(q, messages), block=block, timeout=timeout)
+
+
+def _send_partitioned(queue: Queue, payloads: list[Any], keys: list[Any], *,
+                      block: bool, timeout: float | None, **options: Any) -> list[Message]:
+    """send_batch on a partitioned queue: the keyed messages of each partition in one
+    batch there, the keyless ones in one batch on the next partition in turn; each batch
+    is all or none (one transaction a partition)."""
+    for key in keys:
+        validate_group_key(key)
+    parts: dict[str | None, list[int]] = {}
+    for index, key in enumerate(keys):
+        parts.setdefault(None if key is None else partitions.partition_for(queue, key),
+                         []).append(index)
+    sent: list[Any] = [None] * len(payloads)
+    for indexes in parts.values():
+        batch_keys = [keys[i] for i in indexes]
+        messages = partitions.send_to_partition(
+            queue, batch_keys[0], lambda row, indexes=indexes, batch_keys=batch_keys:
+            send_batch(row, [payloads[i] for i in indexes], group_keys=batch_keys,
+                       block=block, timeout=timeout, **options),
+            block=block, timeout=timeout)
+        for index, message in zip(indexes, messages, strict=True):
+            sent[index] = message
+    return sent
 
 
 def _with_flow_control(insert, *, block: bool, timeout: float | None):

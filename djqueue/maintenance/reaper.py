@@ -30,7 +30,7 @@ from djqueue.models import Message, Queue
 from djqueue.models import Worker as WorkerRecord
 from djqueue.monitoring import alarms, rollups
 from djqueue.processes.base import ProcessBase
-from djqueue.storage import dialects, ordered_groups, placement, queue_lookup
+from djqueue.storage import dialects, ordered_groups, partitions, placement, queue_lookup
 from djqueue.storage.session_locks import session_lock_free
 from djqueue.storage.transitions import promote_due, return_claims
 
@@ -104,16 +104,22 @@ class Reaper(ProcessBase):
         self._last_prune = now if prune_due else self._last_prune
         report = ReapReport()
         for db in placement.databases():
+            if partitions.is_down(db):
+                continue
             with dialects.using(db):
                 try:
                     report.add(self._reap_database(db, stats_due, vacuum_due, prune_due))
-                except DatabaseError:
+                except DatabaseError as exc:
+                    if partitions.unreachable(exc):
+                        partitions.mark_down(db, exc)  # logged once, tried again soon
+                        continue
                     logger.exception("Reaper: the pass over database %s failed; going on", db,
                                      extra={"database": db})
                     with contextlib.suppress(DatabaseError):
                         connections[db].close()
         if self.scheduler is not None:  # its rows are on the home database
             report.periodic = self._step("periodic tasks", self.scheduler.tick)
+        self._step("drained partitions", partitions.drop_drained)
         return report
 
     def _reap_database(self, db: str, stats_due: bool, vacuum_due: bool,

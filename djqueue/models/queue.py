@@ -141,6 +141,16 @@ class Queue(models.Model):
         default=0, editable=False,
         help_text="Errors a worker or the reaper met serving this queue alone.")
     last_error = models.TextField(blank=True, default="", editable=False)
+    #: A partitioned queue's directory row, on the home database: the databases that take
+    #: its new messages, in the order keys hash to them (djqueue.storage.partitions).
+    #: None for a plain queue, and for each partition's own row.
+    partitions = models.JSONField(
+        null=True, blank=True, editable=False,
+        help_text="Databases its new messages go to, when it is partitioned.")
+    #: Partitions being removed: they take no new message and are served until empty.
+    draining_partitions = models.JSONField(
+        default=list, blank=True, editable=False,
+        help_text="Partitions being removed: served until empty, sent nothing.")
 
     class Meta:
         ordering = ["name"]

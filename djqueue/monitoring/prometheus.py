@@ -39,6 +39,7 @@ BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
            300.0, 900.0, 3600.0)
 STATES = (("ready", "ready"), ("delayed", "scheduled"), ("in_flight", "in_flight"),
           ("waiting", "waiting"), ("dead", "dead"))
+STATE_FIELDS = [field for _, field in STATES]
 
 
 class DjqueueCollector:
@@ -69,17 +70,29 @@ class DjqueueCollector:
         sampled = GaugeMetricFamily("djqueue_depth_sampled_timestamp_seconds",
                                     "When the reaper last sampled the queues' depths.")
         latest = 0.0
+        # A partitioned queue has a row on each partition (and its directory row): one
+        # series each, its rows' counts summed.
+        is_paused: dict[str, bool] = {}
+        counts: dict[str, dict[str, float]] = {}
+        ages: dict[str, float] = {}
         for queue in queues:
-            paused.add_metric([queue.name], 1.0 if queue.paused else 0.0)
+            is_paused[queue.name] = is_paused.get(queue.name, False) or queue.paused
             depth = getattr(queue, "depth", None)
             if depth is None:
                 continue
-            for label, field in STATES:
-                messages.add_metric([queue.name, label], float(getattr(depth, field)))
+            found = counts.setdefault(queue.name, dict.fromkeys(STATE_FIELDS, 0.0))
+            for field in STATE_FIELDS:
+                found[field] += float(getattr(depth, field))
             age = ((now - depth.oldest_ready_at).total_seconds()
                    if depth.oldest_ready_at is not None else 0.0)
-            oldest.add_metric([queue.name], max(age, 0.0))
+            ages[queue.name] = max(ages.get(queue.name, 0.0), age)
             latest = max(latest, depth.sampled_at.timestamp())
+        for name, is_it in is_paused.items():
+            paused.add_metric([name], 1.0 if is_it else 0.0)
+        for name, found in counts.items():
+            for label, field in STATES:
+                messages.add_metric([name, label], found[field])
+            oldest.add_metric([name], ages[name])
         if latest:
             sampled.add_metric([], latest)
         yield from (messages, oldest, paused, sampled)
@@ -113,18 +126,29 @@ def _totals(by_database: dict[str, list[Queue]], counter: Any,
     rows = [(row, {q.pk: q.name for q in queues}.get(row.queue_id))
             for db, queues in by_database.items()
             for row in QueueStat.objects.using(db).filter(period=Period.TOTAL).order_by("queue_id")]
+    summed: dict[str, QueueStat] = {}  # a partitioned queue's partitions, added up
     for row, name in rows:
         if name is None:
             continue
+        total = summed.get(name)
+        if total is None:
+            summed[name] = row
+            continue
+        for field in ("sent", "acked", "deleted", "failed", "dead_lettered", "wait_total",
+                      "run_total"):
+            setattr(total, field, getattr(total, field) + getattr(row, field))
+        total.wait_hist = histograms.merge(total.wait_hist, row.wait_hist)
+        total.run_hist = histograms.merge(total.run_hist, row.run_hist)
+    for name, row in summed.items():
         sent.add_metric([name], row.sent)
         finished.add_metric([name, "acked"], row.acked)
         finished.add_metric([name, "deleted"], row.deleted)
         failed.add_metric([name], row.failed)
         retried.add_metric([name], max(row.failed - row.dead_lettered, 0))
         dead.add_metric([name], row.dead_lettered)
-        for family, hist, total in ((wait, row.wait_hist, row.wait_total),
-                                    (run, row.run_hist, row.run_total)):
-            family.add_metric([name], _buckets(hist), sum_value=total)
+        for family, hist, total_seconds in ((wait, row.wait_hist, row.wait_total),
+                                            (run, row.run_hist, row.run_total)):
+            family.add_metric([name], _buckets(hist), sum_value=total_seconds)
     yield from (sent, finished, failed, retried, dead, wait, run)
 
 
@@ -185,8 +209,12 @@ def _limits(by_database: dict[str, list[Queue]], now: Any, gauge: Any,
     limiters = [(db, limiter) for db in by_database
                 for limiter in QueueLimiter.objects.using(db).filter(
                     queue_id__in=[pk for (where, pk) in limited if where == db])]
+    shown: set[str] = set()  # a partitioned queue's limits: its first partition's
     for db, limiter in limiters:
         queue = limited[db, limiter.queue_id]
+        if queue.name in shown:
+            continue
+        shown.add(queue.name)
         if queue.concurrency_limit is not None:
             concurrency.add_metric([queue.name], float(queue.concurrency_limit))
         per_second = queue.rate()

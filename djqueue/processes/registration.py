@@ -50,8 +50,20 @@ class Registration:
         self._registration = threading.Lock()
 
     def register(self) -> None:
+        """Register on every database; one that does not answer is registered by a later
+        heartbeat (unless none answers: then the process cannot start)."""
+        failed: list[DatabaseError] = []
         for db in self.databases:
-            self._register(db)
+            try:
+                self._register(db)
+            except DatabaseError as exc:
+                if len(self.databases) == 1:
+                    raise
+                logger.error("Could not register on %s; a heartbeat will try again: %s", db,
+                             exc, extra={"worker": self.worker_id})
+                failed.append(exc)
+        if len(failed) == len(self.databases):
+            raise failed[0]
 
     def _register(self, db: str) -> None:
         if not self._locks[db].acquire():
@@ -62,6 +74,23 @@ class Registration:
                 "lock_key": self.lock_key, "queues": self.queues,
                 "concurrency": self.concurrency, "heartbeat_at": timezone.now(),
                 "wake_address": self.wake_address})
+
+    def add_database(self, db: str) -> None:
+        """Be present on ``db`` too, from now on (a partition added at run time)."""
+        if db in self.databases:
+            return
+        with self._registration:
+            if self._leaving.is_set() or db in self.databases:
+                return
+            self._locks[db] = SessionLock(self.lock_key, db)
+            try:
+                self._register(db)
+            except DatabaseError:
+                logger.exception("Could not register on %s; the next claim tries again", db,
+                                 extra={"worker": self.worker_id})
+                self._locks.pop(db).close()
+                return
+            self.databases = (*self.databases, db)
 
     def deregister(self) -> None:
         with self._registration:

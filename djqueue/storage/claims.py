@@ -22,7 +22,7 @@ from djqueue import signals
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import Body, Event, Message, Queue, State
-from djqueue.storage import dialects, fastpath, trace
+from djqueue.storage import dialects, fastpath, partitions, trace
 from djqueue.storage.claim_engines import ROW_LOCKING, ClaimEngine, engine_for
 from djqueue.storage.claim_limits import LimitWait, claim_limited
 from djqueue.storage.claim_resume import ResumePoint, resume_points
@@ -234,14 +234,26 @@ def claim_ready(
                                   where=where, peek=peek, hook=hook, wait=wait)
     acked: list[Message] = []
     claimed: list[Message] = []
+    failed: DatabaseError | None = None
     for db, (active, acks) in found.items():  # earlier queues' databases first
-        with dialects.using(db):
-            done, got = _claim_checked(acks, active, max(limit - len(claimed), 0),
-                                       owner=owner, visibility_timeout=visibility_timeout,
-                                       clock=clock, where=where, peek=peek, hook=hook,
-                                       wait=wait)
+        try:
+            with dialects.using(db):
+                done, got = _claim_checked(acks, active, max(limit - len(claimed), 0),
+                                           owner=owner, visibility_timeout=visibility_timeout,
+                                           clock=clock, where=where, peek=peek, hook=hook,
+                                           wait=wait)
+        except DatabaseError as exc:
+            # A database that does not answer (a partition's server is down) is passed
+            # over while the others are served; acks for it must not be dropped.
+            if acks or not partitions.unreachable(exc):
+                raise
+            partitions.mark_down(db, exc)
+            failed = exc
+            continue
         acked += done
         claimed += got
+    if failed is not None and not claimed and not acked:
+        raise failed
     return acked, claimed
 
 

@@ -41,14 +41,16 @@ def databases() -> tuple[str, ...]:
     rules name, in their order."""
     settings = get_settings()
     found = [settings.DATABASE]
-    for db in settings.QUEUE_DATABASES.values():
-        if db not in found:
-            found.append(db)
+    for ruled_to in settings.QUEUE_DATABASES.values():
+        for db in ([ruled_to] if isinstance(ruled_to, str) else ruled_to):
+            if db not in found:
+                found.append(db)
     return tuple(found)
 
 
-def ruled(name: str) -> str | None:
-    """The database a rule of QUEUE_DATABASES places queue ``name`` on, or None.
+def rule(name: str) -> str | tuple[str, ...] | None:
+    """What the rule of QUEUE_DATABASES that matches queue ``name`` names: a database, the
+    databases it is partitioned over, or None.
 
     A rule is a queue's name or a pattern ending in ``*`` (a prefix); an exact name
     wins over patterns, and a longer prefix over a shorter one.
@@ -56,20 +58,33 @@ def ruled(name: str) -> str | None:
     rules = get_settings().QUEUE_DATABASES
     if not rules:
         return None
-    exact = rules.get(name)
-    if exact is not None:
-        return exact
-    best: tuple[int, str] | None = None
-    for pattern, db in rules.items():
-        if pattern.endswith("*") and name.startswith(pattern[:-1]) and (
-                best is None or len(pattern) > best[0]):
-            best = (len(pattern), db)
-    return None if best is None else best[1]
+    found = rules.get(name)
+    if found is None:
+        best = -1
+        for pattern, ruled_to in rules.items():
+            if pattern.endswith("*") and name.startswith(pattern[:-1]) and len(pattern) > best:
+                best, found = len(pattern), ruled_to
+    return found if found is None or isinstance(found, str) else tuple(found)
+
+
+def ruled(name: str) -> str | None:
+    """The one database a rule places queue ``name`` on (None: no rule, or partitions)."""
+    found = rule(name)
+    return found if isinstance(found, str) else None
+
+
+def ruled_partitions(name: str) -> tuple[str, ...] | None:
+    """The databases a rule partitions queue ``name`` over, or None."""
+    found = rule(name)
+    return found if isinstance(found, tuple) else None
 
 
 def candidates(name: str) -> tuple[str, ...]:
-    """The databases to look for queue ``name`` on, in order: its rule's alone; else
-    where it was found before; else the home database, then the others."""
+    """The databases to look for queue ``name`` on, in order: its rule's alone (the home
+    one for a partitioned queue, which keeps its directory row); else where it was
+    found before; else the home database, then the others."""
+    if ruled_partitions(name) is not None:
+        return (home(),)
     db = ruled(name) or _found.get(name)
     if db is not None:
         return (db,)
@@ -79,6 +94,11 @@ def candidates(name: str) -> tuple[str, ...]:
 def creation_database(name: str, database: str | None) -> str:
     """The database a new queue ``name`` is created on: ``database`` if given (it must be
     one of ``databases()`` and agree with any rule), else its rule's, else home."""
+    if ruled_partitions(name) is not None:
+        if database is not None:
+            raise ConfigurationError(f"Queue {name!r} is partitioned by DJQUEUE["
+                                     f"'QUEUE_DATABASES']; it takes no database=.")
+        return home()
     rule = ruled(name)
     if database is None:
         return rule or home()

@@ -84,17 +84,26 @@ def get_queue_by_id(pk: int, db: str | None = None) -> Queue:
 
 
 def create_queue(name: str, *, exist_ok: bool = False, database: str | None = None,
-                 **options: Any) -> Queue:
+                 partition: bool = False, **options: Any) -> Queue:
     """Create a queue with validated options; ``dead_letter_queue`` may be a name.
 
     ``database``: the alias to keep it on (see djqueue.storage.placement); by default
     the one a QUEUE_DATABASES rule names, else the home database. A name is one
-    queue: creating it on a second database is refused.
+    queue: creating it on a second database is refused, except for the rows of a
+    partitioned queue (``partition``, from djqueue.storage.partitions; a queue the
+    rules partition is created with djqueue.create_queue).
     """
     if not isinstance(name, str):
         raise ConfigurationError(f"A queue's name is a string, not {type(name).__name__}.")
-    db = placement.creation_database(name, database)
-    existing = _find(name)
+    if partition:
+        db = database or placement.home()
+        existing = Queue.objects.using(db).filter(name=name).first()
+    elif placement.ruled_partitions(name) is not None:
+        raise ConfigurationError(f"Queue {name!r} is partitioned by DJQUEUE['QUEUE_DATABASES']"
+                                 ": create it with djqueue.create_queue().")
+    else:
+        db = placement.creation_database(name, database)
+        existing = _find(name)
     if existing is not None:
         there = placement.database_of(existing)
         if there != db and (database is not None or placement.ruled(name) is not None):
@@ -105,8 +114,9 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
         raise ConfigurationError(f"Invalid queue {name!r}: a queue of this name already "
                                  f"exists (on database {there!r}).")
     dlq = options.get("dead_letter_queue")
-    if isinstance(dlq, str):
-        options["dead_letter_queue"] = dlq = get_queue(dlq, fresh=True)
+    if isinstance(dlq, str):  # a partition's is the dead-letter queue's row beside it
+        options["dead_letter_queue"] = dlq = (get_queue_on(dlq, db) if partition
+                                              else get_queue(dlq, fresh=True))
     elif dlq is not None and not isinstance(dlq, Queue):
         raise ConfigurationError(f"dead_letter_queue is a queue's name or a Queue, not {dlq!r}.")
     if dlq is not None and placement.database_of(dlq) != db:
@@ -135,7 +145,24 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
                 name=name, defaults={f: getattr(queue, f) for f in _option_names()})
     else:
         queue.save(using=db)
-    placement.remember(name, db)
+    if not partition:
+        placement.remember(name, db)
+    return queue
+
+
+def get_queue_on(name: str, db: str) -> Queue:
+    """Queue ``name``'s row on database ``db`` (a partition's), through the same cache."""
+    key = (db, name)
+    now = time.monotonic()
+    hit = _cache.get(key)
+    if hit is not None and now - hit[0] < get_settings().QUEUE_CACHE_TTL:
+        return hit[1]
+    queue = Queue.objects.using(db).filter(name=name).first()
+    if queue is None:
+        raise QueueNotFound(name, f"Queue {name!r} has no row on database {db!r}.")
+    with _cache_lock:
+        _cache[key] = (now, queue)
+        _cache_by_id[(db, queue.pk)] = (now, queue)
     return queue
 
 

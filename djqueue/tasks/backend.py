@@ -33,7 +33,7 @@ from django.utils.module_loading import import_string
 from djqueue.api.message_checks import encode_payload
 from djqueue.api.message_reports import get_logs, get_progress
 from djqueue.api.queue_operations import delete
-from djqueue.api.queues import LIMIT_FIELDS, set_limits
+from djqueue.api.queues import LIMIT_FIELDS, create_queue, set_limits
 from djqueue.api.sending import send
 from djqueue.exceptions import InvalidMessage, QueueNotFound, TaskCancelled
 from djqueue.models import (
@@ -45,7 +45,7 @@ from djqueue.models import (
     TaskStatus,
 )
 from djqueue.storage import dialects, placement
-from djqueue.storage.queue_lookup import create_queue, get_queue
+from djqueue.storage.queue_lookup import get_queue
 from djqueue.storage.statements import message_inserts
 from djqueue.tasks import known_tasks, workflow_joins
 from djqueue.tasks.compat import (

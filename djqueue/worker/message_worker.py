@@ -28,7 +28,7 @@ from djqueue.polling import Backoff, local_wakeup
 from djqueue.processes.base import ProcessBase
 from djqueue.processes.registration import Registration
 from djqueue.processes.thread_switch import switch_interval
-from djqueue.storage import placement
+from djqueue.storage import partitions, placement
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.storage.transitions import release
 from djqueue.types import AckHook
@@ -81,7 +81,9 @@ class Worker(ProcessBase):
             self.id, self.lock_key, queues=options.queues, concurrency=options.concurrency,
             held=lambda: [m.pk for m in list(self._held.values())],
             wake_address=self.wake_socket.address if self.wake_socket else "",
-            databases=list(dict.fromkeys(placement.database_of(q) for q in self.queues)))
+            databases=list(dict.fromkeys(
+                db for q in self.queues for db in (partitions.served(q) if q.partitions
+                                                   is not None else [placement.database_of(q)]))))
         self._claims = DatabaseClaims(self.id, visibility_timeout=options.visibility_timeout,
                                       where=self.where, hook=self._hook,
                                       on_error=self._claim_failed)
@@ -174,8 +176,10 @@ class Worker(ProcessBase):
         """Claim up to ``limit``, acking the finished messages in the same transactions
         (one a database: djqueue.worker.database_claims)."""
         started = time.monotonic()
-        claimed = self._claims.claim([get_queue(q.name) for q in self.queues],
-                                     self._acks.acks(), limit, peek=peek)
+        queues = partitions.expand([get_queue(q.name) for q in self.queues])
+        for queue in queues:  # a partition added since the worker started
+            self.registration.add_database(placement.database_of(queue))
+        claimed = self._claims.claim(queues, self._acks.acks(), limit, peek=peek)
         if claimed.failed and not claimed.messages and not claimed.tried:
             self.stop_signals.stop.wait(1.0)  # nothing answered: pause before the next try
             return 0

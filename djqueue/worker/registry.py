@@ -18,10 +18,11 @@ from typing import Protocol
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
+from djqueue.api.queues import create_queue
 from djqueue.conf import get_settings
 from djqueue.exceptions import HandlerNotFound
 from djqueue.models import Queue
-from djqueue.storage.queue_lookup import create_queue, get_queue
+from djqueue.storage.queue_lookup import get_queue
 from djqueue.types import AckHook, HandlerFunc
 
 

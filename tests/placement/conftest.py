@@ -12,9 +12,10 @@ from django.test import override_settings
 
 from djqueue.storage.queue_lookup import forget_cached
 
-#: What every test here is marked with: both databases (pytest-django creates and
-#: empties both).
-BOTH_DATABASES = pytest.mark.django_db(transaction=True, databases=["default", "queues"])
+#: What every test here is marked with: the home database and the three others the
+#: rules name (pytest-django creates and empties each; a lookup may read every one).
+PLACEMENT_DATABASES = pytest.mark.django_db(
+    transaction=True, databases=["default", "queues", "p2", "p3"])
 #: The environment of the worker and reaper processes the tests start.
 PLACED_ENV = {"DJQUEUE_TEST_PLACED": "1"}
 

@@ -14,9 +14,9 @@ import djqueue
 from djqueue.models import Message, Queue, State
 from djqueue.monitoring import rollups
 from djqueue.storage import dialects
-from tests.placement.conftest import BOTH_DATABASES, djqueue_rows
+from tests.placement.conftest import PLACEMENT_DATABASES, djqueue_rows
 
-pytestmark = BOTH_DATABASES
+pytestmark = PLACEMENT_DATABASES
 
 
 @pytest.fixture

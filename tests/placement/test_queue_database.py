@@ -13,9 +13,9 @@ from djqueue.exceptions import ConfigurationError, InvalidMessage, QueueNotFound
 from djqueue.models import History, Message, Queue, State, TaskRecord, Worker
 from tests.conftest import kill, wait_until
 from tests.models import Effect
-from tests.placement.conftest import BOTH_DATABASES, PLACED_ENV, djqueue_rows
+from tests.placement.conftest import PLACEMENT_DATABASES, PLACED_ENV, djqueue_rows
 
-pytestmark = BOTH_DATABASES
+pytestmark = PLACEMENT_DATABASES
 
 
 def test_a_ruled_queue_lives_on_its_database_and_the_api_finds_it_there():

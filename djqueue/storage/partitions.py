@@ -1,0 +1,276 @@
+"""Partitioned queues: one queue spread over several databases (EMQ's partitions).
+
+A partitioned queue has a directory row on the home database whose
+``partitions`` lists the databases that take its new messages, and a row of the
+same name on each of them, where its messages live. Each partition is an
+ordinary queue on its own server: claims, acks, retries, dead letters, ordered
+groups and limits work there as anywhere, in one short transaction.
+
+Sending: a message with a group key goes to the partition its key hashes to
+(CRC-32 of the key, over the active partitions in order), so a key's messages
+keep their order and their per-key limits; any other message goes to the next
+partition in turn. A partition that does not answer is marked down for a
+moment: keyless messages go to the others meanwhile, and a keyed message for it
+raises PartitionUnavailable (or waits for it, with ``block``), never landing on
+another partition.
+
+Receiving: a worker or receiver serving the queue claims from every partition,
+starting from a different one each time; one that fails is left alone for a
+while and the others keep flowing.
+
+The layout changes at run time (:func:`add_partition`, :func:`remove_partition`)
+and every process sees it within QUEUE_CACHE_TTL. A new partition takes new
+messages at once. A removed one takes none and is served until empty; then the
+reaper takes it off the list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+
+from djqueue.exceptions import ConfigurationError, PartitionUnavailable, QueueNotFound
+from djqueue.models import Message, Queue, State
+from djqueue.storage import placement
+from djqueue.storage.queue_lookup import create_queue, forget, get_queue, get_queue_on
+
+logger = logging.getLogger("djqueue")
+T = TypeVar("T")
+#: Seconds a partition that failed is passed over by this process's sends and receives.
+DOWN_FOR = 2.0
+
+_down: dict[str, float] = {}
+_turn = itertools.count()
+_lock = threading.Lock()
+
+
+def is_partitioned(queue: Queue) -> bool:
+    return queue.partitions is not None
+
+
+def served(queue: Queue) -> list[str]:
+    """The partitions claims serve: the active ones, then those draining."""
+    return [*queue.partitions, *(d for d in queue.draining_partitions or ()
+                                 if d not in queue.partitions)]
+
+
+# Which partitions answer
+
+def is_down(db: str) -> bool:
+    until = _down.get(db)
+    return until is not None and until > time.monotonic()
+
+
+def mark_down(db: str, exc: BaseException | None = None) -> None:
+    if not is_down(db):
+        logger.warning("Partition database %s does not answer; passing it over for %g s",
+                       db, DOWN_FOR, exc_info=exc, extra={"database": db})
+    _down[db] = time.monotonic() + DOWN_FOR
+    conn = connections[db]
+    if not conn.in_atomic_block:  # the next use connects afresh
+        with contextlib.suppress(DatabaseError):
+            conn.close()
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a database error says the server is gone (not that a statement failed)."""
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+# Sending
+
+def partition_for(queue: Queue, group_key: str | None) -> str:
+    """The partition a message goes to: its key's, else the next that answers."""
+    active = list(queue.partitions)
+    if group_key is not None:
+        return active[zlib.crc32(group_key.encode()) % len(active)]
+    start = next(_turn)
+    for offset in range(len(active)):
+        db = active[(start + offset) % len(active)]
+        if not is_down(db):
+            return db
+    raise PartitionUnavailable(f"No partition of queue {queue.name!r} answers "
+                               f"({', '.join(active)}).")
+
+
+def send_to_partition(queue: Queue, group_key: str | None, send: Callable[[Queue], T], *,
+                      block: bool = False, timeout: float | None = None) -> T:
+    """``send(partition row)`` on the partition the message belongs to, passing over those
+    that do not answer; see the module's docstring."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    tried: set[str] = set()
+    while True:
+        db = partition_for(queue, group_key)
+        if group_key is not None and is_down(db) and not block:
+            raise PartitionUnavailable(
+                f"Partition {db!r} of queue {queue.name!r}, where key {group_key!r} goes, "
+                "does not answer.")
+        if not is_down(db) or group_key is None:
+            try:
+                return send(get_queue_on(queue.name, db))
+            except DatabaseError as exc:
+                if not unreachable(exc) or connections[db].in_atomic_block:
+                    raise
+                mark_down(db, exc)
+                tried.add(db)
+                if group_key is None and len(tried) < len(queue.partitions):
+                    continue
+                if not block:
+                    raise PartitionUnavailable(
+                        f"Partition {db!r} of queue {queue.name!r} does not answer.") from exc
+        if deadline is not None and time.monotonic() >= deadline:
+            raise PartitionUnavailable(
+                f"Partition {db!r} of queue {queue.name!r} did not answer within "
+                f"{timeout:g} s.")
+        time.sleep(0.1)
+        tried.clear()
+
+
+# Receiving
+
+def expand(queues: Sequence[Queue]) -> list[Queue]:
+    """``queues`` with each partitioned one replaced by its partitions' rows (those that
+    answer), starting from a different partition each call."""
+    if not any(q.partitions is not None for q in queues):
+        return list(queues)
+    found: list[Queue] = []
+    turn = next(_turn)
+    for queue in queues:
+        if queue.partitions is None:
+            found.append(queue)
+            continue
+        names = served(queue)
+        for offset in range(len(names)):
+            db = names[(turn + offset) % len(names)]
+            if is_down(db):
+                continue
+            try:
+                found.append(get_queue_on(queue.name, db))
+            except QueueNotFound:
+                logger.error("Queue %s has no row on its partition %s", queue.name, db)
+            except DatabaseError as exc:
+                if not unreachable(exc):
+                    raise
+                mark_down(db, exc)
+    return found
+
+
+# The layout
+
+def create_partitioned(name: str, databases: Sequence[str], *, exist_ok: bool = False,
+                       **options: object) -> Queue:
+    """Create queue ``name`` partitioned over ``databases``: its directory row on the home
+    database and its row, with ``options``, on each partition."""
+    databases = _checked(name, databases)
+    if isinstance(options.get("dead_letter_queue"), Queue):
+        options["dead_letter_queue"] = options["dead_letter_queue"].name
+    home = placement.home()
+    existing = Queue.objects.using(home).filter(name=name).first()
+    if existing is not None and not exist_ok:
+        raise ConfigurationError(f"Invalid queue {name!r}: a queue of this name already "
+                                 f"exists (on database {home!r}).")
+    if existing is not None and existing.partitions is None:
+        raise ConfigurationError(f"Queue {name!r} exists and is not partitioned.")
+    for db in databases:
+        if db != home:
+            create_queue(name, exist_ok=True, database=db, partition=True, **options)
+    if existing is None:
+        existing = create_queue(name, exist_ok=True, database=home, partition=True, **options)
+        Queue.objects.using(home).filter(pk=existing.pk).update(partitions=databases)
+        existing.partitions = databases
+    forget(name)
+    return existing
+
+
+def add_partition(name: str, db: str) -> Queue:
+    """Spread queue ``name`` over database ``db`` too; it takes new messages at once (and
+    keys hash over one more partition from then on)."""
+    directory = _directory(name)
+    if db in directory.partitions:
+        return directory
+    _checked(name, [*directory.partitions, db])
+    source = get_queue_on(name, directory.partitions[0])
+    options = {f.name: getattr(source, f.name) for f in Queue._meta.concrete_fields
+               if f.editable and f.name not in {"id", "name", "dead_letter_queue"}}
+    if source.dead_letter_queue_id is not None:  # partitioned over the same databases
+        options["dead_letter_queue"] = source.dead_letter_queue.name
+    create_queue(name, exist_ok=True, database=db, partition=True, **options)
+    return _change(name, lambda active, draining: (
+        [*active, db], [d for d in draining if d != db]))
+
+
+def remove_partition(name: str, db: str) -> Queue:
+    """Send queue ``name`` nothing more on database ``db``; its messages there are still
+    served, and the reaper drops it from the layout once it is empty."""
+    directory = _directory(name)
+    if db not in directory.partitions:
+        return directory
+    if len(directory.partitions) == 1:
+        raise ConfigurationError(f"Queue {name!r} keeps at least one partition.")
+    return _change(name, lambda active, draining: (
+        [d for d in active if d != db], [*draining, db]))
+
+
+def drop_drained() -> int:
+    """The reaper's step: take every emptied draining partition off its queue's layout."""
+    dropped = 0
+    home = placement.home()
+    for directory in Queue.objects.using(home).exclude(draining_partitions=[]).filter(
+            partitions__isnull=False):
+        for db in list(directory.draining_partitions):
+            try:
+                row = get_queue_on(directory.name, db)
+                pending = Message.objects.using(db).filter(
+                    queue=row, state__in=[State.READY, State.SCHEDULED, State.CLAIMED,
+                                          State.WAITING]).exists()
+            except DatabaseError as exc:
+                if not unreachable(exc):
+                    raise
+                continue
+            if not pending:
+                _change(directory.name, lambda active, draining, db=db: (
+                    active, [d for d in draining if d != db]))
+                dropped += 1
+    return dropped
+
+
+def _directory(name: str) -> Queue:
+    directory = get_queue(name, fresh=True)
+    if directory.partitions is None:
+        raise ConfigurationError(f"Queue {name!r} is not partitioned.")
+    return directory
+
+
+def _change(name: str, change: Callable[[list[str], list[str]],
+                                          tuple[list[str], list[str]]]) -> Queue:
+    home = placement.home()
+    with transaction.atomic(using=home):
+        directory = Queue.objects.using(home).select_for_update().get(name=name)
+        active, draining = change(list(directory.partitions), list(
+            directory.draining_partitions or []))
+        directory.partitions, directory.draining_partitions = active, draining
+        directory.save(using=home, update_fields=["partitions", "draining_partitions"])
+    forget(name)
+    return directory
+
+
+def _checked(name: str, databases: Sequence[str]) -> list[str]:
+    databases = list(databases)
+    if len(databases) < 1 or len(set(databases)) != len(databases) or not all(
+            isinstance(db, str) for db in databases):
+        raise ConfigurationError(f"Queue {name!r}: partitions are different database "
+                                 f"aliases, got {databases!r}.")
+    unknown = [db for db in databases if db not in placement.databases()]
+    if unknown:
+        raise ConfigurationError(
+            f"Queue {name!r}: {', '.join(unknown)} is not a database djqueue keeps queues on "
+            f"({', '.join(placement.databases())}); name it in DJQUEUE['QUEUE_DATABASES'].")
+    return databases

@@ -1,0 +1,164 @@
+"""A queue partitioned over three databases (here on one server): where messages go,
+receiving from all of them, the layout changing at run time, a worker serving it."""
+
+from __future__ import annotations
+
+import signal
+import zlib
+from collections import Counter
+
+import pytest
+from django.db import connections
+
+import djqueue
+from djqueue.exceptions import ConfigurationError, PartitionUnavailable
+from djqueue.models import History, Message, Queue, State, Worker
+from djqueue.storage import partitions
+from tests.conftest import wait_until
+from tests.models import Effect
+from tests.placement.conftest import PLACEMENT_DATABASES, PLACED_ENV
+
+pytestmark = PLACEMENT_DATABASES
+PARTS = ["queues", "p2", "p3"]
+
+
+def per_partition(name: str) -> dict[str, int]:
+    return {db: Message.objects.using(db).filter(queue__name=name).count() for db in PARTS}
+
+
+def test_a_ruled_queue_is_created_on_every_partition_with_a_directory_at_home():
+    directory = djqueue.create_queue("parted.a", max_attempts=3)
+    assert directory.partitions == PARTS and directory._state.db == "default"
+    for db in PARTS:
+        row = Queue.objects.using(db).get(name="parted.a")
+        assert row.max_attempts == 3 and row.partitions is None
+    assert djqueue.get_queue("parted.a").partitions == PARTS
+
+
+def test_keys_keep_their_partition_and_keyless_messages_spread():
+    djqueue.create_queue("parted.b")
+    keys = [f"k{i}" for i in range(30)]
+    for key in keys:
+        for n in range(3):
+            djqueue.send("parted.b", {"key": key, "n": n}, group_key=key)
+    for key in keys:
+        home = PARTS[zlib.crc32(key.encode()) % 3]
+        rows = Message.objects.using(home).filter(group_key=key)
+        assert [m.payload["n"] for m in rows.order_by("id")] == [0, 1, 2]
+    before = per_partition("parted.b")
+    djqueue.send_batch("parted.b", [{"n": i} for i in range(30)])
+    for _ in range(30):
+        djqueue.send("parted.b", {"single": True})
+    added = {db: per_partition("parted.b")[db] - before[db] for db in PARTS}
+    assert sum(added.values()) == 60 and all(n >= 10 for n in added.values()), added
+    mixed = djqueue.send_batch("parted.b", [{"n": i} for i in range(4)],
+                               group_keys=["k1", None, "k2", "k1"])
+    assert [m.payload["n"] for m in mixed] == [0, 1, 2, 3]
+    assert mixed[0]._state.db == mixed[3]._state.db == PARTS[zlib.crc32(b"k1") % 3]
+
+
+def test_receive_takes_from_every_partition_and_acks_where_each_lives():
+    djqueue.create_queue("parted.c")
+    djqueue.send_batch("parted.c", [{"n": i} for i in range(30)])
+    got = []
+    while True:
+        batch = djqueue.receive("parted.c", max_messages=7)
+        if not batch:
+            break
+        for message in batch:
+            message.ack()
+        got += batch
+    assert sorted(m.payload["n"] for m in got) == list(range(30))
+    assert Counter(m._state.db for m in got) == Counter(
+        {db: History.objects.using(db).count() for db in PARTS})
+    assert sum(History.objects.using(db).count() for db in PARTS) == 30
+    assert len(djqueue.peek("parted.c")) == 0
+    djqueue.send_batch("parted.c", [{"n": i} for i in range(9)])
+    assert len(djqueue.peek("parted.c")) == 9
+    djqueue.pause("parted.c")
+    assert all(Queue.objects.using(db).get(name="parted.c").paused for db in PARTS)
+    assert djqueue.receive("parted.c") == []
+    djqueue.resume("parted.c")
+    assert djqueue.purge("parted.c") == 9
+
+
+def test_a_partition_added_takes_new_messages_and_a_removed_one_drains_first():
+    djqueue.create_queue("parted.d", partitions=["queues", "p2"])
+    djqueue.send_batch("parted.d", [{"n": 1}])
+    djqueue.send("parted.d", {"n": 2})
+    assert per_partition("parted.d")["p3"] == 0
+    djqueue.add_partition("parted.d", "p3")
+    for n in range(9):
+        djqueue.send("parted.d", {"n": n})
+    assert per_partition("parted.d")["p3"] == 3
+    djqueue.remove_partition("parted.d", "p2")
+    layout = djqueue.get_queue("parted.d", fresh=True)
+    assert layout.partitions == ["queues", "p3"] and layout.draining_partitions == ["p2"]
+    left_on_p2 = per_partition("parted.d")["p2"]
+    for n in range(10):
+        djqueue.send("parted.d", {"n": n})
+    assert per_partition("parted.d")["p2"] == left_on_p2, "a draining partition took more"
+    assert partitions.drop_drained() == 0  # p2 still holds messages
+    while batch := djqueue.receive("parted.d", max_messages=10):
+        for message in batch:
+            message.ack()
+    assert partitions.drop_drained() == 1
+    assert djqueue.get_queue("parted.d", fresh=True).draining_partitions == []
+    with pytest.raises(ConfigurationError, match="not a database djqueue keeps"):
+        djqueue.add_partition("parted.d", "nowhere")
+
+
+def test_a_partition_that_does_not_answer_is_passed_over_and_keys_for_it_fail():
+    djqueue.create_queue("parted.e")
+    down = "p2"
+    connections[down].close()
+    settings = connections[down].settings_dict
+    real = dict(settings)
+    settings["PORT"] = "1"  # nothing listens there
+    if connections[down].vendor == "sqlite":
+        settings["NAME"] = "/nonexistent/partition.sqlite3"
+    try:
+        for n in range(12):
+            djqueue.send("parted.e", {"n": n})
+        key = next(k for k in (f"k{i}" for i in range(100))
+                   if PARTS[zlib.crc32(k.encode()) % 3] == down)
+        with pytest.raises(PartitionUnavailable, match="does not answer"):
+            djqueue.send("parted.e", {"keyed": True}, group_key=key)
+        got = djqueue.receive("parted.e", max_messages=20)
+    finally:
+        connections[down].close()
+        settings.update(real)
+        partitions._down.clear()
+    assert len(got) == 12 and {m._state.db for m in got} <= {"queues", "p3"}
+    assert Message.objects.using(down).count() == 0
+
+
+def test_a_worker_serves_every_partition_and_registers_on_each(spawn):
+    djqueue.create_queue("parted.work")
+    djqueue.send_batch("parted.work", [{"n": i} for i in range(300)])
+    worker = spawn("djqueue_worker", "parted.work", "-c", "2", "-b", "20", env=PLACED_ENV)
+    wait_until(lambda: sum(History.objects.using(db).count() for db in PARTS) == 300, 60,
+               "every partition drained")
+    assert sorted(Effect.objects.values_list("key", flat=True)) == list(range(300))
+    assert all(Worker.objects.using(db).exists() for db in PARTS)
+    assert all(Message.objects.using(db).filter(state=State.READY).count() == 0 for db in PARTS)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
+
+
+def test_metrics_show_a_partitioned_queue_once_with_its_partitions_added_up():
+    from djqueue.monitoring import prometheus, rollups
+    from djqueue.storage import dialects
+
+    djqueue.create_queue("parted.m")
+    djqueue.send_batch("parted.m", [{"n": i} for i in range(9)])
+    for db in ["default", *PARTS]:
+        with dialects.using(db):
+            rollups.sample_depth()
+    families = {f.name: f for f in prometheus.DjqueueCollector().collect()}
+    ready = [s for s in families["djqueue_queue_messages"].samples
+             if s.labels == {"queue": "parted.m", "state": "ready"}]
+    assert [s.value for s in ready] == [9.0]
+    paused = [s for s in families["djqueue_queue_paused"].samples
+              if s.labels["queue"] == "parted.m"]
+    assert len(paused) == 1
