@@ -16,7 +16,7 @@ from djqueue.models import History, Message, Queue, State, Worker
 from djqueue.storage import partitions
 from tests.conftest import wait_until
 from tests.models import Effect
-from tests.placement.conftest import PLACEMENT_DATABASES, PLACED_ENV
+from tests.placement.conftest import PLACED_ENV, PLACEMENT_DATABASES
 
 pytestmark = PLACEMENT_DATABASES
 PARTS = ["queues", "p2", "p3"]

@@ -13,7 +13,7 @@ from djqueue.exceptions import ConfigurationError, InvalidMessage, QueueNotFound
 from djqueue.models import History, Message, Queue, State, TaskRecord, Worker
 from tests.conftest import kill, wait_until
 from tests.models import Effect
-from tests.placement.conftest import PLACEMENT_DATABASES, PLACED_ENV, djqueue_rows
+from tests.placement.conftest import PLACED_ENV, PLACEMENT_DATABASES, djqueue_rows
 
 pytestmark = PLACEMENT_DATABASES
 
