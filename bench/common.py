@@ -12,6 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 BENCH_DB = "djq_bench"
+#: The partitioned queue's databases (bench/settings.py), beside BENCH_DB.
+PARTITIONS = ("p1", "p2", "p3")
 
 
 def setup_django(url: str) -> None:
@@ -26,12 +28,14 @@ def fresh_database(url: str):
     """Create the bench database anew, set Django up on it and migrate; returns an admin
     connection for :func:`drop_database`."""
     admin = raw_connection(url.rsplit("/", 1)[0] + "/mysql")
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-    admin.cursor().execute(f"CREATE DATABASE {BENCH_DB} CHARACTER SET utf8mb4")
+    for name in (BENCH_DB, *(f"{BENCH_DB}_{p}" for p in PARTITIONS)):
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.cursor().execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
     setup_django(url)
     from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
+    for alias in ("default", *PARTITIONS):
+        call_command("migrate", database=alias, verbosity=0)
     return admin
 
 
@@ -107,7 +111,8 @@ def _status(cursor, name: str) -> int:
 
 
 def drop_database(admin) -> None:
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+    for name in (BENCH_DB, *(f"{BENCH_DB}_{p}" for p in PARTITIONS)):
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
 
 
 def raw_connection(url: str):

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from common import BENCH_DB, ROOT, raw_connection, settle
+from common import BENCH_DB, PARTITIONS, ROOT, raw_connection, settle
 
 PAYLOAD = {"to": "someone@example.com", "subject": "x" * 60}
 BODY = json.dumps(PAYLOAD, separators=(",", ":"))
@@ -26,8 +26,21 @@ def env() -> dict[str, str]:
     """The workers' environment: the bench settings and DATABASE_URL set by setup_django."""
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
 
-__all__ = ["BENCH_DB", "api", "backlog", "django_task_cost", "inserts", "limited_worker",
-           "memory", "pickup", "raw", "tasks", "traced_worker", "worker"]
+__all__ = [
+    "BENCH_DB",
+    "api",
+    "backlog",
+    "django_task_cost",
+    "inserts",
+    "limited_worker",
+    "memory",
+    "partitioned",
+    "pickup",
+    "raw",
+    "tasks",
+    "traced_worker",
+    "worker",
+]
 
 
 def rate(count: int, seconds: float) -> float:
@@ -40,11 +53,11 @@ def queue_id(name: str = "bench") -> int:
     return djqueue.create_queue(name, exist_ok=True).pk
 
 
-def clear() -> None:
+def clear(alias: str = "default") -> None:
     """Empty the message and history tables (TRUNCATE: a million rows in no time)."""
-    from django.db import connection
+    from django.db import connections
 
-    with connection.cursor() as cursor:
+    with connections[alias].cursor() as cursor:
         cursor.execute("SET FOREIGN_KEY_CHECKS = 0")
         for table in ("djqueue_message", "djqueue_history", "djqueue_taskrecord"):
             cursor.execute(f"TRUNCATE TABLE {table}")
@@ -143,12 +156,12 @@ def api() -> dict[str, float]:
     return {"api_batch_100": rate(drained, time.perf_counter() - started)}
 
 
-def fill(count: int, name: str = "bench") -> None:
+def fill(count: int, name: str = "bench", alias: str = "default") -> None:
     """``count`` ready messages in one statement (MariaDB's sequence engine)."""
-    from django.db import connection
+    from django.db import connections
 
-    qid = queue_id(name)
-    with connection.cursor() as cursor:
+    qid = queue_id(name) if alias == "default" else partition_queue_id(name, alias)
+    with connections[alias].cursor() as cursor:
         for start in range(0, count, 1_000_000):
             size = min(1_000_000, count - start)
             cursor.execute(
@@ -158,14 +171,51 @@ def fill(count: int, name: str = "bench") -> None:
                 [qid, BODY])
 
 
-def drain_rate(since_id: int = 0) -> tuple[float, int]:
-    from django.db import connection
+def drain_rate(since_id: int = 0, aliases: tuple[str, ...] = ("default",)) -> tuple[float, int]:
+    """Messages per second from the first claim to the last finish, over ``aliases``."""
+    from django.db import connections
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT COUNT(*), MIN(claimed_at), MAX(finished_at) FROM djqueue_history "
-                       "WHERE id > %s AND worker <> 'history'", [since_id])
-        count, first, last = cursor.fetchone()
-    return rate(count, (last - first).total_seconds()) if count else 0.0, count
+    total, firsts, lasts = 0, [], []
+    for alias in aliases:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT COUNT(*), MIN(claimed_at), MAX(finished_at) FROM "
+                           "djqueue_history WHERE id > %s AND worker <> 'history'", [since_id])
+            count, first, last = cursor.fetchone()
+        if count:
+            total += count
+            firsts.append(first)
+            lasts.append(last)
+    return (rate(total, (max(lasts) - min(firsts)).total_seconds()) if total else 0.0), total
+
+
+def partition_queue_id(name: str, alias: str) -> int:
+    import djqueue
+    from djqueue.models import Queue
+
+    djqueue.create_queue(name, exist_ok=True)
+    return Queue.objects.using(alias).get(name=name).pk
+
+
+def partitioned(n: int) -> dict[str, float]:
+    """One worker process (``-b 100``) draining ``n`` messages of a queue partitioned over
+    three databases of this server, against the same on a plain queue, in turns (three
+    rounds): what spreading a queue costs a worker. On one server it cannot show the
+    gain of several (docs/scaling.md)."""
+    import statistics
+
+    plain, spread = [], []
+    for _ in range(3):
+        clear()
+        fill(n)
+        run_workers("bench", 1)
+        plain.append(drain_rate()[0])
+        for alias in PARTITIONS:
+            clear(alias)
+            fill(n // len(PARTITIONS), "bench.parted", alias)
+        run_workers("bench.parted", 1)
+        spread.append(drain_rate(aliases=PARTITIONS)[0])
+    return {"partitioned_1": statistics.median(plain),
+            "partitioned_3": statistics.median(spread)}
 
 
 def run_workers(queue: str, processes: int, *options: str,

@@ -3,10 +3,18 @@
 import os
 
 from project.settings import *  # noqa: F403
-from project.settings import DJQUEUE, TASKS
+from project.settings import DATABASES, DJQUEUE, TASKS
 
+#: The partitioned-queue row: three databases beside the bench's, on the same server
+#: (created by common.fresh_database), one partition each.
+PARTITIONS = ["p1", "p2", "p3"]
+for _alias in PARTITIONS:
+    DATABASES[_alias] = {**DATABASES["default"],
+                         "NAME": f"{DATABASES['default']['NAME']}_{_alias}"}
 DJQUEUE = {**DJQUEUE, "HANDLERS": {"bench": "bench.handlers.noop",
-                                   "bench.limited": "bench.handlers.noop"}}
+                                   "bench.limited": "bench.handlers.noop",
+                                   "bench.parted": "bench.handlers.noop"},
+           "QUEUE_DATABASES": {"bench.parted": PARTITIONS}}
 LOGGING = {"version": 1, "disable_existing_loggers": False}
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 # Measure as in production: DEBUG wraps every cursor to record its queries.

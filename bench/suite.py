@@ -47,6 +47,7 @@ TARGETS = [
     ("django.tasks worker vs worker", "tasks_worker_1", "worker_1", 0.7),
     ("django.tasks, two processes", "tasks_worker_2", "worker_2", 0.7),
     ("chord of 10,000, enqueue to callback", "chord_10k", "tasks_worker_1", 0.5),
+    ("3 partitions vs 1 (one server)", "partitioned_3", "partitioned_1", 0.8),
     ("1M ready vs 10k ready", "worker_backlog_1m", "worker_10k", 0.9),
     ("beside 1M history vs none", "worker_history_1m", "worker_10k", 0.9),
 ]
@@ -72,6 +73,7 @@ def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
     results.update(measures.traced_worker(n))
     results.update(measures.tasks(n // 4 if args.quick else n))
     results.update(measures.chord(min(n, 10_000)))
+    results.update(measures.partitioned(n))
     results.update(measures.django_task_cost())
     results.update(http_api.http_api())
     if not args.quick:
@@ -152,6 +154,8 @@ LABELS = {
     "worker_limited_1": "worker, queue with concurrency_limit=1000 (never reached)",
     "worker_backlog_1m": "worker with 1M ready", "worker_10k": "worker with 10k ready",
     "worker_history_1m": "worker beside 1M history rows",
+    "partitioned_3": "worker, a queue partitioned over 3 databases of one server",
+    "partitioned_1": "worker, the same messages on a plain queue",
 }
 MEASURES = [
     ("worker_2", "two worker processes, msgs/s", "≥ 9,375"),

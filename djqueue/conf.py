@@ -208,12 +208,9 @@ def _check_seconds(overrides: dict[str, Any], name: str, wanted: str,
 
 
 def _check_databases(overrides: dict[str, Any]) -> None:
-    """DATABASE and every QUEUE_DATABASES alias must be in Django's DATABASES."""
+    """Every QUEUE_DATABASES alias must be in Django's DATABASES (DATABASE is checked by
+    the system check djqueue.E002)."""
     known = set(getattr(django_settings, "DATABASES", {}) or {})
-    home = overrides.get("DATABASE", "default")
-    if not isinstance(home, str) or home not in known:
-        raise ConfigurationError(f"DJQUEUE['DATABASE'] must name an alias of DATABASES "
-                                 f"({', '.join(sorted(known))}), got {home!r}")
     rules = overrides.get("QUEUE_DATABASES", {})
     if not isinstance(rules, dict):
         raise ConfigurationError("DJQUEUE['QUEUE_DATABASES'] must be a dict: queue name or "

@@ -14,6 +14,13 @@ def record(message: Message) -> None:
     Effect.objects.create(key=message.payload["n"], attempt=message.attempts, pid=os.getpid())
 
 
+def partition_record(message: Message) -> None:
+    """The partition tests' handler (an exactly-once queue): its effect is written on the
+    message's own database, in the transaction that acks it."""
+    Effect.objects.using(message._state.db).create(
+        key=message.payload["n"], attempt=message.attempts, pid=os.getpid())
+
+
 def slow_record(message: Message) -> None:
     """Marks its start (key -n), works ``sleep`` seconds on the first delivery, then records."""
     Effect.objects.create(key=-message.payload["n"], attempt=message.attempts, pid=os.getpid())

@@ -133,6 +133,17 @@ LOGGING = {
 
 if os.environ.get("DJQUEUE_TEST_PLACED"):
     DJQUEUE["QUEUE_DATABASES"] = PLACED_QUEUES
+if os.environ.get("DJQUEUE_TEST_SPREAD_PORTS"):
+    # The partition servers test (tests/placement/test_partition_servers.py): queues
+    # spread.* partitioned over three private MariaDB servers on these ports.
+    _servers = [f"s{i}" for i in range(1, 4)]
+    for _alias, _port in zip(_servers, os.environ["DJQUEUE_TEST_SPREAD_PORTS"].split(","),
+                             strict=True):
+        DATABASES[_alias] = {**_default, "NAME": "parts", "HOST": "127.0.0.1", "PORT": _port,
+                             "USER": "root", "PASSWORD": "", "TEST": {"NAME": "parts"},
+                             "OPTIONS": {**_default["OPTIONS"], "connect_timeout": 2}}
+    DJQUEUE["QUEUE_DATABASES"] = {**DJQUEUE.get("QUEUE_DATABASES", {}), "spread.*": _servers}
+    DJQUEUE["HANDLERS"]["spread.work"] = "tests.handlers.partition_record"
 if os.environ.get("DJQUEUE_TEST_TASK_QUEUES"):  # more queues of the default task backend
     TASKS["default"]["QUEUES"] += os.environ["DJQUEUE_TEST_TASK_QUEUES"].split(",")
 

@@ -64,7 +64,7 @@ def send(
     """
     q = get_queue(queue)
     if q.partitions is not None:  # to the partition its key (or its turn) names
-        return partitions.send_to_partition(q, group_key, lambda row: send(
+        return partitions.send_to_partition(q, group_key or dedup_key, lambda row: send(
             row, payload, delay=delay, priority=priority, headers=headers, group_key=group_key,
             dedup_key=dedup_key, block=block, timeout=timeout), block=block, timeout=timeout)
     with dialects.using(placement.database_of(q)), tracing.producing(

@@ -8,15 +8,24 @@ groups and limits work there as anywhere, in one short transaction.
 
 Sending: a message with a group key goes to the partition its key hashes to
 (CRC-32 of the key, over the active partitions in order), so a key's messages
-keep their order and their per-key limits; any other message goes to the next
-partition in turn. A partition that does not answer is marked down for a
-moment: keyless messages go to the others meanwhile, and a keyed message for it
-raises PartitionUnavailable (or waits for it, with ``block``), never landing on
-another partition.
+keep their order and their per-key limits; one with only a dedup key goes where
+that key hashes to, so its duplicates meet it there; any other message goes to
+the next partition in turn. A partition that does not answer is marked down for
+a moment: keyless messages go to the others meanwhile, and a keyed message for
+it raises PartitionUnavailable (or waits for it, with ``block``), never landing
+on another partition.
+
+A keyless message whose statement was sent before the connection broke may or
+may not be stored: it raises PartitionUnavailable too, rather than be sent
+again elsewhere and perhaps twice. Send it again with the same dedup key: it
+goes to the same partition, and is stored once.
 
 Receiving: a worker or receiver serving the queue claims from every partition,
-starting from a different one each time; one that fails is left alone for a
-while and the others keep flowing.
+starting from another one every ROTATE_EVERY seconds (each process from its own);
+one that fails is left alone for a while and the others keep flowing. Why not a
+new partition each claim: a worker's claim also acks its last batch, in one
+transaction on one database; staying on a partition for a moment keeps the two
+together (a new start every claim made each claim two transactions).
 
 The layout changes at run time (:func:`add_partition`, :func:`remove_partition`)
 and every process sees it within QUEUE_CACHE_TTL. A new partition takes new
@@ -29,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import threading
 import time
 import zlib
@@ -46,6 +56,8 @@ logger = logging.getLogger("djqueue")
 T = TypeVar("T")
 #: Seconds a partition that failed is passed over by this process's sends and receives.
 DOWN_FOR = 2.0
+#: Seconds a receiver starts its claims from the same partition.
+ROTATE_EVERY = 0.1
 
 _down: dict[str, float] = {}
 _turn = itertools.count()
@@ -88,7 +100,8 @@ def unreachable(exc: BaseException) -> bool:
 # Sending
 
 def partition_for(queue: Queue, group_key: str | None) -> str:
-    """The partition a message goes to: its key's, else the next that answers."""
+    """The partition a message goes to: its key's (a group key, else a dedup key), else
+    the next that answers."""
     active = list(queue.partitions)
     if group_key is not None:
         return active[zlib.crc32(group_key.encode()) % len(active)]
@@ -114,18 +127,25 @@ def send_to_partition(queue: Queue, group_key: str | None, send: Callable[[Queue
                 f"Partition {db!r} of queue {queue.name!r}, where key {group_key!r} goes, "
                 "does not answer.")
         if not is_down(db) or group_key is None:
+            conn = connections[db]
+            connected = False
             try:
+                if not conn.in_atomic_block:
+                    conn.ensure_connection()
+                connected = True
                 return send(get_queue_on(queue.name, db))
             except DatabaseError as exc:
-                if not unreachable(exc) or connections[db].in_atomic_block:
+                if not unreachable(exc) or conn.in_atomic_block:
                     raise
                 mark_down(db, exc)
                 tried.add(db)
-                if group_key is None and len(tried) < len(queue.partitions):
-                    continue
-                if not block:
+                if not connected and group_key is None and len(tried) < len(queue.partitions):
+                    continue  # nothing was sent: another partition takes it
+                if not block or connected:
                     raise PartitionUnavailable(
-                        f"Partition {db!r} of queue {queue.name!r} does not answer.") from exc
+                        f"Partition {db!r} of queue {queue.name!r} does not answer" + (
+                            "; the message may have been stored there: send it again with "
+                            "the same dedup key" if connected else ".")) from exc
         if deadline is not None and time.monotonic() >= deadline:
             raise PartitionUnavailable(
                 f"Partition {db!r} of queue {queue.name!r} did not answer within "
@@ -142,7 +162,7 @@ def expand(queues: Sequence[Queue]) -> list[Queue]:
     if not any(q.partitions is not None for q in queues):
         return list(queues)
     found: list[Queue] = []
-    turn = next(_turn)
+    turn = int(time.monotonic() / ROTATE_EVERY) + os.getpid()
     for queue in queues:
         if queue.partitions is None:
             found.append(queue)

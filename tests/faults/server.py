@@ -17,9 +17,12 @@ INSTALL_DB = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"
 
 
 class PrivateMariaDB:
-    def __init__(self, root: Path, port: int = 3307) -> None:
+    def __init__(self, root: Path, port: int = 3307, flush_log_at_trx_commit: int = 1) -> None:
         self.root = root.resolve()
         self.port = port
+        #: 1: every commit reaches the disk; 2: it reaches the OS, which is as durable
+        #: against a kill -9 of the server alone, without an fsync per commit.
+        self.flush_log_at_trx_commit = flush_log_at_trx_commit
         self.datadir = self.root / "data"
         self.socket = self.root / "mariadb.sock"
         self.log = self.root / "mariadb.log"
@@ -46,7 +49,8 @@ class PrivateMariaDB:
             [MARIADBD, "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}",
              "--bind-address=127.0.0.1", f"--socket={self.socket}", "--user=root",
              f"--pid-file={self.root / 'mariadb.pid'}", "--skip-log-bin",
-             "--innodb-buffer-pool-size=256M", "--innodb-flush-log-at-trx-commit=1",
+             "--innodb-buffer-pool-size=256M",
+             f"--innodb-flush-log-at-trx-commit={self.flush_log_at_trx_commit}",
              "--innodb-log-file-size=256M", "--max-connections=400",
              "--transaction-isolation=READ-COMMITTED"],
             stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True)

@@ -10,7 +10,7 @@ import pytest
 import djqueue
 from djqueue.api import queue_operations
 from djqueue.exceptions import ConfigurationError, InvalidMessage, QueueNotFound
-from djqueue.models import History, Message, Queue, State, TaskRecord, Worker
+from djqueue.models import History, Message, Queue, QueueDepth, State, TaskRecord, Worker
 from tests.conftest import kill, wait_until
 from tests.models import Effect
 from tests.placement.conftest import PLACED_ENV, PLACEMENT_DATABASES, djqueue_rows
@@ -101,6 +101,8 @@ def test_a_worker_on_a_placed_queue_writes_nothing_to_the_home_database(spawn):
     worker = spawn("djqueue_worker", "placed.work", "-b", "20", env=PLACED_ENV)
     reaper = spawn("djqueue_reaper", env=PLACED_ENV)
     wait_until(lambda: History.objects.using("queues").count() == 100, 60, "drained")
+    wait_until(lambda: QueueDepth.objects.using("queues").exists(), 30,
+               "the reaper's statistics pass over the placed database")
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()
     reaper.signal(signal.SIGTERM)
