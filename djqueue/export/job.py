@@ -4,6 +4,11 @@ Reads djqueue's tables over JDBC in parallel partitions split on the primary
 key, writes the history partitioned by queue and date, and optionally report
 datasets. The same class runs from ``manage.py djqueue_export`` and, through
 ``djqueue/export/spark_app.py``, from ``spark-submit`` on a cluster.
+
+Every database djqueue keeps queues on is read, one JDBC source each, and the
+rows are unioned (djqueue.storage.placement): a queue on its own database, or
+partitioned over several, is exported as if it lived on one. A row's
+``database`` column names where it was (message ids are per database).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from djqueue.exceptions import ConfigurationError
 from djqueue.export import jdbc
 from djqueue.export.hadoop_files import HadoopFiles
 from djqueue.models import Body, ExportRun, History, Message, Queue, State, Topic
-from djqueue.storage import dialects
+from djqueue.storage import placement
 
 logger = logging.getLogger("djqueue.export")
 
@@ -42,8 +47,9 @@ class ExportOptions:
     partitions: int = 4
     report: bool = False
     incremental: bool = False
-    #: Rows finished in the last seconds are left for the next run, so that a
-    #: transaction committing late cannot fall behind the watermark.
+    #: An incremental run leaves the rows finished in its last seconds for the next run,
+    #: so that a transaction committing late cannot fall behind the watermark. A full
+    #: run takes everything finished before it started.
     settle_seconds: float = 5.0
 
 
@@ -63,10 +69,11 @@ class Exporter:
         if options.partitions < 1:
             raise ConfigurationError("--partitions must be at least 1.")
         self.options = options
-        self.db = dialects.alias()
-        conn = connections[self.db]
-        self.vendor = conn.vendor
-        self.source = jdbc.source_for(conn.settings_dict, conn.vendor)
+        #: The home database: the export's watermark rows.
+        self.db = placement.home()
+        self.databases = list(placement.databases())
+        self.sources = {db: jdbc.source_for(connections[db].settings_dict,
+                                            connections[db].vendor) for db in self.databases}
         self.queue_ids = self._queue_ids(options.queues)
         self.spark = spark
         self._owns_spark = spark is None
@@ -98,7 +105,8 @@ class Exporter:
 
     def window(self) -> tuple[datetime | None, datetime]:
         """[start, end) of finish times to export."""
-        end = timezone.now() - timedelta(seconds=self.options.settle_seconds)
+        end = timezone.now() - timedelta(
+            seconds=self.options.settle_seconds if self.options.incremental else 0)
         if self.options.until is not None:
             end = min(end, self.options.until)
         start = self.options.since
@@ -117,8 +125,9 @@ class Exporter:
         builder = SparkSession.builder
         if self.options.master:  # empty under spark-submit, which sets the master itself
             builder = builder.master(self.options.master)
+        jars = ",".join(dict.fromkeys(s.jar_path for s in self.sources.values()))
         return (builder.appName("djqueue-export")
-                .config("spark.jars", self.source.jar_path)
+                .config("spark.jars", jars)
                 .config("spark.sql.session.timeZone", "UTC")
                 .config("spark.driver.extraJavaOptions", utc)
                 .config("spark.executor.extraJavaOptions", utc)
@@ -127,11 +136,12 @@ class Exporter:
 
     # Reading
 
-    def read(self, model: Any, bounds: tuple[int, int] | None) -> Any:
-        """A model's table over JDBC, split on the primary key when ``bounds`` are given."""
-        reader = self.spark.read.format("jdbc").options(**self.source.options(
+    def read(self, db: str, model: Any, bounds: tuple[int, int] | None) -> Any:
+        """A model's table on ``db`` over JDBC, split on the primary key when ``bounds`` are
+        given."""
+        reader = self.spark.read.format("jdbc").options(**self.sources[db].options(
             model._meta.db_table)).option("fetchsize", "10000")
-        if self.vendor == "sqlite":
+        if connections[db].vendor == "sqlite":
             # Why: SQLite keeps datetimes as text, which the JDBC driver cannot
             # read as timestamps; read them as strings and convert in Spark.
             names = [f.column for f in model._meta.concrete_fields if f.column in TIMESTAMPS]
@@ -151,41 +161,51 @@ class Exporter:
         return frame
 
     def history(self, start: datetime | None, end: datetime) -> Any:
-        """Finished and dead-lettered messages of the window, one row each."""
+        """Finished and dead-lettered messages of the window, one row each, from every
+        database."""
+        frames = [self._history_on(db, start, end) for db in self.databases]
+        history = frames[0]
+        for frame in frames[1:]:
+            history = history.unionByName(frame)
+        return history
+
+    def _history_on(self, db: str, start: datetime | None, end: datetime) -> Any:
         from pyspark.sql import functions as F
 
-        finished = History.objects.using(self.db).filter(finished_at__lt=end)
-        dead = Message.objects.using(self.db).filter(state=State.DEAD, visible_at__lt=end)
+        queue_ids = None if self.queue_ids is None else self.queue_ids.get(db, [-1])
+        finished = History.objects.using(db).filter(finished_at__lt=end)
+        dead = Message.objects.using(db).filter(state=State.DEAD, visible_at__lt=end)
         if start is not None:
             finished = finished.filter(finished_at__gte=start)
             dead = dead.filter(visible_at__gte=start)
-        if self.queue_ids is not None:
-            finished = finished.filter(queue_id__in=self.queue_ids)
-            dead = dead.filter(queue_id__in=self.queue_ids)
+        if queue_ids is not None:
+            finished = finished.filter(queue_id__in=queue_ids)
+            dead = dead.filter(queue_id__in=queue_ids)
 
         def in_window(frame: Any, column: str) -> Any:
             frame = frame.where(F.col(column) < F.lit(end))
             if start is not None:
                 frame = frame.where(F.col(column) >= F.lit(start))
-            if self.queue_ids is not None:
-                frame = frame.where(F.col("queue_id").isin(self.queue_ids))
+            if queue_ids is not None:
+                frame = frame.where(F.col("queue_id").isin(queue_ids))
             return frame
 
         outcome = F.create_map(*[F.lit(x) for kv in OUTCOMES.items() for x in kv])
-        done = in_window(self.read(History, _bounds(finished)), "finished_at").select(
+        done = in_window(self.read(db, History, _bounds(finished)), "finished_at").select(
             "id", "queue_id", outcome[F.col("outcome")].alias("outcome"), "group_key",
             "priority", "attempts", F.col("size").cast("long").alias("size"), "worker",
             "sent_at", "claimed_at", "finished_at")
-        failed = in_window(self.read(Message, _bounds(dead)).where(
+        failed = in_window(self.read(db, Message, _bounds(dead)).where(
             F.col("state") == int(State.DEAD)), "visible_at").select(
             "id", F.coalesce("origin_queue_id", "queue_id").alias("queue_id"),
             F.lit("dead_lettered").alias("outcome"), "group_key", "priority", "attempts",
             F.octet_length("body").cast("long").alias("size"), F.lit("").alias("worker"),
             "sent_at", "claimed_at", F.col("visible_at").alias("finished_at"))
-        queues = self.read(Queue, None).select(F.col("id").alias("queue_id"),
-                                               F.col("name").alias("queue"))
+        queues = self.read(db, Queue, None).select(F.col("id").alias("queue_id"),
+                                                   F.col("name").alias("queue"))
         seconds = F.unix_micros
         return (done.unionByName(failed).join(F.broadcast(queues), "queue_id")
+                .withColumn("database", F.lit(db))
                 .withColumn("wait_seconds",
                             (seconds("claimed_at") - seconds("sent_at")) / 1e6)
                 .withColumn("run_seconds",
@@ -254,31 +274,41 @@ class Exporter:
             F.count("*").alias("messages"), F.avg("run_seconds").alias("run_mean"),
             pct("run_seconds", 0.95).alias("run_p95"), F.max("run_seconds").alias("run_max"))
             .orderBy(F.desc("run_p95")).limit(20))
-        bodies = Body.objects.using(self.db).filter(published_at__lt=end)
-        if start is not None:
-            bodies = bodies.filter(published_at__gte=start)
-        published = self.read(Body, _bounds(bodies)).where(F.col("published_at") < F.lit(end))
-        if start is not None:
-            published = published.where(F.col("published_at") >= F.lit(start))
-        topics = self.read(Topic, None).select(F.col("id").alias("topic_id"),
-                                               F.col("name").alias("topic"))
-        top_topics = (published.groupBy("topic_id").agg(
-            F.count("*").alias("messages"), F.sum(F.octet_length("body")).alias("bytes"))
-            .join(F.broadcast(topics), "topic_id").select("topic", "messages", "bytes")
-            .orderBy(F.desc("messages")))
+        published = None
+        for db in self.databases:
+            bodies = Body.objects.using(db).filter(published_at__lt=end)
+            if start is not None:
+                bodies = bodies.filter(published_at__gte=start)
+            frame = self.read(db, Body, _bounds(bodies)).where(F.col("published_at") < F.lit(end))
+            if start is not None:
+                frame = frame.where(F.col("published_at") >= F.lit(start))
+            topics = self.read(db, Topic, None).select(F.col("id").alias("topic_id"),
+                                                       F.col("name").alias("topic"))
+            frame = (frame.join(F.broadcast(topics), "topic_id")
+                     .select("topic", F.octet_length("body").alias("size")))
+            published = frame if published is None else published.unionByName(frame)
+        top_topics = (published.groupBy("topic").agg(
+            F.count("*").alias("messages"), F.sum("size").alias("bytes"))
+            .select("topic", "messages", "bytes").orderBy(F.desc("messages")))
         return {"queue_hourly": hourly, "slowest_handlers": slowest, "top_topics": top_topics}
 
     # Helpers
 
-    def _queue_ids(self, names: list[str]) -> list[int] | None:
+    def _queue_ids(self, names: list[str]) -> dict[str, list[int]] | None:
+        """The ids of the queues named, on each database (a partitioned queue has one on
+        each of its partitions)."""
         if not names:
             return None
-        found = dict(Queue.objects.using(self.db).filter(name__in=names)
-                     .values_list("name", "pk"))
-        missing = sorted(set(names) - set(found))
+        found: dict[str, list[int]] = {}
+        seen: set[str] = set()
+        for db in self.databases:
+            rows = list(Queue.objects.using(db).filter(name__in=names).values_list("name", "pk"))
+            found[db] = sorted(pk for _, pk in rows)
+            seen |= {name for name, _ in rows}
+        missing = sorted(set(names) - seen)
         if missing:
             raise ConfigurationError(f"No such queue(s): {', '.join(missing)}")
-        return sorted(found.values())
+        return found
 
 
 def _bounds(query: Any) -> tuple[int, int] | None:

@@ -43,7 +43,8 @@ class Command(BaseCommand):
                 partitions=options["partitions"], report=options["report"],
                 incremental=options["incremental"]),
                 progress=lambda text: self.stdout.write(f"  {text}"))
-            self.stdout.write(f"Exporting from {exporter.source.url} to {options['out']} ...")
+            sources = ", ".join(s.url for s in exporter.sources.values())
+            self.stdout.write(f"Exporting from {sources} to {options['out']} ...")
             result = exporter.run()
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
