@@ -35,6 +35,10 @@ class Settings:
     #: ending in ``*`` (``"reports.*"``), -> a ``DATABASES`` alias, or a list of two or
     #: more (the queue is partitioned over them). See djqueue.storage.placement.
     QUEUE_DATABASES: dict[str, str | list[str]] = field(default_factory=dict)
+    #: A read replica of DATABASE (an alias of DATABASES): the dashboard, the metrics and
+    #: the export read the home database's rows from it, and show its lag. None: they
+    #: read the home database itself.
+    READ_DATABASE: str | None = None
     #: Queue name -> dotted path of a handler ``callable(message)``.
     HANDLERS: dict[str, str] = field(default_factory=dict)
     #: Defaults for queues created without explicit options.
@@ -211,6 +215,10 @@ def _check_databases(overrides: dict[str, Any]) -> None:
     """Every QUEUE_DATABASES alias must be in Django's DATABASES (DATABASE is checked by
     the system check djqueue.E002)."""
     known = set(getattr(django_settings, "DATABASES", {}) or {})
+    replica = overrides.get("READ_DATABASE")
+    if replica is not None and (not isinstance(replica, str) or replica not in known):
+        raise ConfigurationError(f"DJQUEUE['READ_DATABASE'] must be None or an alias of "
+                                 f"DATABASES ({', '.join(sorted(known))}), got {replica!r}")
     rules = overrides.get("QUEUE_DATABASES", {})
     if not isinstance(rules, dict):
         raise ConfigurationError("DJQUEUE['QUEUE_DATABASES'] must be a dict: queue name or "

@@ -133,6 +133,14 @@ LOGGING = {
 
 if os.environ.get("DJQUEUE_TEST_PLACED"):
     DJQUEUE["QUEUE_DATABASES"] = PLACED_QUEUES
+if os.environ.get("DJQUEUE_TEST_REPLICA_URL"):
+    # The replica test (tests/placement/test_read_replica.py): the default database is a
+    # private primary (DATABASE_URL), read by pages and reports through its replica.
+    import dj_database_url
+
+    DATABASES["replica"] = {**dj_database_url.parse(os.environ["DJQUEUE_TEST_REPLICA_URL"]),
+                            "OPTIONS": _default["OPTIONS"]}
+    DJQUEUE["READ_DATABASE"] = "replica"
 if os.environ.get("DJQUEUE_TEST_SPREAD_PORTS"):
     # The partition servers test (tests/placement/test_partition_servers.py): queues
     # spread.* partitioned over three private MariaDB servers on these ports.

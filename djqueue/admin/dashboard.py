@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
@@ -50,11 +51,12 @@ class DashboardAdmin(admin.ModelAdmin):
         workers, limits, groups, topics and alarms."""
         permissions.require(request, permissions.VIEW_DASHBOARD)
         db = request_database(request)
-        with dialects.using(db):
-            return self._dashboard(request, db)
+        read = placement.read_database(db)  # a read replica, when there is one
+        with dialects.using(read):
+            return self._dashboard(request, db, read)
 
-    def _dashboard(self, request: HttpRequest, db: str) -> TemplateResponse:
-        queue = Queue.objects.using(db).filter(name=request.GET.get("queue") or "").first()
+    def _dashboard(self, request: HttpRequest, db: str, read: str) -> TemplateResponse:
+        queue = Queue.objects.using(read).filter(name=request.GET.get("queue") or "").first()
         if request.GET.get("part") == "charts":  # the charts alone, for the page's script
             return TemplateResponse(request, "admin/djqueue/dashboard_charts.html",
                                     {"charts": snapshot.charts(queue)}).render()
@@ -75,6 +77,7 @@ class DashboardAdmin(admin.ModelAdmin):
             "database": db, "databases": placement.databases(),
             "database_query": database_query(request),
             "database_first": database_query(request, True),
+            "replica": _replica(read) if read != db else None,
         }).render()
 
     def operation_view(self, request: HttpRequest, queue_id: int, operation: str) -> HttpResponse:
@@ -92,3 +95,12 @@ class DashboardAdmin(admin.ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         messages.success(request, op(queue))
         return redirect(back)
+
+
+def _replica(alias: str) -> dict[str, object]:
+    """The read replica the page was read from, and how far behind its primary it is."""
+    try:
+        lag = dialects.replica_lag(alias)
+    except DatabaseError:
+        lag = None
+    return {"alias": alias, "lag": lag}

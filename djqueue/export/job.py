@@ -27,7 +27,7 @@ from djqueue.exceptions import ConfigurationError
 from djqueue.export import jdbc
 from djqueue.export.hadoop_files import HadoopFiles
 from djqueue.models import Body, ExportRun, History, Message, Queue, State, Topic
-from djqueue.storage import placement
+from djqueue.storage import dialects, placement
 
 logger = logging.getLogger("djqueue.export")
 
@@ -72,8 +72,11 @@ class Exporter:
         #: The home database: the export's watermark rows.
         self.db = placement.home()
         self.databases = list(placement.databases())
-        self.sources = {db: jdbc.source_for(connections[db].settings_dict,
-                                            connections[db].vendor) for db in self.databases}
+        #: Where each database is read: its read replica, when there is one.
+        self.reads = {db: placement.read_database(db) for db in self.databases}
+        self.sources = {db: jdbc.source_for(connections[read].settings_dict,
+                                            connections[read].vendor)
+                        for db, read in self.reads.items()}
         self.queue_ids = self._queue_ids(options.queues)
         self.spark = spark
         self._owns_spark = spark is None
@@ -107,6 +110,17 @@ class Exporter:
         """[start, end) of finish times to export."""
         end = timezone.now() - timedelta(
             seconds=self.options.settle_seconds if self.options.incremental else 0)
+        for db, read in self.reads.items():
+            if read == db:
+                continue
+            # What the replica has not replayed yet is left out: the window ends as far
+            # back as it lags (an incremental run's watermark must not pass rows it lacks).
+            lag = dialects.replica_lag(read)
+            if lag is None:
+                raise ConfigurationError(
+                    f"The read replica {read!r} is not replicating, so the export cannot "
+                    f"tell what it lacks: start its replication, or unset READ_DATABASE.")
+            end -= timedelta(seconds=lag)
         if self.options.until is not None:
             end = min(end, self.options.until)
         start = self.options.since
@@ -141,7 +155,7 @@ class Exporter:
         given."""
         reader = self.spark.read.format("jdbc").options(**self.sources[db].options(
             model._meta.db_table)).option("fetchsize", "10000")
-        if connections[db].vendor == "sqlite":
+        if connections[self.reads[db]].vendor == "sqlite":
             # Why: SQLite keeps datetimes as text, which the JDBC driver cannot
             # read as timestamps; read them as strings and convert in Spark.
             names = [f.column for f in model._meta.concrete_fields if f.column in TIMESTAMPS]
@@ -173,8 +187,8 @@ class Exporter:
         from pyspark.sql import functions as F
 
         queue_ids = None if self.queue_ids is None else self.queue_ids.get(db, [-1])
-        finished = History.objects.using(db).filter(finished_at__lt=end)
-        dead = Message.objects.using(db).filter(state=State.DEAD, visible_at__lt=end)
+        finished = History.objects.using(self.reads[db]).filter(finished_at__lt=end)
+        dead = Message.objects.using(self.reads[db]).filter(state=State.DEAD, visible_at__lt=end)
         if start is not None:
             finished = finished.filter(finished_at__gte=start)
             dead = dead.filter(visible_at__gte=start)
@@ -276,7 +290,7 @@ class Exporter:
             .orderBy(F.desc("run_p95")).limit(20))
         published = None
         for db in self.databases:
-            bodies = Body.objects.using(db).filter(published_at__lt=end)
+            bodies = Body.objects.using(self.reads[db]).filter(published_at__lt=end)
             if start is not None:
                 bodies = bodies.filter(published_at__gte=start)
             frame = self.read(db, Body, _bounds(bodies)).where(F.col("published_at") < F.lit(end))
@@ -302,7 +316,8 @@ class Exporter:
         found: dict[str, list[int]] = {}
         seen: set[str] = set()
         for db in self.databases:
-            rows = list(Queue.objects.using(db).filter(name__in=names).values_list("name", "pk"))
+            rows = list(Queue.objects.using(self.reads[db]).filter(name__in=names)
+                        .values_list("name", "pk"))
             found[db] = sorted(pk for _, pk in rows)
             seen |= {name for name, _ in rows}
         missing = sorted(set(names) - seen)

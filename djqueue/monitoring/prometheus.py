@@ -23,11 +23,12 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from django.db import DatabaseError
 from django.utils import timezone
 
 from djqueue import histograms
 from djqueue.models import Period, Queue, QueueLimiter, QueueStat, StatsCursor, Worker
-from djqueue.storage import placement
+from djqueue.storage import dialects, placement
 
 #: The queries one collection runs on each database, whatever the backlog (a test holds
 #: it to this).
@@ -56,8 +57,10 @@ class DjqueueCollector:
         )
 
         now = timezone.now()
-        by_database = {db: list(Queue.objects.using(db).select_related("depth").order_by("name"))
-                       for db in placement.databases()}
+        # Each database's rows from its read replica, when there is one.
+        read = {db: placement.read_database(db) for db in placement.databases()}
+        by_database = {db: list(Queue.objects.using(read[db]).select_related("depth")
+                                .order_by("name")) for db in read}
         queues = [q for found in by_database.values() for q in found]
 
         messages = GaugeMetricFamily("djqueue_queue_messages",
@@ -96,9 +99,24 @@ class DjqueueCollector:
         if latest:
             sampled.add_metric([], latest)
         yield from (messages, oldest, paused, sampled)
+        replicas = {db: replica for db, replica in read.items() if replica != db}
+        by_database = {read[db]: queues for db, queues in by_database.items()}
         yield from _totals(by_database, CounterMetricFamily, HistogramMetricFamily)
         yield from _workers(list(by_database), now, GaugeMetricFamily)
         yield from _limits(by_database, now, GaugeMetricFamily, CounterMetricFamily)
+        if replicas:
+            lag = GaugeMetricFamily(
+                "djqueue_read_database_lag_seconds",
+                "How far the read replica the metrics come from is behind its primary "
+                "(absent while it is not replicating).", labels=["database", "replica"])
+            for db, replica in replicas.items():
+                try:
+                    behind = dialects.replica_lag(replica)
+                except DatabaseError:
+                    behind = None
+                if behind is not None:
+                    lag.add_metric([db, replica], behind)
+            yield lag
         counted = min((until for db in by_database for until in StatsCursor.objects.using(
             db).filter(name="stats").values_list("until", flat=True)), default=None)
         if counted is not None:  # the database counted least far says it

@@ -67,6 +67,13 @@ def rule(name: str) -> str | tuple[str, ...] | None:
     return found if found is None or isinstance(found, str) else tuple(found)
 
 
+def read_database(db: str) -> str:
+    """Where pages and reports read database ``db``'s rows: its read replica
+    (``DJQUEUE["READ_DATABASE"]``, for the home database), else ``db`` itself."""
+    replica = get_settings().READ_DATABASE
+    return replica if replica is not None and db == home() else db
+
+
 def ruled(name: str) -> str | None:
     """The one database a rule places queue ``name`` on (None: no rule, or partitions)."""
     found = rule(name)

@@ -17,9 +17,12 @@ INSTALL_DB = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"
 
 
 class PrivateMariaDB:
-    def __init__(self, root: Path, port: int = 3307, flush_log_at_trx_commit: int = 1) -> None:
+    def __init__(self, root: Path, port: int = 3307, flush_log_at_trx_commit: int = 1,
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.root = root.resolve()
         self.port = port
+        #: More server options (a replication test's server ids and binary log).
+        self.extra_args = extra_args
         #: 1: every commit reaches the disk; 2: it reaches the OS, which is as durable
         #: against a kill -9 of the server alone, without an fsync per commit.
         self.flush_log_at_trx_commit = flush_log_at_trx_commit
@@ -52,7 +55,7 @@ class PrivateMariaDB:
              "--innodb-buffer-pool-size=256M",
              f"--innodb-flush-log-at-trx-commit={self.flush_log_at_trx_commit}",
              "--innodb-log-file-size=256M", "--max-connections=400",
-             "--transaction-isolation=READ-COMMITTED"],
+             "--transaction-isolation=READ-COMMITTED", *self.extra_args],
             stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while True:
