@@ -14,7 +14,7 @@ from djqueue.admin.confirm import ask, confirmed
 from djqueue.admin.databases import database_query, request_database
 from djqueue.admin.operations import QUEUE_OPERATIONS
 from djqueue.models import Dashboard, Queue
-from djqueue.monitoring import snapshot
+from djqueue.monitoring import partition_summaries, snapshot
 from djqueue.storage import dialects, placement
 
 REFRESH_CHOICES = (0, 5, 30)
@@ -78,6 +78,7 @@ class DashboardAdmin(admin.ModelAdmin):
             "database_query": database_query(request),
             "database_first": database_query(request, True),
             "replica": _replica(read) if read != db else None,
+            "partitioned": partition_summaries.load() if db == placement.home() else [],
         }).render()
 
     def operation_view(self, request: HttpRequest, queue_id: int, operation: str) -> HttpResponse:

@@ -87,3 +87,18 @@ def test_the_dashboard_shows_one_database_and_its_buttons_act_there(superuser):
     assert response.status_code == 302 and response["Location"].endswith("?database=queues")
     assert Queue.objects.using("queues").get(name="placed.dash").paused
     assert not Queue.objects.get(name="home.q").paused
+
+
+def test_the_home_dashboard_shows_a_partitioned_queue_whole_and_by_partition(superuser):
+    djqueue.create_queue("parted.dash")
+    for _ in range(3):  # a keyless batch goes to one partition, the next to the next
+        djqueue.send_batch("parted.dash", [{"n": i} for i in range(3)])
+    for db in ("default", "queues", "p2", "p3"):
+        with dialects.using(db):
+            rollups.sample_depth()
+    page = superuser.get(reverse("admin:djqueue_dashboard_changelist")).content.decode()
+    assert 'data-partitioned="parted.dash"' in page
+    assert '<td class="num" data-total="ready">9</td>' in page
+    for db in ("queues", "p2", "p3"):
+        assert f'data-partition="parted.dash@{db}"' in page
+    assert page.count('<td class="num" data-count="ready">3</td>') >= 3
