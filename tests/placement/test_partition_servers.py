@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import ROOT, wait_until
 from tests.faults.server import PrivateMariaDB
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.mysql_only]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.mysql_only, pytest.mark.slow]
 PORTS = os.environ.get("DJQUEUE_SPREAD_PORTS", "3311,3312,3313")
 TOTAL, PRODUCERS, KEYED_EVERY, KEYS = 60_000, 4, 3, 50
 
