@@ -26,7 +26,7 @@ from djqueue.http.database_threads import in_database
 from djqueue.http.endpoint_base import granted, iso, json_response
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission, Message, Queue
-from djqueue.storage import dialects, placement
+from djqueue.storage import partitions, placement
 from djqueue.storage.transitions import MAX_ERROR_CHARS, ack_many, extend, fail, release
 
 RECEIPT_RE = re.compile(r"^([1-9][0-9]{0,18})\.([0-9a-f]{32})$")
@@ -90,20 +90,22 @@ async def receive_messages(request: HttpRequest, queue: str) -> HttpResponse:
     return await _long_poll(request, queue, queue, lambda: [get_queue(queue)])
 
 
-def _receipts(body: dict[str, Any]) -> dict[int, str]:
+def _receipts(body: dict[str, Any]) -> dict[int, set[str]]:
+    """Message id -> the leases the receipts give it: one, except where the partitions of
+    a partitioned queue each hold a message of that id."""
     receipts = bodies.listed(body, "receipts", longest=MAX_RECEIPTS)
-    found: dict[int, str] = {}
+    found: dict[int, set[str]] = {}
     for receipt in receipts:
         match = RECEIPT_RE.match(receipt) if isinstance(receipt, str) else None
         if not match:
             raise InvalidRequest(f"{str(receipt)[:80]!r} is not a receipt (as a receive "
                                  "returned it: '<id>.<lease>').")
-        found[int(match.group(1))] = match.group(2)
+        found.setdefault(int(match.group(1)), set()).add(match.group(2))
     return found
 
 
 def _finish(request: HttpRequest, permission_on: str, queues_of: Callable[[], list[Queue]],
-            fields: set[str], act: Callable[[list[Message], dict[str, Any]], list[int]],
+            fields: set[str], act: Callable[[list[Message], dict[str, Any]], list[Message]],
             ) -> dict[str, Any]:
     """Ack, nack or extend: the messages the receipts name, in ``queues_of()``, each with
     the receipt's lease (only its holder's lease matches the row's)."""
@@ -111,15 +113,22 @@ def _finish(request: HttpRequest, permission_on: str, queues_of: Callable[[], li
     body = bodies.json_body(request)
     bodies.check_fields(body, {"receipts", *fields})
     receipts = _receipts(body)
-    queues = queues_of()  # one queue, or a topic group's: one database either way
-    queue_ids = [q.pk for q in queues]
-    db = placement.database_of(queues[0]) if queues else dialects.alias()
-    messages = list(Message.objects.using(db).filter(
-        pk__in=list(receipts), queue_id__in=queue_ids).select_related("queue"))
-    for message in messages:
-        message.lease_token = receipts[message.pk]
-    done = act(messages, body)
-    lost = sorted(set(receipts) - set(done))
+    # One queue, a topic group's, or each partition's row of a partitioned queue: a
+    # receipt's lease token tells which of them holds its message (ids are per database).
+    queue_ids: dict[str, list[int]] = {}
+    for row in partitions.expand(queues_of()):
+        queue_ids.setdefault(placement.database_of(row), []).append(row.pk)
+    messages = [m for db, ids in queue_ids.items() for m in Message.objects.using(db).filter(
+        pk__in=list(receipts), queue_id__in=ids).select_related("queue")]
+    for message in messages:  # the receipt whose lease the row carries, if any has it
+        leases = receipts[message.pk]
+        message.lease_token = (message.lease_token if message.lease_token in leases
+                               else min(leases))
+    finished = act(messages, body)
+    done = [m.pk for m in finished]
+    settled = {(m.pk, m.lease_token) for m in finished}
+    lost = sorted(pk for pk, leases in receipts.items() for lease in leases
+                  if (pk, lease) not in settled)
     if lost:
         error = NotOwner(f"{len(lost)} of the receipts' leases were lost (expired, or taken "
                          "by another delivery), or name no message of this queue; the others "
@@ -129,11 +138,11 @@ def _finish(request: HttpRequest, permission_on: str, queues_of: Callable[[], li
     return {"done": sorted(done)}
 
 
-def _ack(messages: list[Message], body: dict[str, Any]) -> list[int]:
-    return [m.pk for m in ack_many(messages)]
+def _ack(messages: list[Message], body: dict[str, Any]) -> list[Message]:
+    return ack_many(messages)
 
 
-def _nack(messages: list[Message], body: dict[str, Any]) -> list[int]:
+def _nack(messages: list[Message], body: dict[str, Any]) -> list[Message]:
     """With an ``error``: a failed delivery (counted; retried after ``delay`` or the
     queue's backoff, or dead-lettered). Without: given back uncounted (after ``delay``)."""
     error = bodies.text(body, "error", longest=MAX_ERROR_CHARS, default=None)
@@ -142,17 +151,17 @@ def _nack(messages: list[Message], body: dict[str, Any]) -> list[int]:
     for message in messages:
         if error is None:
             if release([message], delay=delay):
-                done.append(message.pk)
+                done.append(message)
             continue
         try:
             fail(message, error, delay=delay)
         except NotOwner:
             continue
-        done.append(message.pk)
+        done.append(message)
     return done
 
 
-def _extend(messages: list[Message], body: dict[str, Any]) -> list[int]:
+def _extend(messages: list[Message], body: dict[str, Any]) -> list[Message]:
     seconds = bodies.number(body, "seconds", low=0, high=durations.MAX_LEASE, low_open=True)
     done = []
     for message in messages:
@@ -160,11 +169,11 @@ def _extend(messages: list[Message], body: dict[str, Any]) -> list[int]:
             extend(message, seconds)
         except NotOwner:
             continue
-        done.append(message.pk)
+        done.append(message)
     return done
 
 
-def _finisher(act: Callable[[list[Message], dict[str, Any]], list[int]],
+def _finisher(act: Callable[[list[Message], dict[str, Any]], list[Message]],
               fields: set[str]) -> Callable[..., Awaitable[HttpResponse]]:
     async def on_queue(request: HttpRequest, queue: str) -> HttpResponse:
         return json_response(await in_database(
@@ -186,7 +195,7 @@ async def receive_from_group(request: HttpRequest, topic: str, group: str) -> Ht
     return await _long_poll(request, topic, topic, lambda: _group_queues(topic, group))
 
 
-def _group_finisher(act: Callable[[list[Message], dict[str, Any]], list[int]],
+def _group_finisher(act: Callable[[list[Message], dict[str, Any]], list[Message]],
                     fields: set[str]) -> Callable[..., Awaitable[HttpResponse]]:
     async def on_group(request: HttpRequest, topic: str, group: str) -> HttpResponse:
         return json_response(await in_database(

@@ -162,3 +162,39 @@ def test_metrics_show_a_partitioned_queue_once_with_its_partitions_added_up():
     paused = [s for s in families["djqueue_queue_paused"].samples
               if s.labels["queue"] == "parted.m"]
     assert len(paused) == 1
+
+
+def test_the_http_api_sends_receives_and_acks_on_a_partitioned_queue(spawn):
+    import httpx
+
+    from djqueue.http import access
+    from djqueue.models import ApiClient, ApiPermission
+    from tests.http.conftest import MOUNT, free_port
+
+    djqueue.create_queue("parted.http")
+    client = ApiClient.objects.create(name="svc")
+    access.grant(client, "parted.http", ApiPermission.FULL_CONTROL)
+    port = free_port()
+    spawn("djqueue_http", "--port", str(port), env=PLACED_ENV)
+    base = f"http://127.0.0.1:{port}{MOUNT}queues/parted.http"
+    http = httpx.Client(headers={"Authorization": f"Bearer {access.issue_token(client)}"},
+                        timeout=30)
+
+    def answers() -> bool:
+        try:
+            return http.get(f"{base}/messages").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_until(answers, 30, "the API server to answer", interval=0.05)
+    for n in range(3):  # each batch to the next partition
+        sent = http.post(f"{base}/messages", json={"messages": [{"payload": n}] * 4})
+        assert sent.status_code == 201, sent.text
+    got = []
+    while batch := http.post(f"{base}/receive", json={"max_messages": 10}).json()["messages"]:
+        got += batch
+    assert len(got) == 12
+    acked = http.post(f"{base}/ack", json={"receipts": [m["receipt"] for m in got]})
+    assert acked.status_code == 200, acked.text
+    assert sum(History.objects.using(db).count() for db in PARTS) == 12
+    assert all(History.objects.using(db).count() == 4 for db in PARTS)
