@@ -65,10 +65,11 @@ class DashboardAdmin(admin.ModelAdmin):
         except ValueError:
             refresh = 0
         user = request.user
+        data = snapshot.load()
         return TemplateResponse(request, "admin/djqueue/dashboard.html", {
             **self.admin_site.each_context(request),
             "title": "Queue dashboard",
-            "data": snapshot.load(),
+            "data": data,
             "charts": snapshot.charts(queue),
             "chart_refresh": CHART_REFRESH,
             "refresh": refresh if refresh in REFRESH_CHOICES else 0,
@@ -78,7 +79,8 @@ class DashboardAdmin(admin.ModelAdmin):
             "database_query": database_query(request),
             "database_first": database_query(request, True),
             "replica": _replica(read) if read != db else None,
-            "partitioned": partition_summaries.load() if db == placement.home() else [],
+            "partitioned": partition_summaries.load([row.queue for row in data.queues])
+            if db == placement.home() else [],
         }).render()
 
     def operation_view(self, request: HttpRequest, queue_id: int, operation: str) -> HttpResponse:

@@ -1,9 +1,11 @@
 """The dashboard's view of partitioned queues: each one as a whole, and each partition.
 
 A partitioned queue's rows live on several databases (djqueue.storage.partitions);
-the dashboard shows one database at a time, so this reads the directory rows of
-the home database and, for each, its partitions' latest depth samples (the
-reaper's), one indexed read a partition, from its read replica where there is one.
+the dashboard shows one database at a time, so this takes the directory rows of
+the home database (read already, with its queues) and, for each, reads its
+partitions' latest depth samples (the reaper's): one indexed read a partition,
+from its read replica where there is one. Without partitioned queues it reads
+nothing.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ class PartitionedQueue:
         return [p.database for p in self.partitions if p.counts is None]
 
 
-def load() -> list[PartitionedQueue]:
+def load(queues: list[Queue]) -> list[PartitionedQueue]:
+    """The partitioned ones of ``queues`` (the home database's rows), each with its
+    partitions."""
     found = []
-    home = placement.read_database(placement.home())
-    for directory in Queue.objects.using(home).filter(partitions__isnull=False).order_by("name"):
+    for directory in (q for q in queues if q.partitions is not None):
         summary = PartitionedQueue(directory.name, directory.paused)
         for db in partitions.served(directory):
             summary.partitions.append(PartitionRow(
