@@ -64,6 +64,9 @@ def send(
     """
     q = get_queue(queue)
     if q.partitions is not None:  # to the partition its key (or its turn) names
+        validate_group_key(group_key)
+        if dedup_key is not None:
+            dedup.validate_key(dedup_key)
         return partitions.send_to_partition(q, group_key or dedup_key, lambda row: send(
             row, payload, delay=delay, priority=priority, headers=headers, group_key=group_key,
             dedup_key=dedup_key, block=block, timeout=timeout), block=block, timeout=timeout)

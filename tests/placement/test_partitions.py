@@ -198,3 +198,14 @@ def test_the_http_api_sends_receives_and_acks_on_a_partitioned_queue(spawn):
     assert acked.status_code == 200, acked.text
     assert sum(History.objects.using(db).count() for db in PARTS) == 12
     assert all(History.objects.using(db).count() == 4 for db in PARTS)
+
+
+@pytest.mark.parametrize("keys", [{"group_key": 5}, {"group_key": "a\x00b"},
+                                  {"dedup_key": ["x"]}, {"group_key": "k" * 500}])
+def test_bad_keys_for_a_partitioned_queue_are_refused_before_routing(keys):
+    from djqueue.exceptions import InvalidMessage
+
+    djqueue.create_queue("parted.bad")
+    with pytest.raises(InvalidMessage):
+        djqueue.send("parted.bad", {"n": 1}, **keys)
+    assert not any(per_partition("parted.bad").values())
