@@ -20,13 +20,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
-from django.db.models import Max, Min
 from django.utils import timezone
 
 from djqueue.exceptions import ConfigurationError
-from djqueue.export import jdbc
+from djqueue.export import jdbc, reports
 from djqueue.export.hadoop_files import HadoopFiles
-from djqueue.models import Body, ExportRun, History, Message, Queue, State, Topic
+from djqueue.export.reports import id_bounds
+from djqueue.models import ExportRun, History, Message, Queue, State
 from djqueue.storage import dialects, placement
 
 logger = logging.getLogger("djqueue.export")
@@ -205,11 +205,11 @@ class Exporter:
             return frame
 
         outcome = F.create_map(*[F.lit(x) for kv in OUTCOMES.items() for x in kv])
-        done = in_window(self.read(db, History, _bounds(finished)), "finished_at").select(
+        done = in_window(self.read(db, History, id_bounds(finished)), "finished_at").select(
             "id", "queue_id", outcome[F.col("outcome")].alias("outcome"), "group_key",
             "priority", "attempts", F.col("size").cast("long").alias("size"), "worker",
             "sent_at", "claimed_at", "finished_at")
-        failed = in_window(self.read(db, Message, _bounds(dead)).where(
+        failed = in_window(self.read(db, Message, id_bounds(dead)).where(
             F.col("state") == int(State.DEAD)), "visible_at").select(
             "id", F.coalesce("origin_queue_id", "queue_id").alias("queue_id"),
             F.lit("dead_lettered").alias("outcome"), "group_key", "priority", "attempts",
@@ -260,51 +260,10 @@ class Exporter:
         self.progress(f"{label or name}: {count} rows in {time.monotonic() - started:.1f} s")
         return count
 
-    # Reports
+    # Reports (djqueue.export.reports)
 
     def reports(self, history: Any, start: datetime | None, end: datetime) -> dict[str, Any]:
-        from pyspark.sql import functions as F
-
-        def pct(column: str, p: float) -> Any:
-            return F.percentile_approx(column, p, 10000)
-
-        hourly = (history.withColumn("hour", F.date_trunc("hour", "finished_at"))
-                  .groupBy("queue", "hour").agg(
-                      F.count("*").alias("messages"),
-                      F.sum((F.col("outcome") == "acked").cast("int")).alias("acked"),
-                      F.sum((F.col("outcome") == "deleted").cast("int")).alias("deleted"),
-                      F.sum((F.col("outcome") == "dead_lettered").cast("int"))
-                      .alias("dead_lettered"),
-                      (F.count("*") / 60.0).alias("per_minute"),
-                      pct("wait_seconds", 0.5).alias("wait_p50"),
-                      pct("wait_seconds", 0.95).alias("wait_p95"),
-                      pct("run_seconds", 0.5).alias("run_p50"),
-                      pct("run_seconds", 0.95).alias("run_p95"),
-                      F.avg((F.col("attempts") > 1).cast("double")).alias("retry_rate"),
-                      F.avg((F.col("outcome") == "dead_lettered").cast("double"))
-                      .alias("dead_letter_rate"))
-                  .orderBy("queue", "hour"))
-        slowest = (history.where(F.col("run_seconds").isNotNull()).groupBy("queue").agg(
-            F.count("*").alias("messages"), F.avg("run_seconds").alias("run_mean"),
-            pct("run_seconds", 0.95).alias("run_p95"), F.max("run_seconds").alias("run_max"))
-            .orderBy(F.desc("run_p95")).limit(20))
-        published = None
-        for db in self.databases:
-            bodies = Body.objects.using(self.reads[db]).filter(published_at__lt=end)
-            if start is not None:
-                bodies = bodies.filter(published_at__gte=start)
-            frame = self.read(db, Body, _bounds(bodies)).where(F.col("published_at") < F.lit(end))
-            if start is not None:
-                frame = frame.where(F.col("published_at") >= F.lit(start))
-            topics = self.read(db, Topic, None).select(F.col("id").alias("topic_id"),
-                                                       F.col("name").alias("topic"))
-            frame = (frame.join(F.broadcast(topics), "topic_id")
-                     .select("topic", F.octet_length("body").alias("size")))
-            published = frame if published is None else published.unionByName(frame)
-        top_topics = (published.groupBy("topic").agg(
-            F.count("*").alias("messages"), F.sum("size").alias("bytes"))
-            .select("topic", "messages", "bytes").orderBy(F.desc("messages")))
-        return {"queue_hourly": hourly, "slowest_handlers": slowest, "top_topics": top_topics}
+        return reports.build(self, history, start, end)
 
     # Helpers
 
@@ -324,10 +283,3 @@ class Exporter:
         if missing:
             raise ConfigurationError(f"No such queue(s): {', '.join(missing)}")
         return found
-
-
-def _bounds(query: Any) -> tuple[int, int] | None:
-    found = query.aggregate(low=Min("pk"), high=Max("pk"))
-    if found["low"] is None:
-        return None
-    return found["low"], found["high"]
