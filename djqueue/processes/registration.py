@@ -85,7 +85,7 @@ class Registration:
             self._locks[db] = SessionLock(self.lock_key, db)
             try:
                 self._register(db)
-            except DatabaseError:
+            except Exception:  # DatabaseError, or its lock still held: the next claim tries
                 logger.exception("Could not register on %s; the next claim tries again", db,
                                  extra={"worker": self.worker_id})
                 self._locks.pop(db).close()

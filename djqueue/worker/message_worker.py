@@ -176,7 +176,14 @@ class Worker(ProcessBase):
         """Claim up to ``limit``, acking the finished messages in the same transactions
         (one a database: djqueue.worker.database_claims)."""
         started = time.monotonic()
-        queues = partitions.expand([get_queue(q.name) for q in self.queues])
+        try:  # a queue's row is read again once QUEUE_CACHE_TTL has passed
+            queues = partitions.expand([get_queue(q.name) for q in self.queues])
+        except Exception as exc:  # the worker outlives a database that does not answer
+            logger.exception("Looking up the queues failed; retrying after a pause",
+                             extra={"worker": self.id})
+            self._claim_failed("", exc)
+            self.stop_signals.stop.wait(1.0)
+            return 0
         for queue in queues:  # a partition added since the worker started
             self.registration.add_database(placement.database_of(queue))
         claimed = self._claims.claim(queues, self._acks.acks(), limit, peek=peek)
