@@ -14,6 +14,10 @@ def record(message: Message) -> None:
     Effect.objects.create(key=message.payload["n"], attempt=message.attempts, pid=os.getpid())
 
 
+def noop(message: Message) -> None:
+    """Does nothing (the adaptive claim size's test: no handler time to bound a claim)."""
+
+
 def partition_record(message: Message) -> None:
     """The partition tests' handler (an exactly-once queue): its effect is written on the
     message's own database, in the transaction that acks it."""

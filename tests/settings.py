@@ -76,6 +76,7 @@ DJQUEUE = {
     "HANDLERS": {
         **DJQUEUE["HANDLERS"],
         "t.record": "tests.handlers.record",
+        "t.noop": "tests.handlers.noop",
         "t.slow": "tests.handlers.slow_record",
         "t.exactly": "tests.handlers.exactly_once_record",
         "t.flaky": "tests.handlers.fail_then_succeed",

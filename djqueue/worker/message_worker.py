@@ -153,11 +153,12 @@ class Worker(ProcessBase):
             # Finished messages awaiting their ack make room: the claim settles them.
             outstanding = len(self._held) - len(self._acks.unflushed)
             room = self._prefetch.most_held(outstanding) - outstanding
-            want = min(room, self.options.batch_size, self._left())
+            batch = self._prefetch.batch_size
+            want = min(room, batch, self._left())
             got = 0
-            if want > 0 and (room >= self.options.batch_size or not outstanding):
+            if want > 0 and (room >= batch or not outstanding):
                 got = self._claim(want, peek=idle)
-            due = self._acks.due(self.options.batch_size)
+            due = self._acks.due(self._prefetch.batch_size)
             if due is not None and due <= time.monotonic():
                 self._flush()
             idle = not got and not self._held
@@ -169,7 +170,7 @@ class Worker(ProcessBase):
             if self._acks.wait_for(self._prefetch.finished_awaited(
                     len(self._held), len(self._acks.unflushed))):
                 continue
-            backoff.sleep(_soonest(self._acks.due(self.options.batch_size),
+            backoff.sleep(_soonest(self._acks.due(self._prefetch.batch_size),
                                    self._claims.limit_wait.seconds))
 
     def _claim(self, limit: int, peek: bool = False) -> int:
@@ -191,8 +192,7 @@ class Worker(ProcessBase):
             self.stop_signals.stop.wait(1.0)  # nothing answered: pause before the next try
             return 0
         messages = claimed.messages
-        if messages:
-            self._prefetch.claimed(time.monotonic() - started)
+        self._prefetch.claimed(time.monotonic() - started, limit, len(messages))
         if claimed.tried:
             self._acks.acked(claimed.tried, claimed.acked)
         for message in messages:
@@ -220,7 +220,7 @@ class Worker(ProcessBase):
         """How many more messages ``--max-messages`` lets this worker claim."""
         limit = self.options.max_messages
         if limit is None:
-            return self.options.batch_size
+            return self._prefetch.batch_size
         return limit - self.stats.processed - len(self._held)
 
     def _limit_reached(self) -> bool:

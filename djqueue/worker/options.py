@@ -13,7 +13,9 @@ from djqueue.exceptions import ConfigurationError
 class WorkerOptions:
     queues: list[str]
     concurrency: int = 1
-    batch_size: int = 10
+    #: Messages a claim asks for; None: adapted to the backlog and the handlers (see
+    #: djqueue.worker.prefetch).
+    batch_size: int | None = None
     max_messages: int | None = None
     max_seconds: float | None = None
     burst: bool = False

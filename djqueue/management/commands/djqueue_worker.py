@@ -33,9 +33,10 @@ class Command(BaseCommand):
                                  "(default 1). Above 1 this process supervises them: it "
                                  "replaces any that exits (one that reached --max-messages "
                                  "or --max-seconds too) and passes SIGTERM/SIGINT on.")
-        parser.add_argument("-b", "--batch-size", type=whole_number(1, 10_000), default=10,
+        parser.add_argument("-b", "--batch-size", type=whole_number(1, 10_000), default=None,
                             help="Messages claimed per transaction; also the prefetch "
-                                 "(default 10).")
+                                 "(default: adapted, from 1 to 500, to the backlog and "
+                                 "the handlers' speed).")
         parser.add_argument("--max-messages", type=whole_number(), default=None,
                             help="Exit after processing this many messages.")
         parser.add_argument("--max-seconds", type=seconds(durations.MAX_RETENTION),
