@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SHELL := /bin/bash
 
-.PHONY: run test docs venv lint check pytest bench bench-quick bench-flow bench-export bench-dashboard bench-metrics bench-affinity soak clean
+.PHONY: run test docs venv lint check pytest bench bench-quick bench-databases bench-churn bench-flow bench-export bench-dashboard bench-metrics bench-affinity soak clean
 
 run: $(VENV)/.installed
 	scripts/run_demo.sh
@@ -33,9 +33,18 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
 bench: $(VENV)/.installed
-	scripts/ensure_system.sh mariadb redis
+	scripts/ensure_system.sh mariadb redis postgres
 	scripts/bench_venv.sh
 	$(PY) bench/suite.py
+	$(PY) bench/databases.py
+
+bench-databases: $(VENV)/.installed
+	scripts/ensure_system.sh mariadb postgres
+	$(PY) bench/databases.py
+
+bench-churn: $(VENV)/.installed
+	scripts/ensure_system.sh postgres
+	$(PY) bench/postgres_churn.py
 
 bench-quick: $(VENV)/.installed
 	scripts/ensure_system.sh mariadb

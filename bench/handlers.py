@@ -1,2 +1,10 @@
+import time
+
+
 def noop(message) -> None:
     """The benchmark handler: does nothing, so the queue's own cost is measured."""
+
+
+def wait_10ms(message) -> None:
+    """The I/O row's handler: waits 10 ms, as on a call to another service."""
+    time.sleep(0.01)

@@ -7,14 +7,15 @@ from project.settings import DATABASES, DJQUEUE, TASKS
 
 #: The partitioned-queue row: three databases beside the bench's, on the same server
 #: (created by common.fresh_database), one partition each.
-PARTITIONS = ["p1", "p2", "p3"]
+PARTITIONS = ["p1", "p2", "p3"] if DATABASES["default"]["ENGINE"].endswith("mysql") else []
 for _alias in PARTITIONS:
     DATABASES[_alias] = {**DATABASES["default"],
                          "NAME": f"{DATABASES['default']['NAME']}_{_alias}"}
 DJQUEUE = {**DJQUEUE, "HANDLERS": {"bench": "bench.handlers.noop",
+                                   "bench.io": "bench.handlers.wait_10ms",
                                    "bench.limited": "bench.handlers.noop",
                                    "bench.parted": "bench.handlers.noop"},
-           "QUEUE_DATABASES": {"bench.parted": PARTITIONS}}
+           "QUEUE_DATABASES": {"bench.parted": PARTITIONS} if PARTITIONS else {}}
 LOGGING = {"version": 1, "disable_existing_loggers": False}
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 # Measure as in production: DEBUG wraps every cursor to record its queries.

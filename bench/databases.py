@@ -1,0 +1,210 @@
+"""The database axis of ``make bench``: the same rows on MariaDB, PostgreSQL and SQLite,
+each against raw loops of its own driver in the same run.
+
+    .venv/bin/python bench/databases.py [--quick] [--repeats N] [--messages N]
+                                        [--only mariadb,postgresql,sqlite]
+
+Every database gets a child process (Django is set up once a process) that runs,
+``--repeats`` times back to back:
+
+- ``send`` one per commit against a raw single-row insert (the driver alone, on
+  a table like ``djqueue_message``), in alternating rounds;
+- the raw claim+ack loop: per batch of 100 one transaction that copies the
+  finished batch into a history table, deletes it, claims the next 100 with
+  ``SELECT ... FOR UPDATE SKIP LOCKED`` (SQLite: a write transaction instead)
+  and stamps them; the limit for a worker process;
+- ``djqueue_worker`` at its defaults, and at ``-b 100`` and ``-b 500``, draining a
+  backlog of ``--messages`` messages (100,000) with a no-op handler;
+- the django.tasks worker the same way (defaults and ``-b 100``);
+- handlers that wait 10 ms (``time.sleep``) under ``-c 32``: the limit is 3,200/s;
+- an idle worker at its defaults: the statements (MariaDB) or transactions
+  (PostgreSQL) it costs a second, and how soon it picks up a send.
+
+Prints a table per database and the targets; writes bench/results/databases.json
+and databases.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+URLS = {
+    "mariadb": "mysql://root@127.0.0.1:3306/djq_bench",
+    "postgresql": "postgres://postgres@127.0.0.1:5432/djq_bench",
+    "sqlite": "sqlite:////tmp/djq_bench.sqlite3",
+}
+
+
+DASH = "\N{EN DASH}"
+
+
+# The parent: one child a database, then the report.
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--messages", type=int, default=None)
+    parser.add_argument("--only", default=",".join(URLS))
+    parser.add_argument("--one", choices=list(URLS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.messages = args.messages or (5_000 if args.quick else 100_000)
+    if args.one:
+        print(json.dumps(one_database(args.one, args)))
+        return
+    started = time.monotonic()
+    found: dict[str, dict] = {}
+    for name in args.only.split(","):
+        print(f"{name} ...", flush=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--one", name, "--repeats", str(args.repeats),
+             "--messages", str(args.messages), *(["--quick"] if args.quick else [])],
+            cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True)
+        found[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    summary = {name: summarise(runs) for name, runs in found.items()}
+    targets = report(summary)
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "databases.json").write_text(json.dumps({
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform()},
+        "messages": args.messages, "repeats": args.repeats, "quick": args.quick,
+        "seconds": time.monotonic() - started, "summary": summary, "targets": targets,
+        "runs": found}, indent=2))
+    (out / "databases.md").write_text(markdown(summary))
+    print(f"\nwritten: bench/results/databases.json and databases.md "
+          f"({time.monotonic() - started:.0f} s)")
+
+
+def summarise(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    keys = sorted({k for r in runs for k in r})
+    return {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
+            for k in keys if (v := [r[k] for r in runs if k in r])}
+
+
+def median(summary: dict, key: str) -> float | None:
+    return summary[key]["median"] if key in summary else None
+
+
+def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str, bool | None]]:
+    """(database, target, value, needed, holds) for every target the run can judge."""
+    rows = []
+
+    def ratio(db: str, name: str, mine: str, base: str | float | None, factor: float) -> None:
+        got = median(summary[db], mine)
+        baseline = median(summary[db], base) if isinstance(base, str) else base
+        if got is None or not baseline:
+            return
+        value = got / baseline
+        rows.append((db, name, value, f"≥ {factor:g}", value >= factor))
+
+    for db, found in summary.items():
+        best = max(filter(None, (median(found, k) for k in ("worker_b100", "worker_b500"))),
+                   default=None)
+        ratio(db, "worker, defaults vs best -b", "worker_defaults", best, 0.8)
+        ratio(db, "django.tasks worker, defaults vs -b 100", "tasks_defaults",
+              "tasks_b100", 0.8)
+        ratio(db, "django.tasks worker vs worker (defaults)", "tasks_defaults",
+              "worker_defaults", 0.55)
+        ratio(db, "10 ms handlers, -c 32, vs 3,200/s", "io_c32", 3200.0, 0.9)
+        if db == "postgresql":
+            ratio(db, "worker (defaults) vs raw claim+ack 100", "worker_defaults",
+                  "raw_claim_ack_100", 0.5)
+            ratio(db, "send vs raw insert", "send_1", "raw_insert_1", 0.8)
+        for key, limit in (("pickup_p50_ms", 5.0), ("pickup_p95_ms", 20.0),
+                           ("idle_per_s", 20.0)):
+            if key in found:
+                value = found[key]["median"]
+                rows.append((db, key, value, f"≤ {limit:g}", value <= limit))
+    if "sqlite" in summary and "mariadb" in summary:
+        for key, factor in (("send_1", 2.6), ("worker_defaults", 0.82), ("worker_b100", 1.05)):
+            got, base = median(summary["sqlite"], key), median(summary["mariadb"], key)
+            if got and base:
+                rows.append(("sqlite", f"{key} vs MariaDB's", got / base, f"≥ {factor:g}",
+                             got / base >= factor))
+    return rows
+
+
+def report(summary: dict[str, dict]) -> list[dict]:
+    for db, found in summary.items():
+        print(f"\n{db}\n{'measure':28} {'median':>10} {'min':>10} {'max':>10}")
+        for key, s in found.items():
+            print(f"{key:28} {s['median']:10.1f} {s['min']:10.1f} {s['max']:10.1f}")
+    print(f"\n{'database':11} {'target':44} {'value':>8} {'needed':>8}  holds")
+    rows = []
+    for db, name, value, needed, holds in targets(summary):
+        print(f"{db:11} {name:44} {value:8.2f} {needed:>8}  {'yes' if holds else 'NO'}")
+        rows.append({"database": db, "target": name, "value": value, "needed": needed,
+                     "holds": holds})
+    return rows
+
+
+LABELS = {
+    "raw_insert_1": "raw insert, 1 per commit", "send_1": "send, 1 per commit",
+    "raw_claim_ack_100": "raw claim+ack loop, 100 per transaction",
+    "worker_defaults": "worker, default options", "worker_b100": "worker, `-b 100`",
+    "worker_b500": "worker, `-b 500`", "worker_defaults_cpu_us": "worker CPU per message, µs",
+    "tasks_defaults": "django.tasks worker, default options",
+    "tasks_b100": "django.tasks worker, `-b 100`",
+    "tasks_defaults_cpu_us": "django.tasks worker CPU per task, µs",
+    "io_c32": "10 ms handlers, `-c 32` (limit 3,200)",
+    "io_c32_cpu_us": "10 ms handlers: worker CPU per message, µs",
+    "pickup_p50_ms": "pickup p50, ms", "pickup_p95_ms": "pickup p95, ms",
+    "idle_per_s": "idle worker: statements/s (MariaDB), transactions/s (PostgreSQL)",
+}
+
+
+def markdown(summary: dict[str, dict]) -> str:
+    names = list(summary)
+    lines = ["| measure | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for key, label in LABELS.items():
+        cells = []
+        for db in names:
+            s = summary[db].get(key)
+            cells.append("—" if s is None else
+                         f"{s['median']:,.1f} ({s['min']:,.1f}{DASH}{s['max']:,.1f})"
+                         if s["median"] < 100 else
+                         f"{s['median']:,.0f} ({s['min']:,.0f}{DASH}{s['max']:,.0f})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| database | target | value | needed | holds |", "|---|---|---:|---:|---|"]
+    lines += [f"| {db} | {name} | {value:.2f} | {needed} | {'✓' if holds else '✗'} |"
+              for db, name, value, needed, holds in targets(summary)]
+    return "\n".join(lines) + "\n"
+
+
+# The child: one database.
+
+def one_database(name: str, args: argparse.Namespace) -> list[dict[str, float]]:
+    from vendor_loops import VendorBench
+
+    bench = VendorBench(name, URLS[name])
+    runs = []
+    for _ in range(args.repeats):
+        run: dict[str, float] = {}
+        run.update(bench.inserts(min(args.messages, 3000)))
+        run.update(bench.raw_claim_ack(args.messages))
+        run.update(bench.workers(args.messages))
+        run.update(bench.tasks(args.messages // 5 if args.quick else args.messages))
+        run.update(bench.io_handlers(2_000 if args.quick else 10_000))
+        runs.append(run)
+    latency = bench.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)
+    for run in runs:
+        run.update(latency)
+    bench.drop()
+    return runs
+
+
+if __name__ == "__main__":
+    main()
