@@ -49,6 +49,32 @@ URLS = {
 DASH = "\N{EN DASH}"
 
 
+#: The peers measured on each database (bench/peers/run.py, from .venv-bench), and the
+#: factor djqueue's django.tasks worker at its defaults is to reach against each.
+PEERS = {"mariadb": ("tasks-db", "dj-queue", "django-ox"),
+         "postgresql": ("tasks-db", "dj-queue", "django-ox", "procrastinate")}
+PEER_FACTORS = {"tasks-db": 25, "dj-queue": 10, "django-ox": 25, "procrastinate": 10}
+PEER_URLS = {"mariadb": "mysql://root@127.0.0.1:3306/djq_bench_peers",
+             "postgresql": "postgres://postgres@127.0.0.1:5432/djq_bench_peers"}
+PEER_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
+
+
+def run_peer(peer: str, url: str, messages: int) -> dict[str, float]:
+    """One peer's drain (the best of its variants), enqueue and pickup, as measures."""
+    if not PEER_PYTHON.exists():
+        subprocess.run([str(ROOT / "scripts" / "bench_venv.sh")], check=True)
+    done = subprocess.run([str(PEER_PYTHON), "-m", "bench.peers.run", peer, "--messages",
+                           str(messages), "--url", url], cwd=ROOT, check=True,
+                          capture_output=True, text=True)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    pickups = sorted(found["pickup_ms"])
+    measured = {f"peer_{peer}_{key}": value for key, value in found.items()
+                if key.startswith("drain_") or key == "enqueue"}
+    if pickups:
+        measured[f"peer_{peer}_pickup_p50_ms"] = pickups[len(pickups) // 2]
+    return measured
+
+
 # The parent: one child a database, then the report.
 
 def main() -> None:
@@ -57,6 +83,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--messages", type=int, default=None)
     parser.add_argument("--only", default=",".join(URLS))
+    parser.add_argument("--peer-messages", type=int, default=5_000)
     parser.add_argument("--one", choices=list(URLS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.repeats = args.repeats or (1 if args.quick else 3)
@@ -73,6 +100,12 @@ def main() -> None:
              "--messages", str(args.messages), *(["--quick"] if args.quick else [])],
             cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True)
         found[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        if not args.quick:
+            for peer in PEERS.get(name, ()):
+                print(f"{name}: {peer} ...", flush=True)
+                measured = run_peer(peer, PEER_URLS[name], args.peer_messages)
+                for run in found[name]:
+                    run.update(measured)
     summary = {name: summarise(runs) for name, runs in found.items()}
     targets = report(summary)
     out = ROOT / "bench" / "results"
@@ -119,12 +152,16 @@ def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str,
         ratio(db, "django.tasks worker vs worker (defaults)", "tasks_defaults",
               "worker_defaults", 0.55)
         ratio(db, "10 ms handlers, -c 32, vs 3,200/s", "io_c32", 3200.0, 0.9)
+        for peer, factor in PEER_FACTORS.items():
+            ratio(db, f"django.tasks worker (defaults) vs {peer}", "tasks_defaults",
+                  f"peer_{peer}_drain_1", factor)
         if db == "postgresql":
             ratio(db, "worker (defaults) vs raw claim+ack 100", "worker_defaults",
                   "raw_claim_ack_100", 0.5)
             ratio(db, "send vs raw insert", "send_1", "raw_insert_1", 0.8)
         for key, limit in (("pickup_p50_ms", 5.0), ("pickup_p95_ms", 20.0),
-                           ("idle_per_s", 20.0)):
+                           ("idle_per_s", 20.0), ("admin_p95_ms", 200.0),
+                           ("admin_locked_errors", 0.0), ("admin_failed", 0.0)):
             if key in found:
                 value = found[key]["median"]
                 rows.append((db, key, value, f"≤ {limit:g}", value <= limit))
@@ -163,6 +200,14 @@ LABELS = {
     "io_c32_cpu_us": "10 ms handlers: worker CPU per message, µs",
     "pickup_p50_ms": "pickup p50, ms", "pickup_p95_ms": "pickup p95, ms",
     "idle_per_s": "idle worker: statements/s (MariaDB), transactions/s (PostgreSQL)",
+    "admin_p50_ms": "admin pages while 2 workers drain and 1,000 msgs/s are sent: p50, ms",
+    "admin_p95_ms": "the same, p95, ms",
+    "admin_locked_errors": "\"database is locked\" errors (pages and process logs)",
+    **{f"peer_{peer}_{key}": f"{peer}: {label}" for peer in PEER_FACTORS
+       for key, label in (("drain_defaults", "drain, its defaults, tasks/s"),
+                          ("drain_tuned", "drain, its fastest documented settings, tasks/s"),
+                          ("enqueue", "enqueue, 1 per call, tasks/s"),
+                          ("pickup_p50_ms", "pickup p50 (tuned), ms"))},
 }
 
 
@@ -200,6 +245,7 @@ def one_database(name: str, args: argparse.Namespace) -> list[dict[str, float]]:
         run.update(bench.io_handlers(2_000 if args.quick else 10_000))
         runs.append(run)
     latency = bench.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)
+    latency.update(bench.admin_under_load(seconds=5 if args.quick else 15))
     for run in runs:
         run.update(latency)
     bench.drop()

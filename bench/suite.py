@@ -81,7 +81,8 @@ def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
             found = run_peer(peer, max(2000, n // 10) if peer == "tasks-db" else n // 2)
             results.update({f"{prefix}_enqueue": found["enqueue"],
                             f"{prefix}_drain_1": found["drain_1"],
-                            f"{prefix}_drain_2": found["drain_2"],
+                            **({f"{prefix}_drain_2": found["drain_2"]}
+                               if "drain_2" in found else {}),
                             f"{prefix}_pickup_p50_ms": percentile(found["pickup_ms"], 50),
                             f"{prefix}_pickup_p95_ms": percentile(found["pickup_ms"], 95)})
     return results

@@ -8,12 +8,14 @@ copied, where a series of numbers comes from, and how a claim locks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -319,6 +321,58 @@ class VendorBench:
         found, drained = self.drain_rate()
         self.clear()
         return {"io_c32": found, "io_c32_cpu_us": cpu / max(drained, 1) * 1e6}
+
+    def admin_under_load(self, seconds: float = 15.0, rate: int = 1000) -> dict[str, float]:
+        """The admin's pages (dashboard, messages, queues, history; server time through
+        Django's test client) while two workers at their defaults drain and a producer
+        process sends ``rate`` messages a second for ``seconds``; and how many
+        "database is locked" errors appeared anywhere."""
+        from django.contrib.auth.models import User
+        from django.test import Client
+        from django.urls import reverse
+
+        self.clear()
+        if not User.objects.filter(username="bench").exists():
+            User.objects.create_superuser("bench", password="bench-pw")
+        client = Client()
+        client.login(username="bench", password="bench-pw")
+        pages = [reverse(f"admin:djqueue_{name}_changelist")
+                 for name in ("dashboard", "message", "queue", "history")]
+        count = int(seconds * rate)
+        produce = ("import time, djqueue\nstart = time.monotonic()\n"
+                   f"for i in range({count}):\n    djqueue.send('bench', {{'n': i}})\n"
+                   f"    pause = start + (i + 1) / {rate} - time.monotonic()\n"
+                   "    if pause > 0: time.sleep(pause)\n")
+        manage = [sys.executable, str(ROOT / "manage.py")]
+        times, locked, failed = [], 0, 0
+        with contextlib.ExitStack() as stack:
+            logs = [stack.enter_context(tempfile.TemporaryFile()) for _ in range(3)]
+            workers = [subprocess.Popen([*manage, "djqueue_worker", "bench"], cwd=ROOT,
+                                        stdout=log, stderr=subprocess.STDOUT)
+                       for log in logs[:2]]
+            producer = subprocess.Popen([*manage, "shell", "-c", produce], cwd=ROOT,
+                                        stdout=logs[2], stderr=subprocess.STDOUT)
+            try:
+                while producer.poll() is None:
+                    for page in pages:
+                        started = time.perf_counter()
+                        response = client.get(page)
+                        times.append((time.perf_counter() - started) * 1000)
+                        failed += response.status_code != 200
+                        locked += b"database is locked" in response.content
+            finally:
+                for process in workers:
+                    process.send_signal(signal.SIGTERM)
+                    process.wait(60)
+            for log in logs:
+                log.seek(0)
+                locked += log.read().count(b"database is locked")
+        times.sort()
+        self.clear()
+        return {"admin_p50_ms": times[len(times) // 2],
+                "admin_p95_ms": times[min(len(times) - 1, int(len(times) * 0.95))],
+                "admin_locked_errors": float(locked), "admin_failed": float(failed),
+                "admin_producer_exit": float(producer.returncode)}
 
     def idle_count(self) -> int | None:
         """The server's statements (MariaDB) or transactions (PostgreSQL) so far."""

@@ -1,6 +1,9 @@
 """Measure one peer; prints one JSON object. Runs in .venv-bench (see bench/suite.py).
 
-    .venv-bench/bin/python -m bench.peers.run tasks-db|celery --messages N --url URL
+    .venv-bench/bin/python -m bench.peers.run PEER --messages N --url URL
+
+PEER: tasks-db, dj-queue, django-ox (django.tasks backends; MariaDB or PostgreSQL by
+URL), procrastinate (PostgreSQL), celery (the local Redis).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,11 +31,11 @@ def timed_rate(count: int, action) -> float:
     return count / (time.perf_counter() - started)
 
 
-def spawn(args: list[str], log: str) -> subprocess.Popen:
+def spawn(args: list[str], log: str, extra: dict[str, str] | None = None) -> subprocess.Popen:
     """Start a peer's worker, its output in bench/results/<log>.log. The environment
     is this process's minus DJANGO_SETTINGS_MODULE unless it is the peer's own (Celery
     would otherwise load djqueue's settings, which this venv cannot import)."""
-    env = dict(os.environ)
+    env = {**os.environ, **(extra or {})}
     if env.get("DJANGO_SETTINGS_MODULE") != "bench.peers.settings":
         env.pop("DJANGO_SETTINGS_MODULE", None)
     out = ROOT / "bench" / "results"
@@ -49,61 +53,193 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-# django-tasks-db
+# The django.tasks peers: django-tasks-db, dj-queue, django-ox
 
-def tasks_db(messages: int, url: str) -> dict:
-    import MySQLdb
+@dataclass(frozen=True)
+class DjangoPeer:
+    """How to run and read one django.tasks peer. ``variants``: (name, worker command,
+    backend OPTIONS) for its defaults and its fastest documented settings; ``idle``
+    is the command an idle worker runs for the pickup measure."""
+
+    model: str
+    started: str
+    finished: str
+    enqueued: str
+    variants: tuple[tuple[str, tuple[str, ...], dict], ...]
+    idle: tuple[str, ...]
+    idle_options: dict = field(default_factory=dict)
+
+
+#: dj-queue's tuned runtime, from its README: the async mode, 8 threads a worker.
+DJ_QUEUE_TUNED = {"mode": "async", "workers": [{"queues": "*", "threads": 8, "processes": 1,
+                                                "polling_interval": 0.1}]}
+DJANGO_PEERS = {
+    "tasks-db": DjangoPeer(
+        "django_tasks_database.DBTaskResult", "started_at", "finished_at", "enqueued_at",
+        (("defaults", ("db_worker", "--batch"), {}),
+         ("tuned", ("db_worker", "--batch", "--no-startup-delay", "--interval", "0.1"), {})),
+        ("db_worker", "--no-startup-delay", "--interval", "0.1")),
+    "dj-queue": DjangoPeer(
+        "dj_queue.Job", "finished_at", "finished_at", "created_at",
+        (("defaults", ("dj_queue", "--only-work"), {}),
+         ("tuned", ("dj_queue", "--only-work"), DJ_QUEUE_TUNED)),
+        ("dj_queue", "--only-work"), DJ_QUEUE_TUNED),
+    "django-ox": DjangoPeer(
+        "django_ox.OxTask", "started_at", "finished_at", "enqueued_at",
+        (("defaults", ("ox_worker", "--batch"), {}),
+         ("tuned", ("ox_worker", "--batch", "--concurrency", "4", "--interval", "0.1"), {})),
+        ("ox_worker", "--interval", "0.1")),
+}
+
+
+def fresh_database(url: str) -> None:
+    """Create the peer's database anew on its server (MariaDB or PostgreSQL)."""
     from dj_database_url import parse
 
     cfg = parse(url)
-    admin = MySQLdb.connect(host=cfg["HOST"], port=int(cfg["PORT"] or 3306), user=cfg["USER"],
-                            passwd=cfg["PASSWORD"] or "")
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {cfg['NAME']}")
-    admin.cursor().execute(f"CREATE DATABASE {cfg['NAME']} CHARACTER SET utf8mb4")
-    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="bench.peers.settings")
+    name = cfg["NAME"]
+    if "mysql" in cfg["ENGINE"]:
+        import MySQLdb
+
+        admin = MySQLdb.connect(host=cfg["HOST"], port=int(cfg["PORT"] or 3306),
+                                user=cfg["USER"], passwd=cfg["PASSWORD"] or "")
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.cursor().execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
+    else:
+        import psycopg
+
+        with psycopg.connect(host=cfg["HOST"], port=int(cfg["PORT"] or 5432),
+                             user=cfg["USER"] or "postgres", dbname="postgres",
+                             autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            admin.execute(f"CREATE DATABASE {name}")
+
+
+def django_peer(peer: str, messages: int, url: str) -> dict:
+    """Enqueue one by one, drain a backlog at each variant, then pickup from an idle worker."""
+    spec = DJANGO_PEERS[peer]
+    fresh_database(url)
+    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="bench.peers.settings",
+                      PEER=peer)
     import django
 
     django.setup()
+    from django.apps import apps
     from django.core.management import call_command
-    from django_tasks_db.models import DBTaskResult
+    from django.db import transaction
 
     from bench.peers.tasks import noop
 
     call_command("migrate", verbosity=0)
-    worker = [sys.executable, "-m", "django", "db_worker", "--no-startup-delay", "--batch"]
+    model = apps.get_model(spec.model)
+    manage = [sys.executable, "-m", "django"]
     result: dict = {"enqueue": timed_rate(min(messages, 2000), lambda i: noop.enqueue(PAYLOAD))}
-    for processes in (1, 2):
-        DBTaskResult.objects.all().delete()
-        for _ in range(messages):
-            noop.enqueue(PAYLOAD)
-        workers = [spawn(worker, "peer-tasks-db") for _ in range(processes)]
-        for process in workers:
-            process.wait()
-        result[f"drain_{processes}"] = _db_rate(DBTaskResult.objects.all())
-    DBTaskResult.objects.all().delete()
-    idle = spawn([sys.executable, "-m", "django", "db_worker", "--no-startup-delay"],
-                 "peer-tasks-db")
-    time.sleep(2)  # let it start and go idle: pickup is measured from an idle worker
+    for name, command, options in spec.variants:
+        model.objects.all().delete()
+        for start in range(0, messages, 500):
+            with transaction.atomic():
+                for _ in range(min(500, messages - start)):
+                    noop.enqueue(PAYLOAD)
+        worker = spawn([*manage, *command], f"peer-{peer}",
+                       {"PEER_OPTIONS": json.dumps(options)})
+        _wait_finished(model, spec, messages, worker)
+        stop(worker)
+        result[f"drain_{name}"] = _db_rate(model.objects.all(), spec)
+    result["drain_1"] = max(result[f"drain_{name}"] for name, _c, _o in spec.variants)
+    model.objects.all().delete()
+    idle = spawn([*manage, *spec.idle], f"peer-{peer}",
+                 {"PEER_OPTIONS": json.dumps(spec.idle_options)})
+    time.sleep(3)  # let it start and go idle: pickup is measured from an idle worker
     for _ in range(PICKUPS):
         noop.enqueue(PAYLOAD)
         time.sleep(0.25 + (time.time() % 0.1))
-    deadline = time.monotonic() + 10
-    while (DBTaskResult.objects.filter(finished_at__isnull=True).exists()
-           and time.monotonic() < deadline):
-        time.sleep(0.05)
+    _wait_finished(model, spec, PICKUPS, idle, timeout=30)
     stop(idle)
-    result["pickup_ms"] = [(r.started_at - r.enqueued_at).total_seconds() * 1000
-                           for r in DBTaskResult.objects.exclude(started_at=None)]
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {cfg['NAME']}")
+    result["pickup_ms"] = [
+        (getattr(r, spec.started) - getattr(r, spec.enqueued)).total_seconds() * 1000
+        for r in model.objects.exclude(**{spec.started: None})]
     return result
 
 
-def _db_rate(results) -> float:
+def _wait_finished(model, spec: DjangoPeer, count: int, worker: subprocess.Popen,
+                   timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while model.objects.exclude(**{spec.finished: None}).count() < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{spec.model}: not every task finished in {timeout} s")
+        if worker.poll() is not None and worker.returncode != 0:
+            raise RuntimeError(f"{spec.model}: the worker exited with {worker.returncode}")
+        time.sleep(0.1)
+
+
+def _db_rate(results, spec: DjangoPeer) -> float:
     from django.db.models import Max, Min
 
-    span = results.aggregate(first=Min("started_at"), last=Max("finished_at"))
-    count = results.exclude(finished_at=None).count()
+    span = results.aggregate(first=Min(spec.started), last=Max(spec.finished))
+    count = results.exclude(**{spec.finished: None}).count()
     return count / (span["last"] - span["first"]).total_seconds()
+
+
+# procrastinate (PostgreSQL)
+
+def procrastinate(messages: int, url: str) -> dict:
+    """procrastinate's worker (its CLI, one process) at its defaults, with its log
+    level at WARNING (by default it logs two INFO lines a job), and with that and
+    ``--concurrency 8``; rates and pickup from its events table."""
+    fresh_database(url)
+    os.environ["DATABASE_URL"] = url
+    from bench.peers.procrastinate_app import app, noop
+
+    command = [sys.executable, "-m", "procrastinate", "--app=bench.peers.procrastinate_app.app"]
+    quiet = ("--log-level", "warning")
+    variants = (("defaults", (), ()), ("tuned", quiet, ()),
+                ("tuned_c8", quiet, ("--concurrency", "8")))
+    with app.open():
+        app.schema_manager.apply_schema()
+        result: dict = {"enqueue": timed_rate(min(messages, 2000),
+                                              lambda i: noop.defer(payload=PAYLOAD))}
+        for name, before, options in variants:
+            _procrastinate_sql("TRUNCATE procrastinate_jobs CASCADE")
+            for start in range(0, messages, 1000):
+                noop.batch_defer(*[{"payload": PAYLOAD}] * min(1000, messages - start))
+            worker = spawn([*command, *before, "worker", "--one-shot", *options],
+                           "peer-procrastinate")
+            if worker.wait(900) != 0:
+                raise RuntimeError("procrastinate's worker failed (bench/results/"
+                                   "peer-procrastinate.log)")
+            count, first, last = _procrastinate_sql(
+                "SELECT count(*) FILTER (WHERE type = 'succeeded'), "
+                "min(at) FILTER (WHERE type = 'started'), "
+                "max(at) FILTER (WHERE type = 'succeeded') FROM procrastinate_events")[0]
+            result[f"drain_{name}"] = count / (last - first).total_seconds()
+        result["drain_1"] = max(result[f"drain_{name}"] for name, _b, _o in variants)
+        _procrastinate_sql("TRUNCATE procrastinate_jobs CASCADE")
+        idle = spawn([*command, *quiet, "worker"], "peer-procrastinate")
+        time.sleep(3)
+        for _ in range(PICKUPS):
+            noop.defer(payload=PAYLOAD)
+            time.sleep(0.25 + (time.time() % 0.1))
+        deadline = time.monotonic() + 30
+        while (_procrastinate_sql("SELECT count(*) FROM procrastinate_jobs WHERE status = "
+                                  "'succeeded'")[0][0] < PICKUPS
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        stop(idle)
+        result["pickup_ms"] = [row[0] * 1000 for row in _procrastinate_sql(
+            "SELECT EXTRACT(EPOCH FROM s.at - d.at)::float FROM procrastinate_events d "
+            "JOIN procrastinate_events s ON s.job_id = d.job_id AND s.type = 'started' "
+            "WHERE d.type = 'deferred'")]
+    return result
+
+
+def _procrastinate_sql(sql: str) -> list[tuple]:
+    import psycopg
+
+    from bench.peers.procrastinate_app import conninfo
+
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        cursor = conn.execute(sql)
+        return cursor.fetchall() if cursor.description else []
 
 
 # Celery with the local Redis
@@ -163,13 +299,17 @@ def _count_rate(client, key: str, target: int, workers: list[subprocess.Popen],
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("peer", choices=["tasks-db", "celery"])
+    parser.add_argument("peer", choices=[*DJANGO_PEERS, "procrastinate", "celery"])
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--url", default="mysql://root@127.0.0.1:3306/djq_bench_peers")
     args = parser.parse_args()
-    result = tasks_db(args.messages, args.url) if args.peer == "tasks-db" else celery(
-        args.messages)
-    print(json.dumps(result))
+    if args.peer == "celery":
+        result = celery(args.messages)
+    elif args.peer == "procrastinate":
+        result = procrastinate(args.messages, args.url)
+    else:
+        result = django_peer(args.peer, args.messages, args.url)
+    print(json.dumps(result, default=str))
 
 
 if __name__ == "__main__":

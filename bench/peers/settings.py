@@ -1,5 +1,8 @@
-"""Django settings for the django-tasks-db peer: its app, its backend, MariaDB."""
+"""Django settings for the django.tasks peers (``PEER``: tasks-db, dj-queue or django-ox):
+the peer's app and backend, on the database of ``DATABASE_URL`` (MariaDB or PostgreSQL).
+``PEER_OPTIONS`` (JSON) is the backend's OPTIONS, for a peer's tuned settings."""
 
+import json
 import os
 
 import dj_database_url
@@ -7,9 +10,14 @@ import dj_database_url
 SECRET_KEY = "bench-only"
 DEBUG = False
 USE_TZ = True
-INSTALLED_APPS = ["django_tasks_db"]
+PEER = os.environ.get("PEER", "tasks-db")
+APPS = {"tasks-db": ("django_tasks_db", "django_tasks_db.DatabaseBackend"),
+        "dj-queue": ("dj_queue", "dj_queue.backend.DjQueueBackend"),
+        "django-ox": ("django_ox", "django_ox.backend.OxBackend")}
+INSTALLED_APPS = [APPS[PEER][0]]
 # Persistent connections, as djqueue's demo settings use (conn_max_age=600).
 DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=600)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+TASKS = {"default": {"BACKEND": APPS[PEER][1],
+                     "OPTIONS": json.loads(os.environ.get("PEER_OPTIONS") or "{}")}}
 LOGGING = {"version": 1, "disable_existing_loggers": False}
