@@ -160,6 +160,7 @@ def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str,
                   "raw_claim_ack_100", 0.5)
             ratio(db, "send vs raw insert", "send_1", "raw_insert_1", 0.8)
         for key, limit in (("pickup_p50_ms", 5.0), ("pickup_p95_ms", 20.0),
+                           ("tasks_pickup_p50_ms", 5.0),
                            ("idle_per_s", 20.0), ("admin_p95_ms", 200.0),
                            ("admin_locked_errors", 0.0), ("admin_failed", 0.0)):
             if key in found:
@@ -199,6 +200,8 @@ LABELS = {
     "io_c32": "10 ms handlers, `-c 32` (limit 3,200)",
     "io_c32_cpu_us": "10 ms handlers: worker CPU per message, µs",
     "pickup_p50_ms": "pickup p50, ms", "pickup_p95_ms": "pickup p95, ms",
+    "tasks_pickup_p50_ms": "django.tasks pickup p50, ms",
+    "tasks_pickup_p95_ms": "django.tasks pickup p95, ms",
     "idle_per_s": "idle worker: statements/s (MariaDB), transactions/s (PostgreSQL)",
     "admin_p50_ms": "admin pages while 2 workers drain and 1,000 msgs/s are sent: p50, ms",
     "admin_p95_ms": "the same, p95, ms",
@@ -245,6 +248,7 @@ def one_database(name: str, args: argparse.Namespace) -> list[dict[str, float]]:
         run.update(bench.io_handlers(2_000 if args.quick else 10_000))
         runs.append(run)
     latency = bench.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)
+    latency.update(bench.pickup(samples=10 if args.quick else 30, window=0, tasks=True))
     latency.update(bench.admin_under_load(seconds=5 if args.quick else 15))
     for run in runs:
         run.update(latency)

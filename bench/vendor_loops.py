@@ -389,14 +389,17 @@ class VendorBench:
                 return int(cursor.fetchone()[0])
         return None
 
-    def pickup(self, samples: int, window: float) -> dict[str, float]:
+    def pickup(self, samples: int, window: float, tasks: bool = False) -> dict[str, float]:
         """An idle worker at its defaults: what it costs a second, and how soon it picks
-        up a send."""
+        up a send (``tasks``: a django.tasks enqueue, served by ``djqueue_worker
+        default``; its keys start with ``tasks_``)."""
         import djqueue
+        from bench.tasks import noop
         from djqueue.models import History, Worker
 
         self.clear()
-        process = subprocess.Popen([*WORKER, "bench"], cwd=ROOT, env={**os.environ})
+        process = subprocess.Popen([*WORKER, "default" if tasks else "bench"], cwd=ROOT,
+                                   env={**os.environ})
         try:
             deadline = time.monotonic() + 60
             while not Worker.objects.exists():
@@ -405,10 +408,13 @@ class VendorBench:
                 time.sleep(0.05)
             time.sleep(2)  # settle into idle polling
             before = self.idle_count()
-            time.sleep(window)
+            time.sleep(0 if tasks else window)
             after = self.idle_count()
             for i in range(samples):
-                djqueue.send("bench", PAYLOAD)
+                if tasks:
+                    noop.enqueue(PAYLOAD)
+                else:
+                    djqueue.send("bench", PAYLOAD)
                 time.sleep(0.2 + (i % 7) * 0.03)  # spread the sends over the poll cycle
             while History.objects.count() < samples:
                 time.sleep(0.05)
@@ -417,10 +423,13 @@ class VendorBench:
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)
+            Worker.objects.all().delete()  # gone at its exit; the next measure waits for its own
         self.clear()
-        found = {"pickup_p50_ms": latencies[len(latencies) // 2],
-                 "pickup_p95_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))]}
-        if before is not None and after is not None:
+        prefix = "tasks_" if tasks else ""
+        found = {f"{prefix}pickup_p50_ms": latencies[len(latencies) // 2],
+                 f"{prefix}pickup_p95_ms": latencies[min(len(latencies) - 1,
+                                                         int(len(latencies) * 0.95))]}
+        if before is not None and after is not None and not tasks:
             # minus this process's own reads: two statements or transactions
             found["idle_per_s"] = (after - before - 2) / window
         return found
