@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,17 +24,19 @@ def setup_django(url: str) -> None:
     django.setup()
 
 
-def fresh_database(url: str):
-    """Create the bench database anew, set Django up on it and migrate; returns an admin
-    connection for :func:`drop_database`."""
+def fresh_database(url: str, partitions: bool = True):
+    """Create the bench database anew (and the partitioned row's three, unless not
+    ``partitions``), set Django up on it and migrate; returns an admin connection for
+    :func:`drop_database`."""
     admin = raw_connection(url.rsplit("/", 1)[0] + "/mysql")
-    for name in (BENCH_DB, *(f"{BENCH_DB}_{p}" for p in PARTITIONS)):
+    aliases = PARTITIONS if partitions else ()
+    for name in (BENCH_DB, *(f"{BENCH_DB}_{p}" for p in aliases)):
         admin.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
         admin.cursor().execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
     setup_django(url)
     from django.core.management import call_command
 
-    for alias in ("default", *PARTITIONS):
+    for alias in ("default", *aliases):
         call_command("migrate", database=alias, verbosity=0)
     return admin
 
@@ -127,3 +129,56 @@ def raw_connection(url: str):
 
 def rate(count: int, seconds: float) -> float:
     return count / seconds if seconds else float("inf")
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def summarise(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each measure's median, min and max over the runs that have it."""
+    import statistics
+
+    keys = sorted({k for r in runs for k in r})
+    return {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
+            for k in keys if (v := [r[k] for r in runs if k in r])}
+
+
+def write_results(stem: str, payload: dict, table: str) -> None:
+    """bench/results/<stem>.json (with the machine's facts) and <stem>.md."""
+    import json
+    import platform
+
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
+               "platform": platform.platform()}
+    (out / f"{stem}.json").write_text(json.dumps({"machine": machine, **payload}, indent=2))
+    (out / f"{stem}.md").write_text(table)
+
+
+def pickup_latencies(samples: int, send: Callable[[], object]) -> dict[str, float]:
+    """``send`` ``samples`` times, spread over a worker's poll cycle, and wait for each to be
+    claimed: the claims' p50 and p95 after the sends, in ms (from the history rows)."""
+    from djqueue.models import History
+
+    for i in range(samples):
+        send()
+        time.sleep(0.2 + (i % 7) * 0.03)
+    while History.objects.count() < samples:
+        time.sleep(0.05)
+    latencies = sorted((h.claimed_at - h.sent_at).total_seconds() * 1000
+                       for h in History.objects.all())
+    return {"pickup_p50_ms": percentile(latencies, 50), "pickup_p95_ms": percentile(latencies, 95)}
+
+
+def wait_for_worker(timeout: float = 60.0) -> None:
+    """Until a worker has registered (its row exists): it then polls."""
+    from djqueue.models import Worker
+
+    deadline = time.monotonic() + timeout
+    while not Worker.objects.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the worker did not start")
+        time.sleep(0.05)

@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -38,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from common import percentile, summarise, write_results  # noqa: E402
 
 URLS = {
     "mariadb": "mysql://root@127.0.0.1:3306/djq_bench",
@@ -67,11 +66,10 @@ def run_peer(peer: str, url: str, messages: int) -> dict[str, float]:
                            str(messages), "--url", url], cwd=ROOT, check=True,
                           capture_output=True, text=True)
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    pickups = sorted(found["pickup_ms"])
     measured = {f"peer_{peer}_{key}": value for key, value in found.items()
                 if key.startswith("drain_") or key == "enqueue"}
-    if pickups:
-        measured[f"peer_{peer}_pickup_p50_ms"] = pickups[len(pickups) // 2]
+    if found["pickup_ms"]:
+        measured[f"peer_{peer}_pickup_p50_ms"] = percentile(found["pickup_ms"], 50)
     return measured
 
 
@@ -108,23 +106,12 @@ def main() -> None:
                     run.update(measured)
     summary = {name: summarise(runs) for name, runs in found.items()}
     targets = report(summary)
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "databases.json").write_text(json.dumps({
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+    write_results("databases", {
         "messages": args.messages, "repeats": args.repeats, "quick": args.quick,
         "seconds": time.monotonic() - started, "summary": summary, "targets": targets,
-        "runs": found}, indent=2))
-    (out / "databases.md").write_text(markdown(summary))
+        "runs": found}, markdown(summary))
     print(f"\nwritten: bench/results/databases.json and databases.md "
           f"({time.monotonic() - started:.0f} s)")
-
-
-def summarise(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
-    keys = sorted({k for r in runs for k in r})
-    return {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
-            for k in keys if (v := [r[k] for r in runs if k in r])}
 
 
 def median(summary: dict, key: str) -> float | None:

@@ -30,7 +30,8 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
 
 
-def http_api() -> dict[str, float]:
+def http_api(sends: int = SENDS, drain: int = DRAIN) -> dict[str, float]:
+    """``sends`` sends one per request, then ``drain`` messages received and acked by 100."""
     import httpx
 
     import djqueue
@@ -63,26 +64,26 @@ def http_api() -> dict[str, float]:
                 http.post("queues/bench.http/messages", json={"payload": PAYLOAD})
 
             started = time.perf_counter()
-            for _ in range(SENDS):
+            for _ in range(sends):
                 djqueue.send("bench.http", PAYLOAD)
-            results["api_send_1_same_run"] = rate(SENDS, time.perf_counter() - started)
+            results["api_send_1_same_run"] = rate(sends, time.perf_counter() - started)
             cpu, mine = _cpu_seconds(server.pid), time.process_time()
             started = time.perf_counter()
-            for _ in range(SENDS):
+            for _ in range(sends):
                 response = http.post("queues/bench.http/messages", json={"payload": PAYLOAD})
                 assert response.status_code == 201, response.text
-            results["http_send_1"] = rate(SENDS, time.perf_counter() - started)
-            results["http_send_1_server_cpu_us"] = (_cpu_seconds(server.pid) - cpu) / SENDS * 1e6
-            results["http_send_1_client_cpu_us"] = (time.process_time() - mine) / SENDS * 1e6
+            results["http_send_1"] = rate(sends, time.perf_counter() - started)
+            results["http_send_1_server_cpu_us"] = (_cpu_seconds(server.pid) - cpu) / sends * 1e6
+            results["http_send_1_client_cpu_us"] = (time.process_time() - mine) / sends * 1e6
 
             clear()
-            fill(DRAIN, "bench.http")
+            fill(drain, "bench.http")
             started = time.perf_counter()
             drained = 0
             while messages := djqueue.receive("bench.http", max_messages=100):
                 drained += len(djqueue.ack_many(messages))
             results["api_batch_100_same_run"] = rate(drained, time.perf_counter() - started)
-            fill(DRAIN, "bench.http")
+            fill(drain, "bench.http")
             cpu = _cpu_seconds(server.pid)
             started = time.perf_counter()
             drained = 0

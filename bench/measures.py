@@ -15,7 +15,15 @@ import subprocess
 import sys
 import time
 
-from common import BENCH_DB, PARTITIONS, ROOT, raw_connection, settle
+from common import (
+    BENCH_DB,
+    PARTITIONS,
+    ROOT,
+    pickup_latencies,
+    raw_connection,
+    settle,
+    wait_for_worker,
+)
 
 PAYLOAD = {"to": "someone@example.com", "subject": "x" * 60}
 BODY = json.dumps(PAYLOAD, separators=(",", ":"))
@@ -365,33 +373,20 @@ def global_questions() -> int:
 def pickup(samples: int, window: float = 10.0) -> dict[str, float]:
     """An idle worker: the queries it costs per second, then how soon it picks up a send."""
     import djqueue
-    from djqueue.models import History, Worker
 
     clear()
     process = subprocess.Popen([*WORKER, "bench", "-c", "1", "-b", "100"], cwd=ROOT, env=env())
     try:
-        deadline = time.monotonic() + 60
-        while not Worker.objects.exists():
-            if time.monotonic() > deadline:
-                raise RuntimeError("the worker did not start")
-            time.sleep(0.05)
+        wait_for_worker()
         time.sleep(2)  # settle into idle polling
         before = global_questions()
         time.sleep(window)
         idle = (global_questions() - before - 1) / window  # minus the second SHOW itself
-        for i in range(samples):
-            djqueue.send("bench", PAYLOAD)
-            time.sleep(0.2 + (i % 7) * 0.03)  # spread sends over the poll cycle
-        while History.objects.count() < samples:
-            time.sleep(0.05)
-        latencies = sorted((h.claimed_at - h.sent_at).total_seconds() * 1000
-                           for h in History.objects.all())
+        latencies = pickup_latencies(samples, lambda: djqueue.send("bench", PAYLOAD))
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
-    return {"idle_queries_per_s": idle,
-            "pickup_p50_ms": latencies[len(latencies) // 2],
-            "pickup_p95_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))]}
+    return {"idle_queries_per_s": idle, **latencies}
 
 
 def backlog(big: int, n: int) -> dict[str, float]:

@@ -2,13 +2,14 @@
 through the queue, against the same drain on a fresh table, with the server's
 autovacuum off (the reaper vacuums, djqueue.maintenance.vacuuming) and on.
 
-    .venv/bin/python bench/postgres_churn.py [--through N] [--drain N]
+    .venv/bin/python bench/postgres_churn.py [--through N] [--drain N] [--repeats N]
 
-Each condition: a fresh database; a drain of ``--drain`` messages by one worker
-(``-b 100``); ``--through`` more messages through the queue in rounds of 100,000,
-drained by the worker while a reaper runs, as in production; then the same drain
-again. Prints one JSON line: the rates, their ratio, and the table's and indexes'
-size at the end. The server's autovacuum setting is restored afterwards.
+Each condition: a fresh database with a reaper running, as in production;
+``--repeats`` drains of ``--drain`` messages by one worker at its defaults;
+``--through`` more messages through the queue in rounds of 100,000; then the
+same drains again. The rates compared are the medians of each set. Prints one
+JSON line: the rates, their ratio, and the table's and indexes' size at the end.
+The server's autovacuum setting is restored afterwards.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -79,7 +81,17 @@ def drain_rate() -> float:
     return count / (last - first).total_seconds()
 
 
-def condition(autovacuum: str, through: int, drain: int) -> dict[str, float]:
+def drains(worker: tuple[str, ...], drain: int, repeats: int) -> list[float]:
+    """``repeats`` drains of ``drain`` messages, one after the other; their rates."""
+    rates = []
+    for _ in range(repeats):
+        fill(drain)
+        run(*worker)
+        rates.append(drain_rate())
+    return rates
+
+
+def condition(autovacuum: str, through: int, drain: int, repeats: int) -> dict[str, float]:
     conn = admin()
     set_autovacuum(conn, autovacuum)
     name = URL.rsplit("/", 1)[1]
@@ -87,26 +99,25 @@ def condition(autovacuum: str, through: int, drain: int) -> dict[str, float]:
     conn.execute(f'CREATE DATABASE "{name}"')
     run("migrate", "-v0")
     run("shell", "-c", "import djqueue; djqueue.create_queue('bench', exist_ok=True)")
-    worker = ("djqueue_worker", "bench", "--burst", "-c", "1", "-b", "100")
-    fill(drain)
-    run(*worker)
-    fresh = drain_rate()
+    worker = ("djqueue_worker", "bench", "--burst")
     reaper = run("djqueue_reaper", background=True)
+    fresh_rates = drains(worker, drain, repeats)
     try:
         for start in range(0, through, ROUND):
             fill(min(ROUND, through - start))
             run(*worker)
             sql("TRUNCATE djqueue_history")
-        fill(drain)
-        run(*worker)
-        after = drain_rate()
+        after_rates = drains(worker, drain, repeats)
     finally:
         reaper.terminate()
         reaper.wait(30)
     size = sql("SELECT pg_table_size('djqueue_message'), pg_indexes_size('djqueue_message'), "
                "n_dead_tup FROM pg_stat_user_tables WHERE relname = 'djqueue_message'")[0]
+    fresh, after = statistics.median(fresh_rates), statistics.median(after_rates)
     return {f"pg_churn_fresh_{autovacuum}": fresh, f"pg_churn_after_{autovacuum}": after,
             f"pg_churn_ratio_{autovacuum}": after / fresh,
+            f"pg_churn_fresh_runs_{autovacuum}": fresh_rates,
+            f"pg_churn_after_runs_{autovacuum}": after_rates,
             f"pg_churn_table_mb_{autovacuum}": size[0] / 2**20,
             f"pg_churn_indexes_mb_{autovacuum}": size[1] / 2**20,
             f"pg_churn_dead_rows_{autovacuum}": size[2]}
@@ -116,13 +127,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--through", type=int, default=1_000_000)
     parser.add_argument("--drain", type=int, default=50_000)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     conn = admin()
     before = conn.execute("SHOW autovacuum").fetchone()[0]
     results: dict[str, float] = {}
     try:
         for value in ("off", "on"):
-            results.update(condition(value, args.through, args.drain))
+            results.update(condition(value, args.through, args.drain, args.repeats))
     finally:
         set_autovacuum(conn, before)
     print(json.dumps(results))

@@ -8,18 +8,16 @@ djqueue's in five rounds), djqueue's API and worker
 processes, the same through django.tasks, and the peers (django-tasks-db's
 worker and Celery's solo worker on the local Redis, run from .venv-bench).
 Prints medians with their spread (min-max) and the target ratios; writes
-bench/results/suite.json. ``--quick`` runs small sizes and skips the peers and
-the million-message runs (under a minute). The run sizes MariaDB's InnoDB buffer
-pool to at least 1 GiB and restores it after (see common.buffer_pool).
+bench/results/suite.json. ``--quick`` runs small sizes and skips the peers, the
+partitioned queue, the traced worker and the million-message runs (under a
+minute). The run sizes MariaDB's InnoDB buffer pool to at least 1 GiB and
+restores it after (see common.buffer_pool).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -30,7 +28,13 @@ sys.path.insert(0, str(ROOT))
 
 import http_api  # noqa: E402
 import measures  # noqa: E402
-from common import buffer_pool, fresh_database  # noqa: E402
+from common import (  # noqa: E402
+    buffer_pool,
+    fresh_database,
+    percentile,
+    summarise,
+    write_results,
+)
 
 PEER_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
 
@@ -62,20 +66,29 @@ def run_peer(peer: str, messages: int) -> dict:
 
 
 def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
-    n = args.messages
+    n, quick = args.messages, args.quick
+    steps = [
+        ("inserts", lambda: measures.inserts(url, n)), ("raw", lambda: measures.raw(url)),
+        ("api", measures.api),
+        ("worker_1", lambda: measures.worker(n, processes=1, key="worker_1")),
+        ("worker_2", lambda: measures.worker(n * 2, processes=2, key="worker_2")),
+        ("limited", lambda: measures.limited_worker(n)),
+        # an information row, not a target
+        ("traced", None if quick else lambda: measures.traced_worker(n)),
+        ("tasks", lambda: measures.tasks(n // 4 if quick else n)),
+        ("chord", lambda: measures.chord(min(n, 10_000))),
+        # three more databases to migrate: most of a quick run's time
+        ("partitioned", None if quick else lambda: measures.partitioned(n)),
+        ("django_task_cost", lambda: measures.django_task_cost(5_000 if quick else 20_000)),
+        ("http_api", lambda: http_api.http_api(*((500, 3000) if quick else ())))]
     results: dict[str, float] = {}
-    results.update(measures.inserts(url, n))
-    results.update(measures.raw(url))
-    results.update(measures.api())
-    results.update(measures.worker(n, processes=1, key="worker_1"))
-    results.update(measures.worker(n * 2, processes=2, key="worker_2"))
-    results.update(measures.limited_worker(n))
-    results.update(measures.traced_worker(n))
-    results.update(measures.tasks(n // 4 if args.quick else n))
-    results.update(measures.chord(min(n, 10_000)))
-    results.update(measures.partitioned(n))
-    results.update(measures.django_task_cost())
-    results.update(http_api.http_api())
+    took = []
+    for name, measure_step in steps:
+        if measure_step is not None:
+            started = time.monotonic()
+            results.update(measure_step())
+            took.append(f"{name} {time.monotonic() - started:.1f}")
+    print("  seconds: " + ", ".join(took), flush=True)
     if not args.quick:
         for peer, prefix in (("tasks-db", "tasks_db"), ("celery", "celery")):
             found = run_peer(peer, max(2000, n // 10) if peer == "tasks-db" else n // 2)
@@ -86,17 +99,6 @@ def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
                             f"{prefix}_pickup_p50_ms": percentile(found["pickup_ms"], 50),
                             f"{prefix}_pickup_p95_ms": percentile(found["pickup_ms"], 95)})
     return results
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
-def summarise(repeats: list[dict[str, float]]) -> dict[str, dict[str, float]]:
-    keys = sorted({k for r in repeats for k in r})
-    return {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
-            for k in keys if (v := [r[k] for r in repeats if k in r])}
 
 
 def report(summary: dict[str, dict[str, float]]) -> list[dict]:
@@ -219,7 +221,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     for i in range(args.repeats):
         print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
         repeats.append(one_repeat(args, args.url))
-    latency = measures.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)
+    latency = measures.pickup(samples=10 if args.quick else 30, window=3 if args.quick else 10)
     extra = [latency]
     backlog_runs: list[dict[str, float]] = []
     if not args.quick:
@@ -245,7 +247,7 @@ def main() -> None:
     args = parser.parse_args()
     args.repeats = args.repeats or (2 if args.quick else 3)
     args.messages = args.messages or (2_000 if args.quick else 20_000)
-    admin = fresh_database(args.url)
+    admin = fresh_database(args.url, partitions=not args.quick)
     started = time.monotonic()
     with buffer_pool(admin) as pool:
         print(f"InnoDB buffer pool: {pool / 2**20:.0f} MiB", flush=True)
@@ -253,16 +255,11 @@ def main() -> None:
     summary = summarise(repeats)
     summary.update(summarise(backlog_runs))
     rows = report(summary)
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "suite.json").write_text(json.dumps({
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+    write_results("suite", {
         "messages": args.messages, "repeats": args.repeats, "quick": args.quick,
         "buffer_pool_bytes": pool, "seconds": time.monotonic() - started,
         "summary": summary, "targets": rows,
-        "runs": repeats, "backlog_runs": backlog_runs}, indent=2))
-    (out / "suite.md").write_text(markdown(summary))
+        "runs": repeats, "backlog_runs": backlog_runs}, markdown(summary))
     print(f"\nwritten: bench/results/suite.json and suite.md "
           f"({time.monotonic() - started:.0f} s)")
     admin.cursor().execute(f"DROP DATABASE IF EXISTS {measures.BENCH_DB}")

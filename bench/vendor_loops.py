@@ -18,8 +18,11 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from common import pickup_latencies, wait_for_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = [sys.executable, str(ROOT / "manage.py"), "djqueue_worker"]
@@ -279,19 +282,26 @@ class VendorBench:
         conn.close()
         return {"raw_claim_ack_100": rate(drained, took)}
 
-    def workers(self, count: int) -> dict[str, float]:
-        """``djqueue_worker bench`` at its defaults, ``-b 100`` and ``-b 500``."""
+    def drains(self, queue: str, variants: dict[str, tuple[str, ...]],
+               fill: Callable[[], None]) -> dict[str, float]:
+        """For each variant (key: worker options), ``fill`` the emptied tables and drain
+        ``queue`` with a burst worker: its rate, and its CPU per message."""
         results = {}
-        for key, options in (("worker_defaults", ()), ("worker_b100", ("-b", "100")),
-                             ("worker_b500", ("-b", "500"))):
+        for key, options in variants.items():
             self.clear()
-            self.fill(count)
-            cpu = self.run_worker("bench", *options)
+            fill()
+            cpu = self.run_worker(queue, *options)
             found, drained = self.drain_rate()
             results[key] = found
             results[f"{key}_cpu_us"] = cpu / max(drained, 1) * 1e6
         self.clear()
         return results
+
+    def workers(self, count: int) -> dict[str, float]:
+        """``djqueue_worker bench`` at its defaults, ``-b 100`` and ``-b 500``."""
+        return self.drains("bench", {"worker_defaults": (), "worker_b100": ("-b", "100"),
+                                     "worker_b500": ("-b", "500")},
+                           lambda: self.fill(count))
 
     def tasks(self, count: int) -> dict[str, float]:
         """The django.tasks worker (``djqueue_worker default``), defaults and ``-b 100``."""
@@ -299,28 +309,19 @@ class VendorBench:
 
         from bench.tasks import noop
 
-        results = {}
-        for key, options in (("tasks_defaults", ()), ("tasks_b100", ("-b", "100"))):
-            self.clear()
+        def enqueue() -> None:
             for start in range(0, count, 500):
                 with transaction.atomic():
                     for _ in range(min(500, count - start)):
                         noop.enqueue(PAYLOAD)
-            cpu = self.run_worker("default", *options)
-            found, drained = self.drain_rate()
-            results[key] = found
-            results[f"{key}_cpu_us"] = cpu / max(drained, 1) * 1e6
-        self.clear()
-        return results
+
+        return self.drains("default", {"tasks_defaults": (), "tasks_b100": ("-b", "100")},
+                           enqueue)
 
     def io_handlers(self, count: int) -> dict[str, float]:
         """Handlers that wait 10 ms, one worker with ``-c 32``: the limit is 3,200/s."""
-        self.clear()
-        self.fill(count, "bench.io")
-        cpu = self.run_worker("bench.io", "-c", "32")
-        found, drained = self.drain_rate()
-        self.clear()
-        return {"io_c32": found, "io_c32_cpu_us": cpu / max(drained, 1) * 1e6}
+        return self.drains("bench.io", {"io_c32": ("-c", "32")},
+                           lambda: self.fill(count, "bench.io"))
 
     def admin_under_load(self, seconds: float = 15.0, rate: int = 1000) -> dict[str, float]:
         """The admin's pages (dashboard, messages, queues, history; server time through
@@ -395,40 +396,26 @@ class VendorBench:
         default``; its keys start with ``tasks_``)."""
         import djqueue
         from bench.tasks import noop
-        from djqueue.models import History, Worker
+        from djqueue.models import Worker
 
         self.clear()
         process = subprocess.Popen([*WORKER, "default" if tasks else "bench"], cwd=ROOT,
                                    env={**os.environ})
         try:
-            deadline = time.monotonic() + 60
-            while not Worker.objects.exists():
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the worker did not start")
-                time.sleep(0.05)
+            wait_for_worker()
             time.sleep(2)  # settle into idle polling
             before = self.idle_count()
             time.sleep(0 if tasks else window)
             after = self.idle_count()
-            for i in range(samples):
-                if tasks:
-                    noop.enqueue(PAYLOAD)
-                else:
-                    djqueue.send("bench", PAYLOAD)
-                time.sleep(0.2 + (i % 7) * 0.03)  # spread the sends over the poll cycle
-            while History.objects.count() < samples:
-                time.sleep(0.05)
-            latencies = sorted((h.claimed_at - h.sent_at).total_seconds() * 1000
-                               for h in History.objects.all())
+            latencies = pickup_latencies(samples, (lambda: noop.enqueue(PAYLOAD)) if tasks
+                                         else (lambda: djqueue.send("bench", PAYLOAD)))
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)
             Worker.objects.all().delete()  # gone at its exit; the next measure waits for its own
         self.clear()
         prefix = "tasks_" if tasks else ""
-        found = {f"{prefix}pickup_p50_ms": latencies[len(latencies) // 2],
-                 f"{prefix}pickup_p95_ms": latencies[min(len(latencies) - 1,
-                                                         int(len(latencies) * 0.95))]}
+        found = {f"{prefix}{key}": value for key, value in latencies.items()}
         if before is not None and after is not None and not tasks:
             # minus this process's own reads: two statements or transactions
             found["idle_per_s"] = (after - before - 2) / window
