@@ -197,6 +197,26 @@ def test_upsert_keeps_shared_and_varying_values_byte_for_byte():
             record.return_value, "FAILED", record.worker_ids, -3, now)
 
 
+def test_postgresql_upserts_task_records_as_one_json_document():
+    """The upserts above go through json_rows on PostgreSQL (one parameter, a statement
+    text that never changes), and through the placeholders elsewhere."""
+    from djqueue.models import TaskRecord
+    from djqueue.storage.statements import json_rows
+
+    assert json_rows.applies(connection, TaskRecord._meta) == (connection.vendor == "postgresql")
+    now = timezone.now()
+    records = [message_inserts.build(TaskRecord, id=f"j{i}", task_path="t.p", backend="default",
+                                     enqueued_at=now, return_value={"n": i, "s": TRICKY[i]},
+                                     status="SUCCESSFUL") for i in range(len(TRICKY))]
+    with CaptureQueriesContext(connection) as queries:
+        message_inserts.upsert("default", records, ["status"])
+    assert len(queries.captured_queries) == 1
+    if connection.vendor == "postgresql":
+        assert "json_populate_recordset" in queries.captured_queries[0]["sql"]
+    stored = dict(TaskRecord.objects.values_list("id", "return_value"))
+    assert stored == {r.pk: r.return_value for r in records}
+
+
 def test_rendered_rows_upsert_what_parameters_would():
     """Rows escaped ahead by render_row (on a handler thread, with its small-value cache)
     write the same values as parameters; off MySQL there is nothing to render."""

@@ -26,7 +26,7 @@ from django.db.models.options import Options
 
 from djqueue.models import Message
 from djqueue.storage import dialects, fastpath
-from djqueue.storage.statements import prepared_values, vendor_sql
+from djqueue.storage.statements import json_rows, prepared_values, vendor_sql
 
 M = TypeVar("M", bound=models.Model)
 
@@ -141,6 +141,9 @@ def upsert(db: str, objs: Sequence[models.Model], update_fields: Sequence[str],
     conn = connections[db]
     meta = type(objs[0])._meta
     head, tail = _upsert_sql(conn, meta, tuple(update_fields))
+    if rendered is None and json_rows.applies(conn, meta):
+        json_rows.upsert(conn, objs, tail)
+        return
     if rendered is not None:
         with conn.cursor() as cursor:
             cursor.execute(head + ", ".join(rendered) + tail)
