@@ -82,6 +82,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=None)
     parser.add_argument("--only", default=",".join(URLS))
     parser.add_argument("--peer-messages", type=int, default=5_000)
+    parser.add_argument("--no-peers", action="store_true", help="skip the peers")
     parser.add_argument("--one", choices=list(URLS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.repeats = args.repeats or (1 if args.quick else 3)
@@ -98,7 +99,7 @@ def main() -> None:
              "--messages", str(args.messages), *(["--quick"] if args.quick else [])],
             cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True)
         found[name] = json.loads(done.stdout.strip().splitlines()[-1])
-        if not args.quick:
+        if not (args.quick or args.no_peers):
             for peer in PEERS.get(name, ()):
                 print(f"{name}: {peer} ...", flush=True)
                 measured = run_peer(peer, PEER_URLS[name], args.peer_messages)
