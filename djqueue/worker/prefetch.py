@@ -2,11 +2,10 @@
 threads busy, no more.
 
 **Claim size.** Each claim costs a round of statements and a commit, whatever it
-takes, so with fast handlers small claims leave most of the speed unused (a no-op
-handler on MariaDB: ~3,600 messages/s claiming 10 at a time, ~16,000/s claiming
-500). Large claims have their own cost: they hold leases other workers could run,
-and one worker takes a whole burst. So unless ``--batch-size`` fixes it, the size
-adapts, by these rules:
+takes, so with fast handlers small claims leave most of the speed unused (the
+docs' performance page has the numbers). Large claims have their own cost: they
+hold leases other workers could run, and one worker takes a whole burst. So unless
+``--batch-size`` fixes it, the size adapts, by these rules:
 
 - the first claim asks for :data:`FIRST` messages;
 - a claim that came back full doubles the size, up to :data:`LARGEST` (a backlog:

@@ -2,11 +2,11 @@
 
 Why: psycopg, with Django's default client-side binding, converts a statement's
 placeholders in Python, and a statement of hundreds of rows is too long for its
-cache of conversions: the django.tasks worker's upsert of 500 finished records
-(9,500 parameters) spent most of the loop thread in that conversion (a fifth of
-the process's time measured with py-spy). One ``json.dumps`` in C and the
-server's JSON parser do the same work at a fraction of it, and the statement's
-text never changes. Column names come from the models; every value is in the
+cache of conversions: the django.tasks worker's upsert of a batch of finished
+records (hundreds of rows of 19 columns) spent much of its loop thread there (the
+docs' performance page has the profile). One ``json.dumps`` in C and the server's
+JSON parser do the same work at a fraction of the cost, and the statement's text
+never changes. Column names come from the models; every value is in the
 one parameter.
 """
 
