@@ -133,11 +133,9 @@ def settle(db: str, runs: Sequence[Settled]) -> None:
         runs = {run.position: run for run in mine}
         # Only steps still READY settle: one UPDATE ... CASE a chunk, not one a step.
         failed = any(run.state != StepState.SUCCEEDED for run in mine)
-        settled = workflow_statements.settle_ready_steps(db, workflow.pk, [new_step(
-            position=run.position, state=run.state, result=run.result, error=run.error,
-            error_class=run.error_class, message_id=run.message_id, attempts=run.attempts,
-            started_at=run.started_at, finished_at=run.finished_at) for run in runs.values()],
-            workflow_statements.SETTLED_FIELDS if failed
+        # A Settled has the step's attribute names for what a settle writes.
+        settled = workflow_statements.settle_ready_steps(
+            db, workflow.pk, list(runs.values()), workflow_statements.SETTLED_FIELDS if failed
             else workflow_statements.SUCCEEDED_FIELDS)
         if settled:
             _after_settled(db, workflow, [runs[position] for position in settled])
@@ -161,7 +159,6 @@ def _after_settled(db: str, workflow: Workflow, done: list[Settled]) -> None:
 def start_children(db: str, workflow: Workflow, parents: list[int]) -> None:
     """Count the children of the steps at ``parents`` down; enqueue those with no parent
     left (or skip them, when their condition does not hold, and go on with theirs)."""
-    steps = WorkflowStep.objects.using(db).filter(workflow_id=workflow.pk)
     while parents:
         counts = workflow_edges.children(db, workflow.pk, workflow.token, parents)
         if not counts:
@@ -172,7 +169,8 @@ def start_children(db: str, workflow: Workflow, parents: list[int]) -> None:
                 db, workflow.pk, {child: counts[child] for child in chunk})
         ready: list[WorkflowStep] = []
         for chunk in chunks(now_free):
-            ready += steps.filter(position__in=chunk).order_by("position")
+            ready += WorkflowStep.objects.using(db).filter(
+                workflow_id=workflow.pk, position__in=chunk).order_by("position")
         parents = start(db, workflow, ready)
 
 

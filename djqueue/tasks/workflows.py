@@ -23,15 +23,14 @@ from djqueue.exceptions import InvalidMessage, InvalidWorkflow
 from djqueue.models import (
     FailurePolicy,
     RunIf,
-    StepDependency,
     StepState,
     Workflow,
     WorkflowState,
     WorkflowStep,
 )
-from djqueue.storage import dialects, fastpath, placement
+from djqueue.storage import dialects, placement
 from djqueue.storage.queue_lookup import get_queue
-from djqueue.storage.statements import message_inserts
+from djqueue.storage.statements import message_inserts, workflow_statements
 from djqueue.tasks import workflow_joins, workflow_operations
 from djqueue.tasks.backend import QueueBackend
 from djqueue.tasks.compat import Task, TaskResult
@@ -149,11 +148,9 @@ def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> Wor
         for row in rows:
             row.workflow_id = workflow.pk
         message_inserts.insert_rows(db, rows)
-        edge = fastpath.builder(StepDependency, workflow_id=workflow.pk)
-        message_inserts.insert_rows(db, [
-            edge(parent=parent, child=child, position=order)
-            for child, parents in flat.parents.items()
-            for order, parent in enumerate(parents)])
+        workflow_statements.insert_edges(db, workflow.pk, (
+            (parent, child, order) for child, parents in flat.parents.items()
+            for order, parent in enumerate(parents)))
     return WorkflowHandle(workflow)
 
 
@@ -291,10 +288,9 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
             row.parents_left, row.state = len(self.members), StepState.WAITING
             rows.append(row)
         message_inserts.insert_rows(self.db, rows)
-        message_inserts.insert_rows(self.db, [
-            StepDependency(workflow=self.workflow, parent=member.position,
-                           child=row.position, position=order)
-            for row in rows for order, member in enumerate(self.members)])
+        workflow_statements.insert_edges(self.db, self.workflow.pk, (
+            (member.position, row.position, order)
+            for row in rows for order, member in enumerate(self.members)))
         total = len(self.members) + len(rows)
         self.workflow.steps_total = self.workflow.steps_left = total
         if not self.members:

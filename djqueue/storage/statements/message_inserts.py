@@ -231,39 +231,54 @@ def build(model: type[M], **values: object) -> M:
 
 
 def insert_rows(db: str, objs: Sequence[models.Model]) -> None:
-    """INSERT rows of one model whose ids nobody needs back (a workflow's steps and
-    edges), a statement per chunk, with values prepared as for messages: ten thousand
-    rows in a fraction of bulk_create's time, which compiles every value through the
-    ORM's layers. On MySQL/MariaDB a value every row of a chunk shares is escaped into
-    the statement once (the driver escapes each parameter in Python). Call inside a
-    transaction."""
+    """INSERT rows of one model whose ids nobody needs back (a workflow's steps), a
+    statement per chunk (see insert_values)."""
     if not objs:
         return
-    conn = connections[db]
     meta = objs[0]._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    prepare = prepared_values.preparers(conn, f"{meta.label}:insert", fields)
-    attnames = [f.attname for f in fields]
+    attnames = [f.attname for f in meta.concrete_fields if not f.primary_key]
+    insert_values(db, type(objs[0]), attnames,
+                  [[obj.__dict__[name] for name in attnames] for obj in objs])
+
+
+def insert_values(db: str, model: type[models.Model], attnames: Sequence[str],
+                  rows: Sequence[Sequence[object]]) -> None:
+    """INSERT ``rows`` of ``model``, each the values of ``attnames`` in that order, whose ids
+    nobody needs back (a workflow's steps and edges), a statement per chunk, with values
+    prepared as for messages: ten thousand rows in a fraction of bulk_create's time,
+    which compiles every value through the ORM's layers (and a tuple a row, for
+    edges, instead of an instance). On MySQL/MariaDB a value every row of a chunk
+    shares is escaped into the statement once (the driver escapes each parameter in
+    Python). Call inside a transaction."""
+    if not rows:
+        return
+    conn = connections[db]
+    meta = model._meta
+    by_attname = {f.attname: f for f in meta.concrete_fields}
+    fields = [by_attname[name] for name in attnames]
+    prepare = prepared_values.preparers(conn, f"{meta.label}:insert:{','.join(attnames)}",
+                                        fields)
     chunk_rows = max(1, 30_000 // len(fields))  # SQLite: 32,766 parameters a statement
     quote = conn.ops.quote_name
     head = (f"INSERT INTO {quote(meta.db_table)} "
             f"({', '.join(quote(f.column) for f in fields)}) VALUES ")
     escape = dialects.escapes_client_side(conn)
     with conn.cursor() as cursor:
-        for start in range(0, len(objs), chunk_rows):
-            chunk = objs[start:start + chunk_rows]
+        for start in range(0, len(rows), chunk_rows):
+            chunk = rows[start:start + chunk_rows]
             # A value that is the very object the first row holds (a task path, a
             # queue name) is prepared once, as for a batch of messages (_params).
-            shared = [chunk[0].__dict__[name] for name in attnames]
+            shared = chunk[0]
             first = [function(value) for function, value in zip(prepare, shared, strict=True)]
-            rows = [first] + [[ready if (value := obj.__dict__[name]) is raw else function(value)
-                               for function, name, raw, ready in zip(
-                                   prepare, attnames, shared, first, strict=True)]
-                              for obj in chunk[1:]]
+            prepared = [first] + [[ready if value is raw else function(value)
+                                   for function, value, raw, ready in zip(
+                                       prepare, row, shared, first, strict=True)]
+                                  for row in chunk[1:]]
             varying = list(range(len(fields))) if escape is None else [
-                i for i, value in enumerate(first) if any(row[i] != value for row in rows)]
+                i for i, value in enumerate(first)
+                if any(row[i] != value for row in prepared)]
             template = "(" + ", ".join(
                 "%s" if i in varying else escape(value)  # type: ignore[misc]
                 for i, value in enumerate(first)) + ")"
-            cursor.execute(head + ", ".join([template] * len(rows)),
-                           [row[i] for row in rows for i in varying])
+            cursor.execute(head + ", ".join([template] * len(prepared)),
+                           [row[i] for row in prepared for i in varying])
