@@ -44,16 +44,39 @@ def _fresh_queue_cache() -> Iterator[None]:
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str,
-               interval: float = 0.05) -> object:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+               interval: float = 0.05, progress: Callable[[], object] | None = None) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds.
+
+    With ``progress``, the timeout counts from the last change of ``progress()``: a long
+    run whose length depends on the machine's speed fails only when it stalls."""
+    watch = _Stall(timeout, progress)
     while True:
         value = predicate()
         if value:
             return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        if watch.stalled():
+            pytest.fail(f"timed out after {timeout}s{watch.since} waiting for {what}")
         time.sleep(interval)
+
+
+class _Stall:
+    """A timeout that starts again whenever ``progress()`` changes (if given)."""
+
+    def __init__(self, timeout: float, progress: Callable[[], object] | None) -> None:
+        self.timeout, self.progress = timeout, progress
+        self.seen = progress() if progress is not None else None
+        self.deadline = time.monotonic() + timeout
+
+    @property
+    def since(self) -> str:
+        return "" if self.progress is None else f" without progress (last: {self.seen!r})"
+
+    def stalled(self) -> bool:
+        if self.progress is not None:
+            now = self.progress()
+            if now != self.seen:
+                self.seen, self.deadline = now, time.monotonic() + self.timeout
+        return time.monotonic() >= self.deadline
 
 
 class Process:
@@ -76,16 +99,23 @@ class Process:
     def signal(self, signum: int) -> None:
         self.popen.send_signal(signum)
 
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            # SIGABRT makes faulthandler (PYTHONFAULTHANDLER) print every thread's stack,
-            # so a hang is reported with where it hangs.
-            self.popen.send_signal(signal.SIGABRT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(5)
-            pytest.fail(f"process {self.pid} still running after {timeout}s:\n{self.output()}")
+    def wait(self, timeout: float, progress: Callable[[], object] | None = None) -> int:
+        """Its exit status; fail if it still runs after ``timeout`` seconds (counted from
+        the last change of ``progress()``, if given: see :func:`wait_until`)."""
+        watch = _Stall(timeout, progress)
+        while True:
+            try:
+                return self.popen.wait(max(0.0, min(1.0, watch.deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if watch.stalled():
+                    break
+        # SIGABRT makes faulthandler (PYTHONFAULTHANDLER) print every thread's stack,
+        # so a hang is reported with where it hangs.
+        self.popen.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(5)
+        pytest.fail(f"process {self.pid} still running after {timeout}s{watch.since}:\n"
+                    f"{self.output()}")
 
     def output(self) -> str:
         self._log_file.flush()
