@@ -180,6 +180,17 @@ def extracts_json_verbatim(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor == "mysql" and conn.mysql_is_mariadb
 
 
+def copies_task_records(conn: BaseDatabaseWrapper) -> bool:
+    """Whether a finished task's record can be copied by the server from its message's
+    row (djqueue.storage.statements.task_record_copy): on MariaDB on the fast path
+    (:func:`extracts_json_verbatim`, :func:`writes_values_into_sql`), and on
+    PostgreSQL, whose record columns are ``jsonb``: a value parsed there from the
+    message's text is the one the same value written from Python becomes.
+    SQLite writes every record from Python."""
+    return (conn.vendor == "postgresql"
+            or (extracts_json_verbatim(conn) and writes_values_into_sql(conn)))
+
+
 def escapes_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:
     """On MySQL/MariaDB, the driver's escaping of one value into SQL text with ``%``
     doubled, for a statement that has parameters too; elsewhere None.

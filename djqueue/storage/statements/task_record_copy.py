@@ -1,21 +1,27 @@
-"""Finished tasks' records copied by the database from their message rows (MariaDB).
+"""Finished tasks' records copied by the database from their message rows (MariaDB,
+PostgreSQL).
 
 A first run of a task that succeeded needs a record whose values its message row
 already holds: the task's path, backend and arguments in the body, the queue,
 priority, times and worker. Inside the worker's ack, once the leases are checked
 and before the acked rows are deleted, one ``INSERT ... SELECT`` a batch copies
 them with the server's JSON functions; the run adds only its finish time and
-return value, as ``CASE`` arms by message id. Every other record (a failure, a
-retried or deferred task, a result id given at enqueue) is written from Python.
+return value. Every other record (a failure, a retried or deferred task, a result
+id given at enqueue) is written from Python.
 
-Why: escaping each record's row on the handler thread (prepared_values.RowTemplates)
-was a tenth of a django.tasks worker's time, in a process bound by the GIL.
-Only constants, column names from the models and integer ids are written into the
-SQL; values are escaped by the driver.
+Why: building each record's row in Python (escaping it on MariaDB, a JSON
+document of 19 columns with four ISO times on PostgreSQL) was a tenth of a
+django.tasks worker's time, in a process bound by the GIL. Per vendor: MariaDB
+gets the finish times and return values as ``CASE`` arms by message id, escaped
+by the driver (its statements carry their values in their text); PostgreSQL gets
+them as one JSON parameter read by ``json_to_recordset``, and parses each body
+once as ``jsonb``. Only constants, column names from the models and integer ids
+are written into the SQL.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from django.db import connections
@@ -38,8 +44,7 @@ def copies(db: str, message: Message, record: TaskRecord) -> bool:
             and not message.errors and message.stored_body_id is None
             and "task" in payload and record.id == str(message.pk)
             and "run_after" not in payload and not record.errors
-            and dialects.extracts_json_verbatim(connections[db])
-            and dialects.writes_values_into_sql(connections[db]))
+            and dialects.copies_task_records(connections[db]))
 
 
 def copy_records(db: str, records: Sequence[TaskRecord], update_fields: Sequence[str]) -> None:
@@ -48,12 +53,22 @@ def copy_records(db: str, records: Sequence[TaskRecord], update_fields: Sequence
     conn = connections[db]
     for start in range(0, len(records), CHUNK):
         chunk = records[start:start + CHUNK]
+        head, tail = _statement(conn, tuple(update_fields))
         with conn.cursor() as cursor:
-            cursor.execute(_sql(conn, chunk, tuple(update_fields)))
+            if conn.vendor == "postgresql":
+                cursor.execute(head + tail, [TaskStatus.SUCCESSFUL.value, _runs_json(chunk)])
+            else:
+                cursor.execute(_mysql_sql(conn, head, chunk) + tail)
 
 
-def _sql(conn: BaseDatabaseWrapper, records: Sequence[TaskRecord],
-         update_fields: tuple[str, ...]) -> str:
+def _runs_json(records: Sequence[TaskRecord]) -> str:
+    """PostgreSQL's parameter: what each run adds to its message's row."""
+    return json.dumps([{"message_id": r.message_id, "finished_at": r.finished_at.isoformat(),
+                        "return_value": r.return_value} for r in records],
+                      separators=(",", ":"))
+
+
+def _mysql_sql(conn: BaseDatabaseWrapper, head: str, records: Sequence[TaskRecord]) -> str:
     literal = dialects.literal_client_side(conn)
     prepare = dict(zip([f.attname for f in _FIELDS],
                        prepared_values.preparers(conn, TaskRecord._meta.label, _FIELDS), strict=True))
@@ -63,13 +78,12 @@ def _sql(conn: BaseDatabaseWrapper, records: Sequence[TaskRecord],
     returned = " ".join(
         f"WHEN {int(r.message_id)} THEN {literal(prepare['return_value'](r.return_value))}"
         for r in records if r.return_value is not None)
-    head, tail = _statement(conn, update_fields)
     message_id = f"m.{conn.ops.quote_name(Message._meta.pk.column)}"
     return head.format(
         finished=f"CASE {message_id} {finished} END",
         returned=f"CASE {message_id} {returned} END" if returned else "NULL",
         status=literal(TaskStatus.SUCCESSFUL.value),
-        ids=prepared_values.id_list([r.message_id for r in records])) + tail
+        ids=prepared_values.id_list([r.message_id for r in records]))
 
 
 _FIELDS = TaskRecord._meta.concrete_fields
@@ -77,42 +91,64 @@ _statements: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {}
 
 
 def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tuple[str, str]:
-    """The INSERT ... SELECT with ``{finished}``, ``{returned}``, ``{status}`` and
-    ``{ids}`` to fill, and its upsert clause."""
+    """The INSERT ... SELECT and its upsert clause. MariaDB's has ``{finished}``,
+    ``{returned}``, ``{status}`` and ``{ids}`` to fill; PostgreSQL's takes the status
+    and :func:`_runs_json` as its two parameters."""
     key = (conn.vendor, update_fields)
     if key in _statements:
         return _statements[key]
     q = conn.ops.quote_name
     m = {f.attname: f"m.{q(f.column)}" for f in Message._meta.concrete_fields}
-    body = m["body"]
     sources = {
-        "id": f"CAST({m['id']} AS CHAR)",
-        "task_path": f"JSON_VALUE({body}, '$.task')",
-        "backend": f"JSON_VALUE({body}, '$.backend')",
         "queue_name": f"q.{q(Queue._meta.get_field('name').column)}",
         "priority": m["priority"],
         "run_after": "NULL",
-        "args": f"JSON_EXTRACT({body}, '$.args')",
-        "kwargs": f"JSON_EXTRACT({body}, '$.kwargs')",
-        "status": "{status}",
         "enqueued_at": m["sent_at"],
         "started_at": m["claimed_at"],
-        "finished_at": "{finished}",
         "last_attempted_at": m["claimed_at"],
-        "return_value": "{returned}",
-        "errors": "'[]'",
-        "worker_ids": f"JSON_ARRAY({m['owner']})",
         "message_id": m["id"],
         "unique_key": "NULL",
         "cancel_requested": "FALSE",
     }
+    join_queue = (f"JOIN {q(Queue._meta.db_table)} q "
+                  f"ON q.{q(Queue._meta.pk.column)} = {m['queue_id']}")
+    if conn.vendor == "postgresql":
+        sources |= {
+            "id": f"CAST({m['id']} AS text)",
+            "task_path": "b.doc ->> 'task'",
+            "backend": "b.doc ->> 'backend'",
+            "args": "b.doc -> 'args'",
+            "kwargs": "b.doc -> 'kwargs'",
+            "status": "%s",
+            "finished_at": "r.finished_at",
+            "return_value": "r.return_value",
+            "errors": "'[]'::jsonb",
+            "worker_ids": f"jsonb_build_array({m['owner']})",
+        }
+        source = (f"FROM json_to_recordset(%s) "
+                  f"AS r(message_id bigint, finished_at timestamptz, return_value jsonb) "
+                  f"JOIN {q(Message._meta.db_table)} m ON {m['id']} = r.message_id "
+                  f"{join_queue} CROSS JOIN LATERAL (SELECT {m['body']}::jsonb AS doc) b")
+    else:
+        body = m["body"]
+        sources |= {
+            "id": f"CAST({m['id']} AS CHAR)",
+            "task_path": f"JSON_VALUE({body}, '$.task')",
+            "backend": f"JSON_VALUE({body}, '$.backend')",
+            "args": f"JSON_EXTRACT({body}, '$.args')",
+            "kwargs": f"JSON_EXTRACT({body}, '$.kwargs')",
+            "status": "{status}",
+            "finished_at": "{finished}",
+            "return_value": "{returned}",
+            "errors": "'[]'",
+            "worker_ids": f"JSON_ARRAY({m['owner']})",
+        }
+        source = (f"FROM {q(Message._meta.db_table)} m {join_queue} "
+                  f"WHERE {m['id']} IN ({{ids}})")
     head = (f"INSERT INTO {q(TaskRecord._meta.db_table)} "
             f"({', '.join(q(f.column) for f in _FIELDS)}) "
-            f"SELECT {', '.join(sources[f.attname] for f in _FIELDS)} "
-            f"FROM {q(Message._meta.db_table)} m JOIN {q(Queue._meta.db_table)} q "
-            f"ON q.{q(Queue._meta.pk.column)} = {m['queue_id']} "
-            f"WHERE {m['id']} IN ({{ids}})")
+            f"SELECT {', '.join(sources[f.attname] for f in _FIELDS)} {source}")
     tail = " " + vendor_sql.upsert_clause(conn, TaskRecord._meta.pk.column,
-                                      [TaskRecord._meta.get_field(n).column for n in update_fields])
+                                          [TaskRecord._meta.get_field(n).column for n in update_fields])
     _statements[key] = head, tail
     return head, tail
