@@ -183,11 +183,12 @@ def extracts_json_verbatim(conn: BaseDatabaseWrapper) -> bool:
 def copies_task_records(conn: BaseDatabaseWrapper) -> bool:
     """Whether a finished task's record can be copied by the server from its message's
     row (djqueue.storage.statements.task_record_copy): on MariaDB on the fast path
-    (:func:`extracts_json_verbatim`, :func:`writes_values_into_sql`), and on
-    PostgreSQL, whose record columns are ``jsonb``: a value parsed there from the
-    message's text is the one the same value written from Python becomes.
-    SQLite writes every record from Python."""
-    return (conn.vendor == "postgresql"
+    (:func:`extracts_json_verbatim`, :func:`writes_values_into_sql`); on PostgreSQL,
+    whose record columns are ``jsonb``, so that a value parsed there from the
+    message's text is the one the same value written from Python becomes; and on
+    SQLite, whose ``json_extract`` gives an array's or object's text with its
+    numbers and escapes as the document has them."""
+    return (conn.vendor in ("postgresql", "sqlite")
             or (extracts_json_verbatim(conn) and writes_values_into_sql(conn)))
 
 

@@ -1,5 +1,4 @@
-"""Finished tasks' records copied by the database from their message rows (MariaDB,
-PostgreSQL).
+"""Finished tasks' records copied by the database from their message rows.
 
 A first run of a task that succeeded needs a record whose values its message row
 already holds: the task's path, backend and arguments in the body, the queue,
@@ -10,19 +9,19 @@ return value. Every other record (a failure, a retried or deferred task, a resul
 id given at enqueue) is written from Python.
 
 Why: building each record's row in Python (escaping it on MariaDB, a JSON
-document of 19 columns with four ISO times on PostgreSQL) was a tenth of a
-django.tasks worker's time, in a process bound by the GIL. Per vendor: MariaDB
-gets the finish times and return values as ``CASE`` arms by message id, escaped
-by the driver (its statements carry their values in their text); PostgreSQL gets
-them as one JSON parameter read by ``json_to_recordset``, and parses each body
-once as ``jsonb``. Only constants, column names from the models and integer ids
-are written into the SQL.
+document of 19 columns with four ISO times on PostgreSQL, 19 parameters on
+SQLite) was a tenth of a django.tasks worker's time, in a process bound by the
+GIL. Per vendor: MariaDB gets the finish times and return values as ``CASE``
+arms by message id, escaped by the driver (its statements carry their values in
+their text); PostgreSQL and SQLite get them as one JSON parameter, read by
+``json_to_recordset`` and ``json_each``. Only constants, column names from the
+models and integer ids are written into the SQL.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -55,23 +54,35 @@ def copy_records(db: str, records: Sequence[TaskRecord], update_fields: Sequence
         chunk = records[start:start + CHUNK]
         head, tail = _statement(conn, tuple(update_fields))
         with conn.cursor() as cursor:
-            if conn.vendor == "postgresql":
-                cursor.execute(head + tail, [TaskStatus.SUCCESSFUL.value, _runs_json(chunk)])
-            else:
+            if conn.vendor == "mysql":
                 cursor.execute(_mysql_sql(conn, head, chunk) + tail)
+            else:
+                cursor.execute(head + tail, [TaskStatus.SUCCESSFUL.value, _runs_json(conn, chunk)])
 
 
-def _runs_json(records: Sequence[TaskRecord]) -> str:
-    """PostgreSQL's parameter: what each run adds to its message's row."""
-    return json.dumps([{"message_id": r.message_id, "finished_at": r.finished_at.isoformat(),
-                        "return_value": r.return_value} for r in records],
-                      separators=(",", ":"))
+def _runs_json(conn: BaseDatabaseWrapper, records: Sequence[TaskRecord]) -> str:
+    """The parameter of PostgreSQL's and SQLite's statements: what each run adds to its
+    message's row. SQLite gets the values as its columns store them (a datetime's text,
+    a return value's JSON text); PostgreSQL parses them into its column types."""
+    if conn.vendor == "postgresql":
+        runs = [{"message_id": r.message_id, "finished_at": r.finished_at.isoformat(),
+                 "return_value": r.return_value} for r in records]
+    else:
+        prepare = _preparers(conn)
+        finished, returned = prepare["finished_at"], prepare["return_value"]
+        runs = [{"message_id": r.message_id, "finished_at": finished(r.finished_at),
+                 "return_value": returned(r.return_value)} for r in records]
+    return json.dumps(runs, separators=(",", ":"))
+
+
+def _preparers(conn: BaseDatabaseWrapper) -> dict[str, Callable[[object], object]]:
+    return dict(zip([f.attname for f in _FIELDS],
+                    prepared_values.preparers(conn, TaskRecord._meta.label, _FIELDS), strict=True))
 
 
 def _mysql_sql(conn: BaseDatabaseWrapper, head: str, records: Sequence[TaskRecord]) -> str:
     literal = dialects.literal_client_side(conn)
-    prepare = dict(zip([f.attname for f in _FIELDS],
-                       prepared_values.preparers(conn, TaskRecord._meta.label, _FIELDS), strict=True))
+    prepare = _preparers(conn)
     finished = " ".join(
         f"WHEN {int(r.message_id)} THEN {literal(prepare['finished_at'](r.finished_at))}"
         for r in records)
@@ -92,8 +103,8 @@ _statements: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {}
 
 def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tuple[str, str]:
     """The INSERT ... SELECT and its upsert clause. MariaDB's has ``{finished}``,
-    ``{returned}``, ``{status}`` and ``{ids}`` to fill; PostgreSQL's takes the status
-    and :func:`_runs_json` as its two parameters."""
+    ``{returned}``, ``{status}`` and ``{ids}`` to fill; PostgreSQL's and SQLite's take
+    the status and :func:`_runs_json` as their two parameters."""
     key = (conn.vendor, update_fields)
     if key in _statements:
         return _statements[key]
@@ -129,6 +140,23 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
                   f"AS r(message_id bigint, finished_at timestamptz, return_value jsonb) "
                   f"JOIN {q(Message._meta.db_table)} m ON {m['id']} = r.message_id "
                   f"{join_queue} CROSS JOIN LATERAL (SELECT {m['body']}::jsonb AS doc) b")
+    elif conn.vendor == "sqlite":
+        body, run = m["body"], "r.value"
+        sources |= {
+            "id": f"CAST({m['id']} AS TEXT)",
+            "task_path": f"json_extract({body}, '$.task')",
+            "backend": f"json_extract({body}, '$.backend')",
+            "args": f"json_extract({body}, '$.args')",
+            "kwargs": f"json_extract({body}, '$.kwargs')",
+            "status": "%s",
+            "finished_at": f"json_extract({run}, '$.finished_at')",
+            "return_value": f"json_extract({run}, '$.return_value')",
+            "errors": "'[]'",
+            "worker_ids": f"json_array({m['owner']})",
+        }
+        # WHERE true: SQLite's grammar needs a WHERE before an upsert's ON CONFLICT.
+        source = (f"FROM json_each(%s) r JOIN {q(Message._meta.db_table)} m "
+                  f"ON {m['id']} = json_extract({run}, '$.message_id') {join_queue} WHERE true")
     else:
         body = m["body"]
         sources |= {
