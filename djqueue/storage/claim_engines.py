@@ -11,10 +11,10 @@ MariaDB/MySQL and PostgreSQL lock rows, and skip the rows others hold::
      WHERE id IN (...);
 
 SQLite has no row locks; its writers are serialised, so one stamped statement
-claims and the lease token reads the claimed rows back::
+claims, and returns the claimed rows (before SQLite 3.35, the lease token reads
+them back)::
 
-    UPDATE djqueue_message SET ... WHERE id IN (SELECT id ... LIMIT %s);
-    SELECT ... WHERE state = 3 AND lease_token = %s;
+    UPDATE djqueue_message SET ... WHERE id IN (SELECT id ... LIMIT %s) RETURNING ...;
 
 Callers ask :func:`engine_for` and never test the database themselves (Oban's
 one engine per database, behind one interface).
@@ -30,7 +30,11 @@ from django.db.models import F, Q, QuerySet
 
 from djqueue.models import Message, Queue, State
 from djqueue.storage import dialects
-from djqueue.storage.statements.claim_statements import lock_ready, stamp_claimed
+from djqueue.storage.statements.claim_statements import (
+    lock_ready,
+    stamp_claimed,
+    stamp_first_ready,
+)
 
 T = TypeVar("T", bound=QuerySet)
 
@@ -113,9 +117,10 @@ class SerialEngine:
 
     def claim(self, db: str, queue: Queue, want: int, stamp: Stamp,
               where: Q | None) -> list[Message]:
-        ready = Message.objects.using(db).filter(queue=queue, state=State.READY)
-        if where is not None:
-            ready = ready.filter(where)
+        if where is None:
+            return stamp_first_ready(db, queue.pk, want, owner=stamp.owner, token=stamp.token,
+                                     lease_end=stamp.lease_end, now=stamp.now)
+        ready = Message.objects.using(db).filter(queue=queue, state=State.READY).filter(where)
         count = Message.objects.using(db).filter(
             pk__in=ready.claim_order().values("pk")[:want]).update(
             attempts=F("attempts") + 1, state=State.CLAIMED, owner=stamp.owner,

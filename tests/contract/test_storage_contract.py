@@ -56,6 +56,23 @@ def test_a_claim_takes_priority_then_send_order_and_stamps_a_lease():
     assert len({m.lease_token for m in claimed}) == 1
 
 
+def test_sqlite_before_3_35_reads_its_claim_back_by_the_lease_token(monkeypatch):
+    """SQLite's claim returns its rows from the UPDATE (RETURNING, SQLite 3.35+); an
+    older SQLite, without RETURNING, reads them back by their lease token, in the
+    same claim order."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's claim engine only")
+    queue = djqueue.create_queue("contract.token")
+    low = djqueue.send_batch(queue, [{"n": n} for n in range(3)])
+    high = djqueue.send(queue, {"n": "high"}, priority=5)
+    monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)
+    claimed = claim(queue, 3, owner="old")
+    assert [m.pk for m in claimed] == [high.pk, low[0].pk, low[1].pk]
+    assert {(m.state, m.owner, m.attempts) for m in claimed} == {(State.CLAIMED, "old", 1)}
+    assert claim(queue, 3, owner="old")[0].pk == low[2].pk
+    assert claim(queue, 3, owner="old") == []
+
+
 def test_concurrent_claimers_never_share_a_message():
     queue = djqueue.create_queue("contract.concurrent")
     djqueue.send_batch(queue, [{"n": n} for n in range(400)])

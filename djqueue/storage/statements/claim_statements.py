@@ -71,6 +71,37 @@ def stamp_claimed(db: str, ids: Sequence[int], *, owner: str, token: str,
                        [int(State.CLAIMED), owner, token, adapt(lease_end), adapt(now)])
 
 
+def stamp_first_ready(db: str, queue_id: int, limit: int, *, owner: str, token: str,
+                      lease_end: datetime, now: datetime) -> list[Message]:
+    """Claim the next ``limit`` ready messages of a queue where writers are serialised
+    (SQLite: see claim_engines.SerialEngine): one UPDATE stamps them, and they come back
+    by ``RETURNING`` (SQLite 3.35 and later), else by their lease token; in claim order."""
+    conn = connections[db]
+    adapt = conn.ops.adapt_datetimefield_value
+    params = [int(State.CLAIMED), owner, token, adapt(lease_end), adapt(now),
+              queue_id, int(State.READY), limit]
+    with conn.cursor() as cursor:
+        if conn.features.can_return_columns_from_insert:
+            cursor.execute(built_sql(conn, "stamp_first_ready_returning",
+                                     _stamp_first_ready_returning_sql), params)
+            rows = sorted(cursor.fetchall(), key=_claim_order)
+        else:
+            cursor.execute(built_sql(conn, "stamp_first_ready", _stamp_first_ready_sql), params)
+            if not cursor.rowcount:
+                return []
+            cursor.execute(built_sql(conn, "stamped_by_token", _stamped_by_token_sql),
+                           [int(State.CLAIMED), token, queue_id])
+            rows = cursor.fetchall()
+    return load_messages(db, rows, dialects.reads_datetimes_as_text(conn))
+
+
+_PRIORITY, _ID = _ATTNAMES.index("priority"), _ATTNAMES.index("id")
+
+
+def _claim_order(row: Sequence) -> tuple[int, int]:
+    return -row[_PRIORITY], row[_ID]
+
+
 def lock_leases(db: str, ids: Sequence[int]) -> list[tuple[int, int, str]]:
     """Lock the messages ``ids`` that still exist; their (id, state, lease token).
 
@@ -177,6 +208,27 @@ def _stamp_claimed_sql(conn: BaseDatabaseWrapper) -> str:
     return (f"UPDATE {table} SET {c['attempts']} = {c['attempts']} + 1, {c['state']} = %s, "
             f"{c['owner']} = %s, {c['lease_token']} = %s, {c['visible_at']} = %s, "
             f"{c['claimed_at']} = %s WHERE {c['id']} IN ({{ids}})")
+
+
+def _stamp_first_ready_sql(conn: BaseDatabaseWrapper) -> str:
+    table, c = _names(conn)
+    return (f"UPDATE {table} SET {c['attempts']} = {c['attempts']} + 1, {c['state']} = %s, "
+            f"{c['owner']} = %s, {c['lease_token']} = %s, {c['visible_at']} = %s, "
+            f"{c['claimed_at']} = %s WHERE {c['id']} IN (SELECT {c['id']} FROM {table} "
+            f"WHERE {c['queue_id']} = %s AND {c['state']} = %s "
+            f"ORDER BY {c['priority']} DESC, {c['id']} ASC LIMIT %s)")
+
+
+def _stamp_first_ready_returning_sql(conn: BaseDatabaseWrapper) -> str:
+    _, c = _names(conn)
+    return (f"{_stamp_first_ready_sql(conn)} "
+            f"RETURNING {', '.join(c[name] for name in _ATTNAMES)}")
+
+
+def _stamped_by_token_sql(conn: BaseDatabaseWrapper) -> str:
+    _, c = _names(conn)
+    return (f"{_claim_select(conn)}WHERE {c['state']} = %s AND {c['lease_token']} = %s "
+            f"AND {c['queue_id']} = %s ORDER BY {c['priority']} DESC, {c['id']} ASC")
 
 
 def _lock_leases_sql(conn: BaseDatabaseWrapper) -> str:
