@@ -131,6 +131,8 @@ LOGGING = {
     # INFO and up reach the root, where workers keep a handler's records (HANDLER_LOG_LEVEL).
     "root": {"level": "INFO"},
 }
+if os.environ.get("DJQUEUE_TEST_LOG_INFO"):  # a test that reads a process's INFO lines
+    LOGGING["loggers"]["djqueue"]["level"] = "INFO"
 
 if os.environ.get("DJQUEUE_TEST_PLACED"):
     DJQUEUE["QUEUE_DATABASES"] = PLACED_QUEUES

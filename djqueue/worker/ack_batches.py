@@ -55,6 +55,8 @@ class WorkerStats:
     lost: int = 0
     #: Claims that failed (the worker logged each, paused and went on).
     claim_errors: int = 0
+    #: Claim rounds run (each one transaction a database, taking and acking).
+    claims: int = 0
     started: float = field(default_factory=time.monotonic)
 
     @property

@@ -164,7 +164,11 @@ class Worker(ProcessBase):
             idle = not got and not self._held
             if got:
                 backoff.reset()
-                continue
+                if got >= want:  # a full claim: more may be ready at once
+                    continue
+                # A short one took what was ready: the next claim waits for a finished
+                # handler, a send's wake-up or the shortest poll, instead of finding
+                # nothing at once (a trickling queue took four claims a message, now two).
             if self.options.burst and not self._held and not self._acks:
                 return
             if self._acks.wait_for(self._prefetch.finished_awaited(
@@ -188,6 +192,7 @@ class Worker(ProcessBase):
         for queue in queues:  # a partition added since the worker started
             self.registration.add_database(placement.database_of(queue))
         claimed = self._claims.claim(queues, self._acks.acks(), limit, peek=peek)
+        self.stats.claims += 1
         if claimed.failed and not claimed.messages and not claimed.tried:
             self.stop_signals.stop.wait(1.0)  # nothing answered: pause before the next try
             return 0

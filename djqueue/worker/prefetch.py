@@ -10,9 +10,9 @@ hold leases other workers could run, and one worker takes a whole burst. So unle
 - the first claim asks for :data:`FIRST` messages;
 - a claim that came back full doubles the size, up to :data:`LARGEST` (a backlog:
   draining it fast is what counts);
-- a claim that came back short sets the size to twice what it got, at least 1 (an
-  idle or trickling queue: nothing is gained by asking for more than is there, and a
-  burst reaching several idle workers is shared among them);
+- a claim that came back short sets the size to twice what it got, at least
+  :data:`SMALLEST` (an idle or trickling queue: nothing is gained by asking for more
+  than is there, and a burst reaching several idle workers is shared among them);
 - a claim never asks for more than :data:`CLAIM_SECONDS` of handler work for the
   worker's threads, from the moving average of a handler run (slow handlers: small
   claims, so what one worker cannot start soon stays for the others).
@@ -30,6 +30,10 @@ ALPHA = 0.2
 #: The adaptive claim size's first claim, and its largest.
 FIRST = 10
 LARGEST = 500
+#: The least a claim asks for after a short one. Why 2, not 1: the worker claims again
+#: at once after a full claim only (message_worker), and a claim of 1 that got 1 is
+#: full, so a trickling queue cost an extra claim that found nothing for every message.
+SMALLEST = 2
 #: Seconds of handler work (per handler thread) one adaptive claim may ask for.
 CLAIM_SECONDS = 0.2
 
@@ -66,7 +70,7 @@ class Prefetch:
         if not self.adaptive:
             return
         if got < asked:
-            self.size = max(1, min(self.size, 2 * got))
+            self.size = max(SMALLEST, min(self.size, 2 * got))
         elif asked >= self.size:  # full, and not cut short by room or --max-messages
             self.size = min(LARGEST, 2 * self.size)
 

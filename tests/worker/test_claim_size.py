@@ -1,13 +1,16 @@
 """The worker's adaptive claim size (djqueue.worker.prefetch): large on a backlog of fast
 messages, small for slow handlers and an idle queue, fixed by ``--batch-size``."""
 
+import re
+import signal
 from collections import Counter
 
 import pytest
 
 import djqueue
-from djqueue.models import History
-from djqueue.worker.prefetch import CLAIM_SECONDS, FIRST, LARGEST, Prefetch
+from djqueue.models import History, Worker
+from djqueue.worker.prefetch import CLAIM_SECONDS, FIRST, LARGEST, SMALLEST, Prefetch
+from tests.conftest import wait_until
 
 
 def claim_sizes() -> list[int]:
@@ -33,7 +36,7 @@ def test_a_short_claim_asks_next_for_twice_what_it_got():
     prefetch.claimed(0.001, asked=LARGEST, got=30)
     assert prefetch.batch_size == 60
     prefetch.claimed(0.001, asked=60, got=0)  # idle
-    assert prefetch.batch_size == 1
+    assert prefetch.batch_size == SMALLEST
 
 
 def test_a_claim_cut_short_by_room_does_not_grow_the_size():
@@ -83,3 +86,25 @@ def test_a_worker_at_its_defaults_claims_little_for_slow_handlers(spawn):
     assert sizes[0] == FIRST  # before any handler has run
     # Each run takes over 50 ms, so a claim asks for at most 0.2 s of it: 4 messages.
     assert max(sizes[1:]) <= int(CLAIM_SECONDS / 0.05), sizes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trickling_queue_costs_two_claims_a_message(spawn):
+    """One claim takes the message, the next acks it: a claim that came back short is
+    not followed at once by one that finds nothing (the worker waits for the handler,
+    a send's wake-up or its poll). Polls every 60 s here, so only those claims count."""
+    djqueue.create_queue("t.noop")
+    worker = spawn("djqueue_worker", "t.noop", env={"DJQUEUE_TEST_POLL": "60",
+                                                        "DJQUEUE_TEST_LOG_INFO": "1"})
+    wait_until(lambda: Worker.objects.exclude(wake_address="").exists(), 60, "the worker")
+    sent = 10
+    for n in range(sent):
+        djqueue.send("t.noop", {"n": n})
+        wait_until(lambda n=n: History.objects.count() == n + 1, 60,
+                   f"message {n}\n{worker.output()}")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.output()
+    stats = re.search(r"claims=(\d+)", worker.output())
+    assert stats, worker.output()
+    # The worker's first claim at start, then two a message (four before: 41).
+    assert int(stats.group(1)) <= 1 + 2 * sent, stats.group(0)
