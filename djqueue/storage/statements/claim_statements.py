@@ -211,12 +211,11 @@ def _stamp_claimed_sql(conn: BaseDatabaseWrapper) -> str:
 
 
 def _stamp_first_ready_sql(conn: BaseDatabaseWrapper) -> str:
+    """:func:`_stamp_claimed_sql` with the first ready ids chosen by a subquery."""
     table, c = _names(conn)
-    return (f"UPDATE {table} SET {c['attempts']} = {c['attempts']} + 1, {c['state']} = %s, "
-            f"{c['owner']} = %s, {c['lease_token']} = %s, {c['visible_at']} = %s, "
-            f"{c['claimed_at']} = %s WHERE {c['id']} IN (SELECT {c['id']} FROM {table} "
-            f"WHERE {c['queue_id']} = %s AND {c['state']} = %s "
-            f"ORDER BY {c['priority']} DESC, {c['id']} ASC LIMIT %s)")
+    first_ready = (f"SELECT {c['id']} FROM {table} WHERE {c['queue_id']} = %s "
+                   f"AND {c['state']} = %s ORDER BY {c['priority']} DESC, {c['id']} ASC LIMIT %s")
+    return _stamp_claimed_sql(conn).replace("{ids}", first_ready, 1)
 
 
 def _stamp_first_ready_returning_sql(conn: BaseDatabaseWrapper) -> str:
