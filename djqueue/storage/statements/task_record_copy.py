@@ -50,9 +50,9 @@ def copy_records(db: str, records: Sequence[TaskRecord], update_fields: Sequence
     """Write ``records`` (each passed :func:`copies`; their messages' rows locked by the
     caller's ack) from their message rows; an existing record gets ``update_fields``."""
     conn = connections[db]
+    head, tail = _statement(conn, tuple(update_fields))
     for start in range(0, len(records), CHUNK):
         chunk = records[start:start + CHUNK]
-        head, tail = _statement(conn, tuple(update_fields))
         with conn.cursor() as cursor:
             if conn.vendor == "mysql":
                 cursor.execute(_mysql_sql(conn, head, chunk) + tail)
