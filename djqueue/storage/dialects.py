@@ -9,7 +9,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import TypeVar
 
 from django.db import OperationalError, connections, transaction
@@ -32,8 +32,7 @@ def alias() -> str:
     return _current.get() or get_settings().DATABASE
 
 
-@contextlib.contextmanager
-def using(db: str | None) -> Iterator[str]:
+class using:  # used like a function: ``with using(db) as alias:``
     """Run the block on database ``db`` (None: leave the current one).
 
     Why a context and not only arguments: what a message's handler, a task's record,
@@ -41,15 +40,27 @@ def using(db: str | None) -> Iterator[str]:
     serve (djqueue.storage.placement); the entry points (the API's functions, a
     worker's claim and handler runs, the reaper's pass over each database) say it
     once here instead of every function below them taking it along.
+
+    A class rather than a generator context manager: a worker enters it once a
+    handler run, where the generator's machinery costs more than the rest.
     """
-    if db is None:
-        yield alias()
-        return
-    token = _current.set(db)
-    try:
-        yield db
-    finally:
-        _current.reset(token)
+
+    __slots__ = ("db", "token")
+
+    def __init__(self, db: str | None) -> None:
+        self.db = db
+        self.token: Token[str | None] | None = None
+
+    def __enter__(self) -> str:
+        if self.db is None:
+            return alias()
+        self.token = _current.set(self.db)
+        return self.db
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.token is not None:
+            _current.reset(self.token)
+            self.token = None
 
 
 def connection() -> BaseDatabaseWrapper:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -292,3 +293,20 @@ def frozen_dataclass(cls: type, values: dict[str, object]) -> Any:
     for name, value in values.items():
         object.__setattr__(instance, name, value)
     return instance
+
+
+# Calls
+
+def sync_function(func: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``func`` itself when a django.tasks Task of it may be run by calling it, as
+    ``Task.call`` does for a function that is not a coroutine function; else None.
+
+    Why: ``Task.call`` asks ``inspect.iscoroutinefunction`` on every run, which is
+    the same answer for a task's function each time. Plain path (None, also on
+    an unverified Django): ``task.call``."""
+    return _sync_function(func) if enabled else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _sync_function(func: Callable[..., Any]) -> Callable[..., Any] | None:
+    return None if inspect.iscoroutinefunction(func) else func

@@ -20,11 +20,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.dispatch import receiver
 
 from djqueue.exceptions import TaskCancelled, TaskTimeout, UntrustedTask
 from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
-from djqueue.storage import dialects
+from djqueue.storage import dialects, fastpath
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
 from djqueue.tasks import known_tasks, step_checks, workflow_joins
@@ -108,16 +111,16 @@ def run_task(message: Message) -> None:
     db = dialects.alias()
     _check_task_message(message)
     record = _record(db, message)
-    _check_backend(message, record.backend)
+    sender = _serving_backend(message, record.backend)
     if record.status in FINISHED_STATUSES:
         return  # a repeated delivery of a finished task
-    batched = registry.hook_will_run() and not connections[db].in_atomic_block
-    backend = task_backends[record.backend]
+    conn = connections[db]
+    batched = registry.hook_will_run() and not conn.in_atomic_block
     task = load_task(record)
     if record.cancel_requested:
-        _finish(message, record, batched, TaskStatus.FAILED,
+        _finish(conn, message, record, batched, TaskStatus.FAILED,
                 error=TaskCancelled("Cancelled before it started."))
-        task_finished.send(sender=type(backend),
+        task_finished.send(sender=sender,
                            task_result=to_task_result(record, task, from_json=True))
         return
     args: list[Any] = list(record.args)
@@ -125,30 +128,31 @@ def run_task(message: Message) -> None:
     if workflow_joins.PAYLOAD_KEY in message.payload:
         prepared = step_checks.before_run(db, message, args, kwargs)
         if prepared is None:
-            _finish(message, record, batched, TaskStatus.FAILED, error=TaskCancelled(
+            _finish(conn, message, record, batched, TaskStatus.FAILED, error=TaskCancelled(
                 "Not started: its workflow was cancelled or failed meanwhile."))
             return
         args, kwargs = prepared.args, prepared.kwargs
     result = to_task_result(record, task, from_json=True)
-    task_started.send(sender=type(backend), task_result=result)
+    task_started.send(sender=sender, task_result=result)
     if task.takes_context:
         args.insert(0, TaskContext(task_result=result))
     timeout = task.timeout if isinstance(task, QueueTask) else None
+    call = fastpath.sync_function(task.func) or task.call
     try:
-        value = normalize_json(call_with_timeout(lambda: task.call(*args, **kwargs), timeout))
+        value = normalize_json(call_with_timeout(lambda: call(*args, **kwargs), timeout))
     except Exception as exc:
         tb = "".join(traceback.format_exception(exc))
+        backend = task_backends[record.backend]
         if isinstance(backend, QueueBackend) and backend.should_retry(
                 task, len(record.worker_ids), exc):
             record.errors = [*record.errors, error_entry(exc, tb)]
             record.status = TaskStatus.READY
             message_inserts.upsert(db, [record], FINISHED_FIELDS)
             raise RetryTask(f"{record.task_path} failed; retrying") from exc
-        _finish(message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
+        _finish(conn, message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
     else:
-        _finish(message, record, batched, TaskStatus.SUCCESSFUL, value=value)
-    task_finished.send(sender=type(backend),
-                       task_result=to_task_result(record, task, from_json=True))
+        _finish(conn, message, record, batched, TaskStatus.SUCCESSFUL, value=value)
+    task_finished.send(sender=sender, task_result=to_task_result(record, task, from_json=True))
 
 
 def _record(db: str, message: Message) -> TaskRecord:
@@ -185,18 +189,38 @@ def _check_task_message(message: Message) -> None:
                             f"(fields {', '.join(sorted(set(wrong)))}).")
 
 
-def _check_backend(message: Message, alias: str) -> None:
-    """Refuse a task whose backend is not a djqueue backend serving the message's queue."""
+#: The class of each djqueue backend, by (alias, queue), for the queues it serves: the
+#: TASKS setting alone decides it, so a worker works it out once a pair, not once a task
+#: (and again when the setting changes, as tests do). Only pairs that passed are kept.
+_serving: dict[tuple[str, str], type[QueueBackend]] = {}
+
+
+def _serving_backend(message: Message, alias: str) -> type[QueueBackend]:
+    """The class of the djqueue backend ``alias`` (the sender of the task signals), which
+    must serve the message's queue; else UntrustedTask (the message is dead-lettered)."""
+    queue = message.queue.name
+    try:
+        return _serving[alias, queue]
+    except KeyError:
+        pass
     backend = task_backends[alias] if alias in (getattr(settings, "TASKS", {}) or {}) else None
-    if not isinstance(backend, QueueBackend) or message.queue.name not in backend.queues:
+    if not isinstance(backend, QueueBackend) or queue not in backend.queues:
         raise UntrustedTask(f"Message {message.pk} names backend {str(alias)[:100]!r}, which "
-                            f"is not a djqueue backend serving queue {message.queue.name!r}.")
+                            f"is not a djqueue backend serving queue {queue!r}.")
+    _serving[alias, queue] = type(backend)
+    return type(backend)
 
 
-def _finish(message: Message, record: TaskRecord, batched: bool, status: str,
-            **outcome: Any) -> None:
+@receiver(setting_changed)
+def _forget_backends(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TASKS":
+        _serving.clear()
+
+
+def _finish(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, batched: bool,
+            status: str, **outcome: Any) -> None:
     """Record the end of the run: with the worker's next ack when batched, else now."""
-    db = dialects.alias()
+    db = conn.alias
     ref = step_checks.reference(message)
     if not batched:
         with transaction.atomic(using=db):
@@ -206,7 +230,7 @@ def _finish(message: Message, record: TaskRecord, batched: bool, status: str,
         return
     finish(record, status, save=False, **outcome)
     step = None if ref is None else workflow_joins.settled_from(message.pk, ref, record)
-    if task_record_copy.copies(db, message, record):
+    if task_record_copy.copies(conn, message, record):
         entry = Finished(record, copied=True, step=step)
     else:
         entry = Finished(record, message_inserts.render_row(db, record, _record_rows), step=step)

@@ -31,6 +31,8 @@ from djqueue.worker.prefetch import Prefetch
 logger = logging.getLogger("djqueue.worker")
 #: Seconds a handler thread's connection may sit idle before it is pinged before use.
 IDLE_CHECK = 1.0
+#: What a handler without an ack hook runs inside (reusable).
+_NOTHING = contextlib.nullcontext()
 
 
 def reset_connection() -> None:
@@ -55,28 +57,30 @@ class HandlerCalls:
         return entry.exactly_once if entry.exactly_once is not None else message.queue.exactly_once
 
     def execute(self, message: Message) -> Done:
-        entry = self.handlers[message.queue.name]
-        exactly_once = self.exactly_once(message)
+        queue = message.queue
+        entry = self.handlers[queue.name]
+        exactly_once = entry.exactly_once if entry.exactly_once is not None else queue.exactly_once
+        func = entry.func
+        around = registry.hook_runs_after() if entry.in_claim_transaction is not None else _NOTHING
 
         def call() -> None:
-            hooked = entry.in_claim_transaction is not None
-            with (registry.hook_runs_after() if hooked else contextlib.nullcontext(),
-                  tracing.processing(message.queue.name, message.pk, message.attempts,
-                                     message.group_key, message.headers)):
+            with around, tracing.processing(queue.name, message.pk, message.attempts,
+                                            message.group_key, message.headers):
                 if entry.is_async:
-                    asyncio.run(entry.func(message))
+                    asyncio.run(func(message))
                 else:
-                    entry.func(message)
+                    func(message)
 
         # What the handler's run writes (its task record, progress, a workflow's join)
         # goes to its message's database (djqueue.storage.placement).
         with dialects.using(fastpath.database_of(message)):
-            return self._run(message, call, exactly_once)
+            return self._run(message, queue.skip_stale, call, exactly_once)
 
-    def _run(self, message: Message, call: Callable[[], None], exactly_once: bool) -> Done:
+    def _run(self, message: Message, skip_stale: bool, call: Callable[[], None],
+             exactly_once: bool) -> Done:
         try:
             self._check_idle_connection()
-            if message.queue.skip_stale and ordered_groups.is_stale(message):
+            if skip_stale and ordered_groups.is_stale(message):
                 logger.warning("Skipping a stale delivery of message %s: a later message of "
                                "group %r was acked", message.pk, message.group_key,
                                extra={"worker": self.worker_id, "message_id": message.pk})

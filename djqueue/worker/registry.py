@@ -8,10 +8,9 @@ the worker runs task queues without importing anything of the tasks feature.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
@@ -64,15 +63,24 @@ _sources: list[HandlerSource] = []
 _calling = threading.local()
 
 
-@contextlib.contextmanager
-def hook_runs_after() -> Iterator[None]:
+class _HookRunsAfter:
     """Around a handler call whose ack will run the handler's ``in_claim_transaction``
-    (a worker's), so the handler may leave its writes to that hook."""
-    _calling.hooked = True
-    try:
-        yield
-    finally:
+    (a worker's), so the handler may leave its writes to that hook. A class, not a
+    generator context manager: a worker enters it once a task run."""
+
+    def __enter__(self) -> None:
+        _calling.hooked = True
+
+    def __exit__(self, *exc_info: object) -> None:
         _calling.hooked = False
+
+
+_hook_runs_after = _HookRunsAfter()
+
+
+def hook_runs_after() -> _HookRunsAfter:
+    """A context for a handler call whose ack runs the handler's ``in_claim_transaction``."""
+    return _hook_runs_after
 
 
 def hook_will_run() -> bool:

@@ -153,3 +153,13 @@ def test_the_queue_works_end_to_end_on_either_path(paths):
     assert again.attempts == 2 and again.errors[0]["error"] == "boom"
     again.ack()
     assert not Message.objects.filter(queue=queue).exists()
+
+
+def test_a_tasks_function_is_called_as_task_call_calls_it(paths):
+    from tests.tasks import add, async_square
+
+    sync = fastpath.sync_function(add.func)
+    assert sync is (add.func if paths else None)
+    assert (sync or add.call)(2, 3) == add.call(2, 3) == 5
+    assert fastpath.sync_function(async_square.func) is None  # Task.call runs it in a loop
+    assert async_square.call(4) == 16

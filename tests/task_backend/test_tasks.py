@@ -358,3 +358,22 @@ def test_queue_options_per_queue_and_a_group_key_kwarg_limit_tasks():
     assert [m.group_key for m in receive("t.limited", max_messages=5)] == [None]
     with pytest.raises(Exception, match="group key is 1 to 200"):
         tasks.notify.enqueue("x", tenant="t" * 201)
+
+
+def test_a_worker_checks_a_tasks_backend_against_the_tasks_setting_in_force(settings):
+    """The worker learns once which backend serves which queue (not once a task), and
+    learns it again when TASKS changes: a backend that stopped serving a queue is refused."""
+    from djqueue.api.receiving import receive
+    from djqueue.exceptions import UntrustedTask
+    from djqueue.tasks.task_handler import run_task
+    from djqueue.worker import registry
+
+    tasks.add.enqueue(1, 2)
+    tasks.add.enqueue(3, 4)
+    first, second = receive("default", max_messages=2, owner="w1")
+    with registry.hook_runs_after():
+        run_task(first)  # served: the pair is remembered
+        settings.TASKS = {**settings.TASKS, "default": {
+            **settings.TASKS["default"], "QUEUES": ["t.tasks"]}}
+        with pytest.raises(UntrustedTask, match="not a djqueue backend serving queue 'default'"):
+            run_task(second)

@@ -34,7 +34,7 @@ from djqueue.storage.statements import prepared_values, vendor_sql
 CHUNK = 500
 
 
-def copies(db: str, message: Message, record: TaskRecord) -> bool:
+def copies(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord) -> bool:
     """Whether ``record``, the finished record of ``message``'s run, is one the ack can
     copy from the message's row: a first delivery's success whose record the message
     alone describes."""
@@ -43,7 +43,7 @@ def copies(db: str, message: Message, record: TaskRecord) -> bool:
             and not message.errors and message.stored_body_id is None
             and "task" in payload and record.id == str(message.pk)
             and "run_after" not in payload and not record.errors
-            and dialects.copies_task_records(connections[db]))
+            and dialects.copies_task_records(conn))
 
 
 def copy_records(db: str, records: Sequence[TaskRecord], update_fields: Sequence[str]) -> None:
