@@ -185,6 +185,7 @@ LABELS = {
     "tasks_defaults": "django.tasks worker, default options",
     "tasks_b100": "django.tasks worker, `-b 100`",
     "tasks_defaults_cpu_us": "django.tasks worker CPU per task, µs",
+    "tasks_quiet_log": "django.tasks worker, default options, `django.tasks` logger at WARNING",
     "io_c32": "10 ms handlers, `-c 32` (limit 3,200)",
     "io_c32_cpu_us": "10 ms handlers: worker CPU per message, µs",
     "pickup_p50_ms": "pickup p50, ms", "pickup_p95_ms": "pickup p95, ms",

@@ -19,7 +19,11 @@ DJQUEUE = {**DJQUEUE, "HANDLERS": {"bench": "bench.handlers.noop",
                                    "bench.limited": "bench.handlers.noop",
                                    "bench.parted": "bench.handlers.noop"},
            "QUEUE_DATABASES": {"bench.parted": PARTITIONS} if PARTITIONS else {}}
-LOGGING = {"version": 1, "disable_existing_loggers": False}
+LOGGING: dict = {"version": 1, "disable_existing_loggers": False}
+if os.environ.get("DJQUEUE_BENCH_TASKS_LOG"):
+    # The django.tasks row with the Tasks framework's logger at this level (a project's
+    # choice: at INFO, Django's default, each run makes two records no handler writes).
+    LOGGING["loggers"] = {"django.tasks": {"level": os.environ["DJQUEUE_BENCH_TASKS_LOG"]}}
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 # Measure as in production: DEBUG wraps every cursor to record its queries.
 DEBUG = False

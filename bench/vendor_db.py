@@ -181,11 +181,13 @@ class VendorDatabase:
             first, last = datetime.fromisoformat(first), datetime.fromisoformat(last)
         return rate(count, (last - first).total_seconds()), count
 
-    def run_worker(self, queue: str, *options: str) -> float:
-        """A burst worker to completion; returns its CPU seconds."""
+    def run_worker(self, queue: str, *options: str, env: dict[str, str] | None = None,
+                   ) -> float:
+        """A burst worker to completion (``env``: added to its environment); returns its
+        CPU seconds."""
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         process = subprocess.run([*WORKER, queue, "--burst", *options], cwd=ROOT,
-                                 env={**os.environ}, check=False)
+                                 env={**os.environ, **(env or {})}, check=False)
         if process.returncode != 0:
             raise RuntimeError(f"worker exited with {process.returncode}")
         after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -109,14 +109,16 @@ class VendorBench(VendorDatabase):
         return {"raw_claim_ack_100": rate(drained, took)}
 
     def drains(self, queue: str, variants: dict[str, tuple[str, ...]],
-               fill: Callable[[], None]) -> dict[str, float]:
-        """For each variant (key: worker options), ``fill`` the emptied tables and drain
-        ``queue`` with a burst worker: its rate, and its CPU per message."""
+               fill: Callable[[], None], env: dict[str, dict[str, str]] | None = None,
+               ) -> dict[str, float]:
+        """For each variant (key: worker options; ``env``: by key, what the worker's
+        environment adds), ``fill`` the emptied tables and drain ``queue`` with a burst
+        worker: its rate, and its CPU per message."""
         results = {}
         for key, options in variants.items():
             self.clear()
             fill()
-            cpu = self.run_worker(queue, *options)
+            cpu = self.run_worker(queue, *options, env=(env or {}).get(key))
             found, drained = self.drain_rate()
             results[key] = found
             results[f"{key}_cpu_us"] = cpu / max(drained, 1) * 1e6
@@ -130,7 +132,10 @@ class VendorBench(VendorDatabase):
                            lambda: self.fill(count))
 
     def tasks(self, count: int) -> dict[str, float]:
-        """The django.tasks worker (``djqueue_worker default``), defaults and ``-b 100``."""
+        """The django.tasks worker (``djqueue_worker default``), defaults and ``-b 100``;
+        and at defaults in a project whose LOGGING sets the ``django.tasks`` logger to
+        WARNING, which shows what the Tasks framework's own INFO records of each run's
+        start and end cost (made even when no handler writes them)."""
         from django.db import transaction
 
         from bench.tasks import noop
@@ -141,8 +146,9 @@ class VendorBench(VendorDatabase):
                     for _ in range(min(500, count - start)):
                         noop.enqueue(PAYLOAD)
 
-        return self.drains("default", {"tasks_defaults": (), "tasks_b100": ("-b", "100")},
-                           enqueue)
+        return self.drains("default", {"tasks_defaults": (), "tasks_b100": ("-b", "100"),
+                                       "tasks_quiet_log": ()}, enqueue,
+                           env={"tasks_quiet_log": {"DJQUEUE_BENCH_TASKS_LOG": "WARNING"}})
 
     def io_handlers(self, count: int) -> dict[str, float]:
         """Handlers that wait 10 ms, one worker with ``-c 32``: the limit is 3,200/s."""
