@@ -57,6 +57,13 @@ class Backoff:
     def reset(self) -> None:
         self.delay = self.minimum
 
+    def answered(self) -> None:
+        """The wake-ups so far are answered by the pass starting now: a worker's pass
+        collects the finished results that woke it, and a claim sees every send
+        committed before it. Without this, a result that came in while the loop was
+        busy made the next sleep return at once, for a claim that found nothing."""
+        self.seen = local_wakeup.generation
+
     def sleep(self, deadline: float | None = None) -> None:
         """Wait the current delay (capped at ``deadline``) or until woken, then adapt."""
         timeout = self.delay

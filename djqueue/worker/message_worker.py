@@ -140,6 +140,7 @@ class Worker(ProcessBase):
         stop = self.stop_signals.stop
         idle = False
         while not stop.is_set():
+            backoff.answered()  # before the results are collected and the claim starts
             self._give_up_overdue()
             self._acks.collect()
             if self._limit_reached():

@@ -108,3 +108,18 @@ def test_a_trickling_queue_costs_two_claims_a_message(spawn):
     assert stats, worker.output()
     # The worker's first claim at start, then two a message (four before: 41).
     assert int(stats.group(1)) <= 1 + 2 * sent, stats.group(0)
+
+
+def test_a_wake_up_the_loop_has_answered_does_not_end_its_next_sleep():
+    """A handler's result that came in while the loop was busy is collected by the next
+    pass; it must not also cut that pass's sleep short (an extra claim that finds
+    nothing), while a wake-up after the pass began still does."""
+    from djqueue.polling import Backoff, local_wakeup
+
+    backoff = Backoff()
+    local_wakeup.notify()  # a result delivered while the loop claims
+    assert local_wakeup.wait(backoff.seen, 0)  # before: the next sleep would end at once
+    backoff.answered()  # the pass that collects it starts
+    assert not local_wakeup.wait(backoff.seen, 0)
+    local_wakeup.notify()  # a send committed after the pass began
+    assert local_wakeup.wait(backoff.seen, 0)
