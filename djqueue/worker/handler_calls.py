@@ -53,13 +53,13 @@ class HandlerCalls:
         self._thread_state = threading.local()
 
     def exactly_once(self, message: Message) -> bool:
-        entry = self.handlers[message.queue.name]
-        return entry.exactly_once if entry.exactly_once is not None else message.queue.exactly_once
+        queue = message.queue
+        return _exactly_once(self.handlers[queue.name], queue.exactly_once)
 
     def execute(self, message: Message) -> Done:
         queue = message.queue
         entry = self.handlers[queue.name]
-        exactly_once = entry.exactly_once if entry.exactly_once is not None else queue.exactly_once
+        exactly_once = _exactly_once(entry, queue.exactly_once)
         func = entry.func
         around = registry.hook_runs_after() if entry.in_claim_transaction is not None else _NOTHING
 
@@ -120,3 +120,8 @@ class HandlerCalls:
         conn = connections[dialects.alias()]
         if conn.connection is not None and not conn.is_usable():
             conn.close()
+
+
+def _exactly_once(entry: registry.Handler, queue_says: bool) -> bool:
+    """The handler's own choice, else its queue's ``exactly_once`` option."""
+    return entry.exactly_once if entry.exactly_once is not None else queue_says
