@@ -32,6 +32,11 @@ step "manage.py check --database (MariaDB)" env DATABASE_URL="$MARIADB_URL" "$PY
 step "pytest on MariaDB" suite "$MARIADB_URL" "$@"
 if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
   step "pytest on PostgreSQL" suite "$POSTGRES_URL" "$@"
+  # The API's and the storage layer's SQL again, with Django's server-side binding.
+  step "pytest on PostgreSQL, server-side binding (tests/api, tests/storage)" env \
+    DATABASE_URL="$POSTGRES_URL" \
+    DJQUEUE_TEST_SERVER_SIDE_BINDING=1 "$PY" -m pytest -p no:cacheprovider -q -m "not slow" \
+    tests/api tests/storage "$@"
 else
   echo "PostgreSQL is not reachable on 127.0.0.1:5432: its run is skipped."
 fi

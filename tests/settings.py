@@ -44,6 +44,13 @@ TASKS = {
 
 if os.environ.get("DJQUEUE_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["DJQUEUE_TEST_DB_NAME"]
+if (os.environ.get("DJQUEUE_TEST_SERVER_SIDE_BINDING")
+        and DATABASES["default"]["ENGINE"].endswith("postgresql")):
+    # Django's other way to talk to PostgreSQL (a project's choice, for prepared
+    # statements): parameters travel apart from the SQL, typed by the driver, so SQL
+    # that leaves a parameter's type to the server's guess fails here only.
+    DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}),
+                                       "server_side_binding": True, "prepare_threshold": 5}
 
 
 def _beside(name: object, suffix: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import BigIntegerField, Case, FloatField, Q, Value, When
+from django.db.models import BigIntegerField, Case, FloatField, IntegerField, Q, Value, When
 from django.db.models.expressions import CombinedExpression
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Mod, NullIf
@@ -91,8 +91,9 @@ class ConditionBuilder:
 
     #: How deep each operator nests its operands in the generated SQL, in units of a
     #: plain ``(a + b)``: measured as SQLite's parser stack, the first to overflow
-    #: (a chain of n ``+`` overflows it near n = 90, of ``xor`` near 18, of ``^`` near 7).
-    DEPTH = {"/": 3, "%": 3, "mod": 3, "div": 5, "xor": 5, "^": 12}
+    #: (a chain of n ``+`` overflows it near n = 90, of ``xor`` near 18, of ``^`` near 7;
+    #: of ``<<``, whose count is cast, near 86, and nested in parentheses sooner than ``+``).
+    DEPTH = {"/": 3, "%": 3, "mod": 3, "div": 5, "xor": 5, "^": 12, "<<": 2, ">>": 2}
 
     def combine(self, op: Token, left: Node, right: Node) -> Node:
         return self.grown(self._combine(op, left, right), left, right,
@@ -126,7 +127,11 @@ class ConditionBuilder:
                                  output_field=FloatField()), left.pos)
         if text == "^":
             return Node(NUM, BitXor(a, b), left.pos)
-        return Node(NUM, arith(a, text, b), left.pos)  # | & << >>
+        if text in {"<<", ">>"}:
+            # PostgreSQL shifts by an integer only (int2/int4/int8 << int4): a count sent
+            # as a bigint parameter (server-side binding) would find no operator.
+            return Node(NUM, arith(a, text, Cast(b, IntegerField())), left.pos)
+        return Node(NUM, arith(a, text, b), left.pos)  # | &
 
     def compare(self, op: Token, left: Node, right: Node) -> Q:
         types = {left.type, right.type}

@@ -4,6 +4,7 @@ to the driver directly, observed by execute wrappers and with Django's exception
 
 import json
 import math
+import os
 import threading
 from datetime import timedelta
 
@@ -174,3 +175,15 @@ def test_a_send_from_an_event_loop_is_refused_like_the_orm(monkeypatch):
     with pytest.raises(SynchronousOnlyOperation):
         asyncio.run(send_in_loop())
     assert not Message.objects.filter(queue=queue).exists()
+
+
+@pytest.mark.skipif(not os.environ.get("DJQUEUE_TEST_SERVER_SIDE_BINDING"),
+                    reason="the run with Django's server-side binding (scripts/run_tests.sh)")
+def test_the_server_side_binding_run_binds_parameters_on_the_server():
+    """That run's settings took: the driver sends parameters apart from the SQL, and a
+    send and a conditional receive (a shift, whose count PostgreSQL types) work."""
+    assert connection.features.uses_server_side_binding
+    djqueue.create_queue("t.bound")
+    sent = djqueue.send("t.bound", {"n": 1}, priority=3)
+    got = djqueue.receive("t.bound", max_messages=5, where="priority << 2 = 12")
+    assert [m.pk for m in got] == [sent.pk]
