@@ -76,11 +76,18 @@ class ConditionBuilder:
         number = NumericHeader(node.value) if node.type == HEADER else node.value
         return ~Q(Exact(number, Value(0, output_field=BigIntegerField())))
 
-    def grown(self, node: Node, *operands: Node, depth: int = 1) -> Node:
+    def grown(self, node: Node, *operands: Node, depth: int = 1,
+              last_depth: int | None = None) -> Node:
         """``node``, built over ``operands``, with its size; InvalidCondition past the
-        budget (checked as the condition is parsed, so no input compiles for long)."""
+        budget (checked as the condition is parsed, so no input compiles for long).
+        ``depth``: how deep ``node`` nests its operands; ``last_depth``: its last
+        operand, where that costs more."""
         node.terms = 1 + sum(o.terms for o in operands)
-        node.depth = depth + max((o.depth for o in operands), default=0)
+        adds = [depth] * len(operands)
+        if operands and last_depth is not None:
+            adds[-1] = last_depth
+        node.depth = max((add + o.depth for add, o in zip(adds, operands, strict=True)),
+                         default=depth)
         if node.terms > MAX_TERMS:
             raise InvalidCondition(f"Condition too complex: more than {MAX_TERMS} terms",
                                    node.pos, self.source)
@@ -94,10 +101,18 @@ class ConditionBuilder:
     #: (a chain of n ``+`` overflows it near n = 90, of ``xor`` near 18, of ``^`` near 7;
     #: of ``<<``, whose count is cast, near 86, and nested in parentheses sooner than ``+``).
     DEPTH = {"/": 3, "%": 3, "mod": 3, "div": 5, "xor": 5, "^": 12, "<<": 2, ">>": 2}
+    #: The same for the right operand, which costs more: SQLite's parser keeps what
+    #: stands left of a parenthesised right operand on its stack while it reads it.
+    #: Measured in a claim's statement: ``a + (b + (c + …))`` overflows it at 27 levels,
+    #: ``/`` and ``%`` at 10, ``div`` 9, ``^`` 7, ``<<`` 16, ``xor`` 11; ``and`` and
+    #: ``or`` not within the parser's 40 levels of parentheses.
+    RIGHT_DEPTH = {"/": 7, "%": 7, "mod": 7, "div": 8, "xor": 7, "^": 12, "<<": 5, ">>": 5,
+                   "and": 1, "&&": 1, "or": 1, "||": 1}
 
     def combine(self, op: Token, left: Node, right: Node) -> Node:
         return self.grown(self._combine(op, left, right), left, right,
-                          depth=self.DEPTH.get(op.text, 1))
+                          depth=self.DEPTH.get(op.text, 1),
+                          last_depth=self.RIGHT_DEPTH.get(op.text, 3))
 
     def _combine(self, op: Token, left: Node, right: Node) -> Node:
         text = op.text

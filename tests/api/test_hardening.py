@@ -14,6 +14,7 @@ from django.test import override_settings
 import djqueue
 from djqueue.api import queue_operations
 from djqueue.api.condition_builder import MAX_SQL_DEPTH, MAX_TERMS
+from djqueue.api.condition_parser import compile_condition
 from djqueue.conf import get_settings
 from djqueue.exceptions import (
     ConfigurationError,
@@ -78,6 +79,33 @@ def test_deep_generated_sql_is_refused_before_any_database_parser_overflows(jobs
     within = "(" * 30 + "priority" + " + 1)" * 30 + " > 0"
     assert len(djqueue.receive(jobs, where=within)) == 1
     assert MAX_TERMS >= 256
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", "div", "%", "&", "|", "^", "<<", ">>",
+                                "and", "or", "xor"])
+def test_nesting_on_the_right_is_refused_before_any_database_parser_overflows(jobs, op):
+    """``a OP (b OP (c OP …))``, deeper each time, until the budget refuses it: every
+    depth the budget accepts, the database evaluates (SQLite's parser holds more for
+    a right operand than for a left one)."""
+    djqueue.send(jobs, {"n": 1})
+    if op in {"and", "or", "xor"}:
+        first, operand, last = "priority >= 0", "priority >= 0", ""
+    else:
+        first, operand, last = "priority", "0" if op in {"<<", ">>"} else "1", " >= 0"
+    accepted = 0
+    for depth in range(1, 50):
+        source = first + f" {op} ({operand}" * depth + ")" * depth + last
+        try:
+            condition = compile_condition(source)
+        except InvalidCondition as exc:
+            assert "too complex" in str(exc) or "nested more than" in str(exc), exc
+            break
+        # Neither raises: evaluated over the message's row, and in a claim.
+        list(Message.objects.filter(condition).values_list("pk", flat=True))
+        djqueue.receive(jobs, where=source)
+        accepted = depth
+    assert accepted >= (4 if op == "^" else 6), accepted
+    assert accepted < 49
 
 
 def test_what_the_database_cannot_evaluate_is_an_invalid_condition(jobs):
