@@ -99,7 +99,7 @@ class ConditionBuilder:
     #: How deep each operator nests its operands in the generated SQL, in units of a
     #: plain ``(a + b)``: measured as SQLite's parser stack, the first to overflow
     #: (a chain of n ``+`` overflows it near n = 90, of ``xor`` near 18, of ``^`` near 7;
-    #: of ``<<``, whose count is cast, near 86, and nested in parentheses sooner than ``+``).
+    #: of ``<<``, whose count is cast, near 86).
     DEPTH = {"/": 3, "%": 3, "mod": 3, "div": 5, "xor": 5, "^": 12, "<<": 2, ">>": 2}
     #: The same for the right operand, which costs more: SQLite's parser keeps what
     #: stands left of a parenthesised right operand on its stack while it reads it.
