@@ -52,10 +52,17 @@ def builder(model: type[M], **shared: object) -> Callable[..., M]:
     if not enabled or ((pre_init.receivers or post_init.receivers) and (
             pre_init.has_listeners(model) or post_init.has_listeners(model))):
         return functools.partial(model, **shared) if shared else model
-    static, called = _defaults(model)
     if not shared:
-        return _make(model, static, called)
+        return _maker(model)
+    static, called = _defaults(model)
     return _make(model, {**static, **shared}, [(n, f) for n, f in called if n not in shared])
+
+
+@functools.cache
+def _maker(model: type[M]) -> Callable[..., M]:
+    """A model's maker without shared values: made once (a task run builds its record
+    with one)."""
+    return _make(model, *_defaults(model))
 
 
 def _make(model: type[M], base: dict[str, object],

@@ -71,7 +71,7 @@ def record_from_message(message: Message) -> TaskRecord:
         queue_name=message.queue.name, priority=message.priority,
         run_after=datetime.fromisoformat(run_after) if run_after else None,
         args=payload["args"], kwargs=payload["kwargs"], status=TaskStatus.READY,
-        enqueued_at=message.sent_at, message_id=message.pk)
+        enqueued_at=message.sent_at, message_id=message.pk, errors=[], worker_ids=[])
 
 
 def running_record(message: Message, record: TaskRecord | None = None) -> TaskRecord:
@@ -129,7 +129,12 @@ def to_task_result(record: TaskRecord, task: Task | None = None, *,
     """The TaskResult of ``record``. ``from_json``: its args and kwargs were decoded from
     JSON (a message's payload, a stored record), so they are already what TaskResult's
     ``normalize_json`` would make of them."""
-    values = {
+    return result_from(result_values(record, task), from_json=from_json)
+
+
+def result_values(record: TaskRecord, task: Task | None = None) -> dict[str, Any]:
+    """The fields of ``record``'s TaskResult, for :func:`result_from`."""
+    return {
         "task": task or load_task(record), "id": record.id, "status": record.status,
         "enqueued_at": record.enqueued_at, "started_at": record.started_at,
         "finished_at": record.finished_at, "last_attempted_at": record.last_attempted_at,
@@ -137,8 +142,24 @@ def to_task_result(record: TaskRecord, task: Task | None = None, *,
         "errors": [TaskError(**e) for e in record.errors],
         "worker_ids": list(record.worker_ids),
         "_return_value": record.return_value if record.status == TaskStatus.SUCCESSFUL else None}
+
+
+def finished_values(started: dict[str, Any], record: TaskRecord) -> dict[str, Any]:
+    """:func:`result_values` of a run's record once :func:`finish` ended it, from those
+    of its start: a run's end changes only these fields (a worker makes both results of
+    every run, so it builds the second from the first)."""
+    return {**started, "status": record.status, "finished_at": record.finished_at,
+            "errors": [TaskError(**e) for e in record.errors],
+            "worker_ids": list(record.worker_ids),
+            "_return_value": record.return_value if record.status == TaskStatus.SUCCESSFUL
+            else None}
+
+
+def result_from(values: dict[str, Any], *, from_json: bool = False) -> TaskResult:
+    """A TaskResult of :func:`result_values` (see :func:`to_task_result`)."""
     if from_json and fastpath.enabled and values.keys() == _RESULT_FIELDS:
         return fastpath.frozen_dataclass(TaskResult, values)
+    values = dict(values)
     return_value = values.pop("_return_value")
     result = TaskResult(**values)
     object.__setattr__(result, "_return_value", return_value)

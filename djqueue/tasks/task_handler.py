@@ -37,9 +37,12 @@ from djqueue.tasks.records import (
     FINISHED_FIELDS,
     error_entry,
     finish,
+    finished_values,
     load_task,
     record_from_message,
     record_id,
+    result_from,
+    result_values,
     running_record,
     to_task_result,
 )
@@ -103,14 +106,18 @@ def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Messa
 
 
 def is_task(message: Message) -> bool:
-    payload = message.payload
+    return _is_task_payload(message.payload)
+
+
+def _is_task_payload(payload: Any) -> bool:
     return isinstance(payload, dict) and ("task" in payload or "task_result_id" in payload)
 
 
 def run_task(message: Message) -> None:
     db = dialects.alias()
-    _check_task_message(message)
-    record = _record(db, message)
+    payload = message.payload
+    _check_task_message(message, payload)
+    record = _record(db, message, payload)
     sender = _serving_backend(message, record.backend)
     if record.status in FINISHED_STATUSES:
         return  # a repeated delivery of a finished task
@@ -125,14 +132,15 @@ def run_task(message: Message) -> None:
         return
     args: list[Any] = list(record.args)
     kwargs: dict[str, Any] = record.kwargs
-    if workflow_joins.PAYLOAD_KEY in message.payload:
+    if workflow_joins.PAYLOAD_KEY in payload:
         prepared = step_checks.before_run(db, message, args, kwargs)
         if prepared is None:
             _finish(conn, message, record, batched, TaskStatus.FAILED, error=TaskCancelled(
                 "Not started: its workflow was cancelled or failed meanwhile."))
             return
         args, kwargs = prepared.args, prepared.kwargs
-    result = to_task_result(record, task, from_json=True)
+    values = result_values(record, task)
+    result = result_from(values, from_json=True)
     task_started.send(sender=sender, task_result=result)
     if task.takes_context:
         args.insert(0, TaskContext(task_result=result))
@@ -152,15 +160,16 @@ def run_task(message: Message) -> None:
         _finish(conn, message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
     else:
         _finish(conn, message, record, batched, TaskStatus.SUCCESSFUL, value=value)
-    task_finished.send(sender=sender, task_result=to_task_result(record, task, from_json=True))
+    task_finished.send(sender=sender,
+                       task_result=result_from(finished_values(values, record), from_json=True))
 
 
-def _record(db: str, message: Message) -> TaskRecord:
+def _record(db: str, message: Message, payload: dict[str, Any]) -> TaskRecord:
     """The RUNNING record of this delivery. A first delivery has none stored; a retried
     or cancelled task, or one enqueued on commit, has. Only the message's own record:
     one made for another message is never run or overwritten (UntrustedTask)."""
     stored = None
-    if message.attempts > 1 or "task" not in message.payload or "result_id" in message.payload:
+    if message.attempts > 1 or "task" not in payload or "result_id" in payload:
         stored = TaskRecord.objects.using(db).filter(pk=record_id(message)).first()
         if stored is not None and stored.message_id != message.pk:
             raise UntrustedTask(f"Message {message.pk} names task record "
@@ -173,15 +182,14 @@ _FIELDS = {"task": str, "backend": str, "args": list, "kwargs": dict, "run_after
            "result_id": str, "task_result_id": str, "workflow": list}
 
 
-def _check_task_message(message: Message) -> None:
+def _check_task_message(message: Message, payload: Any) -> None:
     """Refuse (UntrustedTask, so the message is dead-lettered) a message that is not a
     task message of a djqueue backend serving its queue."""
-    payload = message.payload
-    if not is_task(message):
+    if not _is_task_payload(payload):
         raise UntrustedTask(f"Message {message.pk} on task queue {message.queue.name!r} is "
                             "not a task message.")
-    wrong = [name for name, kind in _FIELDS.items()
-             if name in payload and not isinstance(payload[name], kind)]
+    wrong = [name for name, value in payload.items()
+             if name in _FIELDS and not isinstance(value, _FIELDS[name])]
     if "task_result_id" not in payload:
         wrong += [name for name in ("task", "backend", "args", "kwargs") if name not in payload]
     if wrong:
