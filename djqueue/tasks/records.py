@@ -135,20 +135,22 @@ def to_task_result(record: TaskRecord, task: Task | None = None, *,
 def result_values(record: TaskRecord, task: Task | None = None) -> dict[str, Any]:
     """The fields of ``record``'s TaskResult, for :func:`result_from`."""
     return {
-        "task": task or load_task(record), "id": record.id, "status": record.status,
+        "task": task or load_task(record), "id": record.id,
         "enqueued_at": record.enqueued_at, "started_at": record.started_at,
-        "finished_at": record.finished_at, "last_attempted_at": record.last_attempted_at,
-        "args": record.args, "kwargs": record.kwargs, "backend": record.backend,
-        "errors": [TaskError(**e) for e in record.errors],
-        "worker_ids": list(record.worker_ids),
-        "_return_value": record.return_value if record.status == TaskStatus.SUCCESSFUL else None}
+        "last_attempted_at": record.last_attempted_at, "args": record.args,
+        "kwargs": record.kwargs, "backend": record.backend, **_run_end(record)}
 
 
 def finished_values(started: dict[str, Any], record: TaskRecord) -> dict[str, Any]:
     """:func:`result_values` of a run's record once :func:`finish` ended it, from those
-    of its start: a run's end changes only these fields (a worker makes both results of
-    every run, so it builds the second from the first)."""
-    return {**started, "status": record.status, "finished_at": record.finished_at,
+    of its start (a worker makes both results of every run, so it builds the second
+    from the first)."""
+    return {**started, **_run_end(record)}
+
+
+def _run_end(record: TaskRecord) -> dict[str, Any]:
+    """The TaskResult fields that a run's end (:func:`finish`) changes."""
+    return {"status": record.status, "finished_at": record.finished_at,
             "errors": [TaskError(**e) for e in record.errors],
             "worker_ids": list(record.worker_ids),
             "_return_value": record.return_value if record.status == TaskStatus.SUCCESSFUL
