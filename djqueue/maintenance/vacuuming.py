@@ -1,4 +1,5 @@
-"""PostgreSQL: vacuum djqueue's busiest tables when their dead rows pile up.
+"""PostgreSQL: vacuum djqueue's busiest tables when their dead rows pile up, and
+analyze them when their rows have outgrown the planner's statistics.
 
 Every claim updates a message row and every ack deletes it. On PostgreSQL each
 leaves a dead row version and dead index entries, and only a vacuum makes that
@@ -19,8 +20,21 @@ Two things keep the tables small:
   The reaper also vacuums when autovacuum is on but has fallen behind by that
   much.
 
-VACUUM takes no lock that stops inserts, updates, deletes or claims. On
-MySQL/MariaDB (InnoDB's purge thread) and SQLite, nothing here runs.
+A queue's table swings from empty to a large backlog and back. A vacuum or an
+analyze that runs while the queue is empty leaves the planner believing the table
+holds a handful of rows (``pg_class.reltuples``). When a burst of messages then
+arrives, the planner sorts the whole backlog for every claim instead of reading the
+claim index in order: on PostgreSQL 15, a claim of 500 from a backlog of 200,000
+took 120 ms and spilled 36 MB to disk, against 0.4 ms on fresh statistics, and the
+drain ran a quarter slower until the next analyze. So the reaper also runs
+``ANALYZE`` on a hot table whose live rows (the server's running count) have grown
+past twice the planner's figure by ``STALE_STATISTICS_ROWS``. Autovacuum's own
+analyze would come too, but only at its next round (``autovacuum_naptime``, a
+minute by default), and never when autovacuum is off.
+
+Neither VACUUM nor ANALYZE takes a lock that stops inserts, updates, deletes or
+claims. On MySQL/MariaDB (InnoDB's purge thread, and its statistics recalculated
+after a tenth of a table changed) and SQLite, nothing here runs.
 """
 
 from __future__ import annotations
@@ -34,6 +48,10 @@ from djqueue.conf import get_settings
 from djqueue.models import Message, MessageGroup, QueueLimiter, QueueStat, TaskRecord
 
 logger = logging.getLogger("djqueue.reaper")
+
+#: A table is analyzed once its live rows exceed the planner's figure by this many and
+#: by more than that figure again. Below a thousand rows any plan of a claim is fast.
+STALE_STATISTICS_ROWS = 1_000
 
 
 def hot_tables() -> list[str]:
@@ -50,14 +68,28 @@ def dead_rows(db: str) -> dict[str, int]:
         return {name: int(count) for name, count in cursor.fetchall()}
 
 
+def outgrown_statistics(db: str) -> dict[str, int]:
+    """The hot tables whose live rows have outgrown the planner's figure for them, with
+    how far (live rows less that figure)."""
+    with connections[db].cursor() as cursor:
+        cursor.execute("SELECT s.relname, s.n_live_tup, GREATEST(c.reltuples, 0) "
+                       "FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
+                       "WHERE s.relname = ANY(%s)", [hot_tables()])
+        rows = cursor.fetchall()
+    return {name: int(live - planned) for name, live, planned in rows
+            if live - planned >= STALE_STATISTICS_ROWS and live > 2 * planned}
+
+
 class Vacuuming:
-    """The reaper's vacuum step: a check of the dead rows, and at most one vacuum at a time,
-    in the background."""
+    """The reaper's upkeep of the hot tables: a check of their dead rows and of their
+    statistics, and at most one VACUUM or ANALYZE at a time, in the background."""
 
     def __init__(self) -> None:
         self._running: threading.Thread | None = None
-        #: (table, dead rows before) of each vacuum started, for the log and the tests.
+        #: (table, dead rows before, or live rows past the planner's figure) of each
+        #: statement started, for the log and the tests; ``statements`` says which.
         self.started: list[tuple[str, int]] = []
+        self.statements: list[str] = []
 
     def step(self, db: str) -> int:
         """Start a vacuum of the table with the most dead rows past the threshold; returns
@@ -71,26 +103,49 @@ class Vacuuming:
         if not over:
             return 0
         count, table = max(over)
-        self.started.append((table, count))
-        self._running = threading.Thread(target=_vacuum, args=(db, table, count), daemon=True,
-                                         name="djqueue-vacuum")
-        self._running.start()
+        self._start(db, "VACUUM (ANALYZE)", table, count)
         return 1
+
+    def analyze_step(self, db: str) -> int:
+        """Start an analyze of the table whose live rows most outgrew the planner's figure
+        (``STALE_STATISTICS_ROWS``); returns 1 if one started. Independent of
+        ``VACUUM_DEAD_ROWS``: a misjudged claim costs as much with autovacuum on."""
+        if connections[db].vendor != "postgresql":
+            return 0
+        if self._running is not None and self._running.is_alive():
+            return 0
+        outgrown = [(rows, table) for table, rows in outgrown_statistics(db).items()]
+        if not outgrown:
+            return 0
+        rows, table = max(outgrown)
+        self._start(db, "ANALYZE", table, rows)
+        return 1
+
+    def _start(self, db: str, statement: str, table: str, rows: int) -> None:
+        self.started.append((table, rows))
+        self.statements.append(statement)
+        self._running = threading.Thread(target=_maintain, args=(db, statement, table, rows),
+                                         daemon=True, name="djqueue-vacuum")
+        self._running.start()
 
     def wait(self, timeout: float | None = None) -> None:
         if self._running is not None:
             self._running.join(timeout)
 
 
-def _vacuum(db: str, table: str, dead: int) -> None:
+def _maintain(db: str, statement: str, table: str, rows: int) -> None:
     conn = connections[db]  # this thread's own connection
     try:
         with conn.cursor() as cursor:
-            # A table name from the models, quoted; VACUUM cannot run in a transaction,
-            # and this thread's connection is in autocommit.
-            cursor.execute(f"VACUUM (ANALYZE) {conn.ops.quote_name(table)}")
-        logger.info("Vacuumed %s (%d dead rows)", table, dead, extra={"table": table})
+            # A statement and a table name from this module and the models, quoted;
+            # VACUUM cannot run in a transaction, and this connection is in autocommit.
+            cursor.execute(f"{statement} {conn.ops.quote_name(table)}")
+        if statement == "ANALYZE":
+            logger.info("Analyzed %s (%d live rows past the planner's figure)", table, rows,
+                        extra={"table": table})
+        else:
+            logger.info("Vacuumed %s (%d dead rows)", table, rows, extra={"table": table})
     except DatabaseError:
-        logger.exception("Vacuum of %s failed", table)
+        logger.exception("%s of %s failed", statement, table)
     finally:
         conn.close()

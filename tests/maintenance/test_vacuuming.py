@@ -1,5 +1,6 @@
 """PostgreSQL: the hot tables' autovacuum settings (migration 0014), the reaper's vacuum
-past VACUUM_DEAD_ROWS, and the system check that warns when autovacuum is off."""
+past VACUUM_DEAD_ROWS and its analyze of a table that outgrew its statistics, and the
+system check that warns when autovacuum is off."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import djqueue
 from djqueue.checks import check_database_features
 from djqueue.conf import get_settings
 from djqueue.maintenance.reaper import Reaper
-from djqueue.maintenance.vacuuming import dead_rows
+from djqueue.maintenance.vacuuming import dead_rows, outgrown_statistics
+from djqueue.models import Message, State
+from djqueue.storage.statements.claim_statements import _lock_ready_sql, built_sql
 from tests.conftest import vendor, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True),
@@ -63,6 +66,74 @@ def test_the_reaper_vacuums_a_table_past_the_threshold():
             assert cursor.fetchone()[0]
         print(f"dead rows of djqueue_message: {before} before the reaper's vacuum, "
               f"{dead_rows('default')['djqueue_message']} after")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE djqueue_message RESET (autovacuum_enabled)")
+
+
+#: Rows the size of a small email job: enough of them fill the pages that make the
+#: planner's misjudgement show.
+BURST = [{"to": f"user{n}@example.com", "subject": "x" * 60} for n in range(20_000)]
+
+
+def drain_all() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM djqueue_message")
+
+
+def live_rows() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT n_live_tup FROM pg_stat_user_tables "
+                       "WHERE relname = 'djqueue_message'")
+        return cursor.fetchone()[0]
+
+
+def claim_plan(queue_id: int) -> str:
+    """The server's plan for the worker's claim of 500 from the head of a queue."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + built_sql(connection, "lock_ready", _lock_ready_sql),
+                       [queue_id, int(State.READY), 500])
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_the_reaper_analyzes_a_table_that_outgrew_its_statistics():
+    """A queue emptied, analyzed while empty, then filled by a burst: the planner sorts
+    the whole backlog for every claim until the table is analyzed again."""
+    queue = djqueue.create_queue("burst")
+    with connection.cursor() as cursor:  # no autovacuum of it meanwhile, whatever the server's
+        cursor.execute("ALTER TABLE djqueue_message SET (autovacuum_enabled = false)")
+    try:
+        # Analyzed while busy, then drained and vacuumed while empty, as the reaper's
+        # vacuum at the end of a drain does: busy workers keep it from truncating the
+        # table. Each statement after the server counted the rows before it (a backend
+        # flushes its counts as it exits).
+        for change, live, statement in (
+                (lambda: djqueue.send_batch("burst", BURST), len(BURST), "ANALYZE"),
+                (drain_all, 0, "VACUUM (ANALYZE, TRUNCATE false)")):
+            change()
+            connection.close()
+            wait_until(lambda live=live: live_rows() == live, 30, "the server to count the rows")
+            with connection.cursor() as cursor:
+                cursor.execute(f"{statement} djqueue_message")
+        djqueue.send_batch("burst", BURST)
+        stale = claim_plan(queue.pk)
+        assert "Sort" in stale and "djqueue_msg_claim" not in stale, stale
+        connection.close()
+        wait_until(lambda: "djqueue_message" in outgrown_statistics("default"), 30,
+                   "the server to count the new rows")
+        reaper = Reaper()
+        report = reaper.reap()
+        reaper.vacuuming.wait(60)
+        assert report.analyzes == 1 and report.vacuums == 0
+        assert reaper.vacuuming.statements == ["ANALYZE"]
+        assert reaper.vacuuming.started[0][0] == "djqueue_message"
+        assert reaper.vacuuming.started[0][1] >= 18_000
+        fresh = claim_plan(queue.pk)
+        assert "Index Scan using djqueue_msg_claim" in fresh and "Sort" not in fresh, fresh
+        assert "djqueue_message" not in outgrown_statistics("default")
+        assert Message.objects.filter(queue=queue).count() == len(BURST)
+        print(f"claim plan with the statistics of the empty table:\n{stale}\n"
+              f"after the reaper's analyze:\n{fresh}")
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE djqueue_message RESET (autovacuum_enabled)")
