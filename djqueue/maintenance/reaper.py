@@ -145,7 +145,7 @@ class Reaper(ProcessBase):
             self._step("depth snapshot", rollups.sample_depth)
             report.alarms = self._step("alarms", lambda: len(alarms.evaluate()))
         if vacuum_due:
-            report.vacuums = self._step("vacuum", lambda: self.vacuuming.step(db))
+            report.vacuums = self._step("vacuum", lambda: self.vacuuming.vacuum_step(db))
             report.analyzes = self._step("analyze", lambda: self.vacuuming.analyze_step(db))
         if prune_due:
             report.pruned = self._step("pruning", prune_history)

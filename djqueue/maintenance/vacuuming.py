@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import NamedTuple
 
 from django.db import DatabaseError, connections
 
@@ -80,24 +81,29 @@ def outgrown_statistics(db: str) -> dict[str, int]:
             if live - planned >= STALE_STATISTICS_ROWS and live > 2 * planned}
 
 
+class Upkeep(NamedTuple):
+    """A statement the reaper started on a table, and why: ``rows`` is the table's dead
+    rows (VACUUM) or its live rows past the planner's figure (ANALYZE)."""
+
+    table: str
+    rows: int
+    statement: str
+
+
 class Vacuuming:
     """The reaper's upkeep of the hot tables: a check of their dead rows and of their
     statistics, and at most one VACUUM or ANALYZE at a time, in the background."""
 
     def __init__(self) -> None:
         self._running: threading.Thread | None = None
-        #: (table, dead rows before, or live rows past the planner's figure) of each
-        #: statement started, for the log and the tests; ``statements`` says which.
-        self.started: list[tuple[str, int]] = []
-        self.statements: list[str] = []
+        #: Every statement started, for the log and the tests.
+        self.started: list[Upkeep] = []
 
-    def step(self, db: str) -> int:
+    def vacuum_step(self, db: str) -> int:
         """Start a vacuum of the table with the most dead rows past the threshold; returns
         1 if one started."""
         threshold = get_settings().VACUUM_DEAD_ROWS
-        if threshold is None or connections[db].vendor != "postgresql":
-            return 0
-        if self._running is not None and self._running.is_alive():
+        if threshold is None or self._busy(db):
             return 0
         over = [(count, table) for table, count in dead_rows(db).items() if count >= threshold]
         if not over:
@@ -110,9 +116,7 @@ class Vacuuming:
         """Start an analyze of the table whose live rows most outgrew the planner's figure
         (``STALE_STATISTICS_ROWS``); returns 1 if one started. Independent of
         ``VACUUM_DEAD_ROWS``: a misjudged claim costs as much with autovacuum on."""
-        if connections[db].vendor != "postgresql":
-            return 0
-        if self._running is not None and self._running.is_alive():
+        if self._busy(db):
             return 0
         outgrown = [(rows, table) for table, rows in outgrown_statistics(db).items()]
         if not outgrown:
@@ -121,9 +125,13 @@ class Vacuuming:
         self._start(db, "ANALYZE", table, rows)
         return 1
 
+    def _busy(self, db: str) -> bool:
+        """Whether this step has nothing to do: not PostgreSQL, or a statement running."""
+        return (connections[db].vendor != "postgresql"
+                or (self._running is not None and self._running.is_alive()))
+
     def _start(self, db: str, statement: str, table: str, rows: int) -> None:
-        self.started.append((table, rows))
-        self.statements.append(statement)
+        self.started.append(Upkeep(table, rows, statement))
         self._running = threading.Thread(target=_maintain, args=(db, statement, table, rows),
                                          daemon=True, name="djqueue-vacuum")
         self._running.start()
