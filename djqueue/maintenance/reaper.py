@@ -25,7 +25,7 @@ from django.utils import timezone
 from djqueue.conf import get_settings
 from djqueue.maintenance.periodic import Scheduler
 from djqueue.maintenance.pruning import prune_history
-from djqueue.maintenance.vacuuming import Vacuuming
+from djqueue.maintenance.vacuuming import ANALYZE, Vacuuming
 from djqueue.models import Message, Queue
 from djqueue.models import Worker as WorkerRecord
 from djqueue.monitoring import alarms, rollups
@@ -145,12 +145,23 @@ class Reaper(ProcessBase):
             self._step("depth snapshot", rollups.sample_depth)
             report.alarms = self._step("alarms", lambda: len(alarms.evaluate()))
         if vacuum_due:
-            report.vacuums = self._step("vacuum", lambda: self.vacuuming.vacuum_step(db))
-            report.analyzes = self._step("analyze", lambda: self.vacuuming.analyze_step(db))
+            self._step("vacuum and analyze", lambda: self._upkeep(db, report))
         if prune_due:
             report.pruned = self._step("pruning", prune_history)
             report.groups_repaired = self._step("ordered groups", self.repair_groups)
         return report
+
+    def _upkeep(self, db: str, report: ReapReport) -> int:
+        """PostgreSQL: start a vacuum or an analyze of a hot table if one is due (see
+        djqueue.maintenance.vacuuming), counted in ``report``."""
+        started = self.vacuuming.step(db)
+        if started is None:
+            return 0
+        if started.statement == ANALYZE:
+            report.analyzes += 1
+        else:
+            report.vacuums += 1
+        return 1
 
     def _step(self, name: str, work: Callable[[], int]) -> int:
         """One step of a pass; an error in it is logged and the pass goes on (a database

@@ -53,6 +53,8 @@ logger = logging.getLogger("djqueue.reaper")
 #: A table is analyzed once its live rows exceed the planner's figure by this many and
 #: by more than that figure again. Below a thousand rows any plan of a claim is fast.
 STALE_STATISTICS_ROWS = 1_000
+#: The two statements the reaper runs (an Upkeep's ``statement``).
+VACUUM, ANALYZE = "VACUUM (ANALYZE)", "ANALYZE"
 
 
 def hot_tables() -> list[str]:
@@ -61,24 +63,32 @@ def hot_tables() -> list[str]:
                                                TaskRecord)]
 
 
-def dead_rows(db: str) -> dict[str, int]:
-    """Dead row versions of each hot table, as the server's statistics count them."""
-    with connections[db].cursor() as cursor:
-        cursor.execute("SELECT relname, n_dead_tup FROM pg_stat_user_tables "
-                       "WHERE relname = ANY(%s)", [hot_tables()])
-        return {name: int(count) for name, count in cursor.fetchall()}
+class TableCounts(NamedTuple):
+    """One hot table's row counts, as the server keeps them."""
+
+    #: Dead row versions (``n_dead_tup``): what a vacuum would make room of.
+    dead: int
+    #: Live rows (``n_live_tup``), the server's running count.
+    live: int
+    #: The planner's figure (``pg_class.reltuples``; 0 before the first analyze).
+    planned: int
+
+    @property
+    def outgrown(self) -> int:
+        """Live rows past the planner's figure, when they exceed it by at least
+        ``STALE_STATISTICS_ROWS`` and by more than that figure again; else 0."""
+        past = self.live - self.planned
+        return past if past >= STALE_STATISTICS_ROWS and self.live > 2 * self.planned else 0
 
 
-def outgrown_statistics(db: str) -> dict[str, int]:
-    """The hot tables whose live rows have outgrown the planner's figure for them, with
-    how far (live rows less that figure)."""
+def table_counts(db: str) -> dict[str, TableCounts]:
+    """Each hot table's counts, in one read of the server's statistics."""
     with connections[db].cursor() as cursor:
-        cursor.execute("SELECT s.relname, s.n_live_tup, GREATEST(c.reltuples, 0) "
+        cursor.execute("SELECT s.relname, s.n_dead_tup, s.n_live_tup, GREATEST(c.reltuples, 0) "
                        "FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
                        "WHERE s.relname = ANY(%s)", [hot_tables()])
-        rows = cursor.fetchall()
-    return {name: int(live - planned) for name, live, planned in rows
-            if live - planned >= STALE_STATISTICS_ROWS and live > 2 * planned}
+        return {name: TableCounts(int(dead), int(live), int(planned))
+                for name, dead, live, planned in cursor.fetchall()}
 
 
 class Upkeep(NamedTuple):
@@ -99,56 +109,54 @@ class Vacuuming:
         #: Every statement started, for the log and the tests.
         self.started: list[Upkeep] = []
 
-    def vacuum_step(self, db: str) -> int:
-        """Start a vacuum of the table with the most dead rows past the threshold; returns
-        1 if one started."""
-        threshold = get_settings().VACUUM_DEAD_ROWS
-        if threshold is None or self._busy(db):
-            return 0
-        over = [(count, table) for table, count in dead_rows(db).items() if count >= threshold]
-        if not over:
-            return 0
-        count, table = max(over)
-        self._start(db, "VACUUM (ANALYZE)", table, count)
-        return 1
-
-    def analyze_step(self, db: str) -> int:
-        """Start an analyze of the table whose live rows most outgrew the planner's figure
-        (``STALE_STATISTICS_ROWS``); returns 1 if one started. Independent of
-        ``VACUUM_DEAD_ROWS``: a misjudged claim costs as much with autovacuum on."""
+    def step(self, db: str) -> Upkeep | None:
+        """Start what the hot tables need most, if anything, and return it: a vacuum of
+        the table with the most dead rows past ``VACUUM_DEAD_ROWS``; else an analyze of
+        the table whose live rows most outgrew the planner's figure. The analyze does
+        not depend on ``VACUUM_DEAD_ROWS``: a misjudged claim costs as much with
+        autovacuum on. (A vacuum analyzes too.)"""
         if self._busy(db):
-            return 0
-        outgrown = [(rows, table) for table, rows in outgrown_statistics(db).items()]
-        if not outgrown:
-            return 0
-        rows, table = max(outgrown)
-        self._start(db, "ANALYZE", table, rows)
-        return 1
+            return None
+        counts = table_counts(db)
+        threshold = get_settings().VACUUM_DEAD_ROWS
+        if threshold is not None:
+            over = [(c.dead, table) for table, c in counts.items() if c.dead >= threshold]
+            if over:
+                dead, table = max(over)
+                return self._start(db, VACUUM, table, dead)
+        outgrown = [(c.outgrown, table) for table, c in counts.items() if c.outgrown]
+        if outgrown:
+            past, table = max(outgrown)
+            return self._start(db, ANALYZE, table, past)
+        return None
 
     def _busy(self, db: str) -> bool:
         """Whether this step has nothing to do: not PostgreSQL, or a statement running."""
         return (connections[db].vendor != "postgresql"
                 or (self._running is not None and self._running.is_alive()))
 
-    def _start(self, db: str, statement: str, table: str, rows: int) -> None:
-        self.started.append(Upkeep(table, rows, statement))
-        self._running = threading.Thread(target=_maintain, args=(db, statement, table, rows),
-                                         daemon=True, name="djqueue-vacuum")
+    def _start(self, db: str, statement: str, table: str, rows: int) -> Upkeep:
+        upkeep = Upkeep(table, rows, statement)
+        self.started.append(upkeep)
+        self._running = threading.Thread(target=_maintain, args=(db, upkeep), daemon=True,
+                                         name="djqueue-vacuum")
         self._running.start()
+        return upkeep
 
     def wait(self, timeout: float | None = None) -> None:
         if self._running is not None:
             self._running.join(timeout)
 
 
-def _maintain(db: str, statement: str, table: str, rows: int) -> None:
+def _maintain(db: str, upkeep: Upkeep) -> None:
+    table, rows, statement = upkeep
     conn = connections[db]  # this thread's own connection
     try:
         with conn.cursor() as cursor:
             # A statement and a table name from this module and the models, quoted;
             # VACUUM cannot run in a transaction, and this connection is in autocommit.
             cursor.execute(f"{statement} {conn.ops.quote_name(table)}")
-        if statement == "ANALYZE":
+        if statement == ANALYZE:
             logger.info("Analyzed %s (%d live rows past the planner's figure)", table, rows,
                         extra={"table": table})
         else:
