@@ -14,7 +14,7 @@ from djqueue.admin.confirm import ask, confirmed
 from djqueue.admin.databases import database_query, request_database
 from djqueue.admin.operations import QUEUE_OPERATIONS
 from djqueue.models import Dashboard, Queue
-from djqueue.monitoring import partition_summaries, snapshot
+from djqueue.monitoring import charts, partition_summaries, snapshot
 from djqueue.storage import dialects, placement
 
 REFRESH_CHOICES = (0, 5, 30)
@@ -59,7 +59,7 @@ class DashboardAdmin(admin.ModelAdmin):
         queue = Queue.objects.using(read).filter(name=request.GET.get("queue") or "").first()
         if request.GET.get("part") == "charts":  # the charts alone, for the page's script
             return TemplateResponse(request, "admin/djqueue/dashboard_charts.html",
-                                    {"charts": snapshot.charts(queue)}).render()
+                                    {"charts": charts.load(queue)}).render()
         try:
             refresh = int(request.GET.get("refresh", 0))
         except ValueError:
@@ -70,7 +70,7 @@ class DashboardAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": "Queue dashboard",
             "data": data,
-            "charts": snapshot.charts(queue),
+            "charts": charts.load(queue),
             "chart_refresh": CHART_REFRESH,
             "refresh": refresh if refresh in REFRESH_CHOICES else 0,
             "refresh_choices": REFRESH_CHOICES,

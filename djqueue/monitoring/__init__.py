@@ -3,7 +3,8 @@ message table.
 
 Owns: per-queue roll-ups by minute, hour and day and depth snapshots
 (``rollups``), alarm policies and their evaluation (``alarms``), and the
-dashboard's snapshot read in a fixed number of indexed queries (``snapshot``).
+dashboard's snapshot read in a fixed number of indexed queries (``snapshot``)
+and its charts from the roll-ups (``charts``).
 
 May import: djqueue.processes and below.
 """
