@@ -1,6 +1,7 @@
 """The django.tasks backend: tasks run by djqueue's workers.
 
-Owns: ``QueueBackend`` and ``QueueTask`` (``backend``), the handler of task
+Owns: ``QueueBackend`` and ``QueueTask`` (``backend``), cancelling a task and
+reading its progress and logs by result id (``task_operations``), the handler of task
 queues and the records of their runs (``task_handler``; it is the handler
 source djqueue's AppConfig adds to the worker's registry), the one place
 that tells ``django.tasks`` from the ``django_tasks`` backport (``compat``), and

@@ -31,22 +31,16 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from djqueue.api.message_checks import encode_payload
-from djqueue.api.message_reports import get_logs, get_progress
-from djqueue.api.queue_operations import delete
 from djqueue.api.queues import LIMIT_FIELDS, create_queue, set_limits
 from djqueue.api.sending import send
 from djqueue.exceptions import InvalidMessage, QueueNotFound, TaskCancelled
 from djqueue.models import (
     FINISHED_STATUSES,
     Message,
-    MessageLog,
-    MessageProgress,
     TaskRecord,
-    TaskStatus,
 )
-from djqueue.storage import dialects, placement
+from djqueue.storage import placement
 from djqueue.storage.queue_lookup import get_queue
-from djqueue.storage.statements import message_inserts
 from djqueue.tasks import known_tasks, workflow_joins
 from djqueue.tasks.compat import (
     BaseTaskBackend,
@@ -58,14 +52,15 @@ from djqueue.tasks.compat import (
     task_enqueued,
 )
 from djqueue.tasks.records import (
-    FINISHED_FIELDS,
-    finish,
     record_from_message,
     record_id,
     result_locations,
     running_record,
     to_task_result,
 )
+
+# cancel and cancel_requested: documented under this module's name too (docs/tasks.md).
+from djqueue.tasks.task_operations import cancel, cancel_requested, pending_message  # noqa: F401
 
 #: The longest group key (the column's width).
 GROUP_KEY_CHARS = 200
@@ -196,7 +191,7 @@ class QueueBackend(BaseTaskBackend):
             records = TaskRecord.objects.using(db).filter(pk=result_id)
             record = records.first()
             if record is None or record.status not in FINISHED_STATUSES:
-                message = _pending_message(db, record.message_id if record else message_id)
+                message = pending_message(db, record.message_id if record else message_id)
                 # No message: it may have finished between the two reads (the record
                 # came with its ack), so read the record again.
                 record = running_record(message, record) if message else records.first()
@@ -230,90 +225,6 @@ class QueueBackend(BaseTaskBackend):
         if attempts >= max_attempts or isinstance(exc, TaskCancelled):
             return False
         return not retry_on or isinstance(exc, retry_on)
-
-
-def cancel(result_id: str) -> bool:
-    """Cancel a task: a READY one is failed with TaskCancelled at once and never runs;
-    a RUNNING one gets ``cancel_requested`` set, which it can check through
-    :func:`cancel_requested`. False if the task had already finished.
-    """
-    for db, message_id in result_locations(str(result_id)):
-        with dialects.using(db):
-            cancelled = _cancel(db, result_id, message_id)
-        if cancelled is not None:
-            return cancelled
-    raise TaskResultDoesNotExist(result_id)
-
-
-def _cancel(db: str, result_id: str, message_id: int | None) -> bool | None:
-    """cancel() on one database: None if the task is not there."""
-    with transaction.atomic(using=db):
-        record = TaskRecord.objects.using(db).select_for_update().filter(pk=result_id).first()
-        if record is not None and record.status in FINISHED_STATUSES:
-            return False
-        message = _pending_message(db, record.message_id if record else message_id, lock=True)
-        if message is not None:
-            record = running_record(message, record)
-        if record is None:
-            return None
-        record.cancel_requested = True
-        if record.status == TaskStatus.READY and record.message_id is not None and (
-                delete(message or record.message_id, only_unclaimed=True)):
-            finish(record, TaskStatus.FAILED, error=TaskCancelled("Cancelled before it started."),
-                   save=False)
-        # A running task's record is written at its end, which keeps the flag.
-        message_inserts.upsert(db, [record], ["cancel_requested", *FINISHED_FIELDS])
-    return True
-
-
-def _pending_message(db: str, message_id: int | None, lock: bool = False) -> Message | None:
-    """A task's message, if it is still pending."""
-    if message_id is None:
-        return None
-    query = Message.objects.using(db).filter(pk=message_id)
-    message = (query.select_for_update() if lock else query).first()
-    if message is None or not isinstance(message.payload, dict) or not (
-            "task" in message.payload or "task_result_id" in message.payload):
-        return None
-    return message
-
-
-def cancel_requested(context: Any) -> bool:
-    """Whether cancellation of the running task was requested (pass the TaskContext)."""
-    return TaskRecord.objects.using(dialects.alias()).filter(
-        pk=context.task_result.id, cancel_requested=True).exists()
-
-
-def task_progress(result_id: str) -> MessageProgress | None:
-    """The progress a task reported (``djqueue.report_progress()`` inside it), by its
-    result id; None if it reported none (or the id is unknown)."""
-    found = _task_message(result_id)
-    if found is None:
-        return None
-    with dialects.using(found[0]):
-        return get_progress(found[1])
-
-
-def task_logs(result_id: str) -> list[MessageLog]:
-    """The log records kept from a task's runs, by its result id, oldest first."""
-    found = _task_message(result_id)
-    if found is None:
-        return []
-    with dialects.using(found[0]):
-        return get_logs(found[1])
-
-
-def _task_message(result_id: str) -> tuple[str, int] | None:
-    """A task run's database and message id: its record's, or the one the result id
-    names before the record exists (a first run's record is written when it ends)."""
-    if not isinstance(result_id, str):
-        raise TypeError(f"a task result id is text, got {type(result_id).__name__}")
-    for db, message_id in result_locations(result_id):
-        stored = TaskRecord.objects.using(db).filter(pk=result_id[:36]).values_list(
-            "message_id", flat=True).first()
-        if stored is not None or message_id is not None:
-            return db, stored if stored is not None else message_id
-    return None
 
 
 def task_queue_names() -> set[str]:
