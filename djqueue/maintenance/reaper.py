@@ -31,8 +31,8 @@ from djqueue.models import Worker as WorkerRecord
 from djqueue.monitoring import alarms, rollups
 from djqueue.processes.base import ProcessBase
 from djqueue.storage import dialects, ordered_groups, partitions, placement, queue_lookup
+from djqueue.storage.requeueing import promote_due, return_claims
 from djqueue.storage.session_locks import session_lock_free
-from djqueue.storage.transitions import promote_due, return_claims
 
 logger = logging.getLogger("djqueue.reaper")
 

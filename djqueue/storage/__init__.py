@@ -4,7 +4,8 @@ Owns: the database differences with their reasons (``dialects``), session
 locks, the two claim engines (row-locking, serial) and the claim transaction
 (``claims``), the resume point of a draining claim and the one path that makes
 messages ready again (``claim_resume``), the state transitions of claimed
-messages (``transitions``), the copy of finished messages into history, ordered
+messages (``transitions``), claims returned and scheduled messages made ready
+by the reaper (``requeueing``), the copy of finished messages into history, ordered
 groups, dedup keys, the trace, what handlers report (progress and log records,
 ``handler_reports``), queue lookup, payload encoding, the hand-written
 statements of the hot path (``statements/``), and every use of Django's or a

@@ -26,8 +26,9 @@ from djqueue.storage import dialects, fastpath, partitions, trace
 from djqueue.storage.claim_engines import ROW_LOCKING, ClaimEngine, engine_for
 from djqueue.storage.claim_limits import LimitWait, claim_limited
 from djqueue.storage.claim_resume import ResumePoint, resume_points
+from djqueue.storage.requeueing import promote_due
 from djqueue.storage.statements.claim_statements import lock_ready, lock_ready_after, stamp_claimed
-from djqueue.storage.transitions import ack_locked, promote_due
+from djqueue.storage.transitions import ack_locked
 from djqueue.types import AckHook
 
 cache_queue = fastpath.related_cacher(Message, "queue")

@@ -9,7 +9,7 @@ from django.utils import timezone
 import djqueue
 from djqueue.exceptions import NotOwner
 from djqueue.models import History, Message, Outcome, State
-from djqueue.storage.transitions import promote_due
+from djqueue.storage.requeueing import promote_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 import djqueue
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Message, State
-from djqueue.storage import claim_engines, transitions
+from djqueue.storage import claim_engines, requeueing, transitions
 from djqueue.storage.claim_resume import ready_again, resume_points
 from djqueue.storage.claims import PromotionClock, ack_and_claim, claim_ready
 from tests.conftest import in_threads
@@ -134,7 +134,7 @@ def test_due_messages_are_promoted_once_across_concurrent_promoters():
     queue = djqueue.create_queue("contract.promote")
     djqueue.send_batch(queue, [{"n": n} for n in range(50)], delay=30)
     Message.objects.filter(queue=queue).update(visible_at=timezone.now() - timedelta(seconds=1))
-    promoted = in_threads(lambda _: transitions.promote_due([queue.pk]), 3)
+    promoted = in_threads(lambda _: requeueing.promote_due([queue.pk]), 3)
     assert sum(promoted) == 50
     assert Message.objects.filter(queue=queue, state=State.READY).count() == 50
 
@@ -143,7 +143,7 @@ def test_returned_claims_count_an_attempt_and_are_ready_at_once():
     queue = djqueue.create_queue("contract.return")
     djqueue.send_batch(queue, [{"n": n} for n in range(3)])
     claim(queue, 3, owner="dead-worker")
-    returned = transitions.return_claims(Message.objects.filter(owner="dead-worker"),
+    returned = requeueing.return_claims(Message.objects.filter(owner="dead-worker"),
                                          "worker {owner} died", 10)
     assert returned == 3
     rows = list(Message.objects.filter(queue=queue))

@@ -81,7 +81,7 @@ def test_stale_guard_flags_a_redelivery_older_than_the_last_ack(ordered):
     a1, a2 = (djqueue.send("ord", {"n": i}, group_key="a") for i in range(2))
     [first] = djqueue.receive("ord", visibility_timeout=0.01)
     assert not djqueue.is_stale(first)
-    from djqueue.storage.transitions import return_claims
+    from djqueue.storage.requeueing import return_claims
 
     assert return_claims(Message.objects.filter(pk=a1.id, state=State.CLAIMED), "expired", 10) == 1
     [again] = djqueue.receive("ord")
@@ -242,7 +242,7 @@ def test_the_worker_skips_a_stale_delivery_without_running_its_handler():
     first = djqueue.send("t.record", {"n": 1}, group_key="k")
     worker = Worker(WorkerOptions(queues=["t.record"]))
     [stale] = djqueue.receive("t.record")
-    from djqueue.storage.transitions import return_claims
+    from djqueue.storage.requeueing import return_claims
 
     return_claims(Message.objects.filter(pk=first.pk), "expired", 10)
     [fresh] = djqueue.receive("t.record")
