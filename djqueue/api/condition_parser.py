@@ -44,7 +44,7 @@ from djqueue.api.condition_tokens import Token, tokenize
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import Message
 from djqueue.storage import dialects
-from djqueue.storage.claims import condition_at_fault
+from djqueue.storage.receiver_claims import condition_at_fault
 
 MAX_LENGTH = 2000
 MAX_DEPTH = 40

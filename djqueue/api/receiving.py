@@ -20,8 +20,8 @@ from djqueue.models import Message, Queue
 from djqueue.polling import Backoff
 from djqueue.storage import partitions
 from djqueue.storage.claim_limits import LimitWait
-from djqueue.storage.claims import PromotionClock, claim_ready
 from djqueue.storage.queue_lookup import QueueRef, get_queue
+from djqueue.storage.receiver_claims import PromotionClock, claim_ready
 from djqueue.storage.transitions import fail, release, validate_delay
 
 #: The longest receiver name (the message row's owner column).

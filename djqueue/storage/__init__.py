@@ -2,7 +2,8 @@
 
 Owns: the database differences with their reasons (``dialects``), session
 locks, the two claim engines (row-locking, serial) and the claim transaction
-(``claims``), the resume point of a draining claim and the one path that makes
+(``claims``) and a receiver's round of claims over its queues and databases
+(``receiver_claims``), the resume point of a draining claim and the one path that makes
 messages ready again (``claim_resume``), the state transitions of claimed
 messages (``transitions``), claims returned and scheduled messages made ready
 by the reaper (``requeueing``), the copy of finished messages into history, ordered

@@ -8,25 +8,20 @@ messages when a claim comes up short, and the trace.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django.db import DatabaseError, DataError, IntegrityError
 from django.db.models import Q
 from django.utils import timezone
 
 from djqueue import signals
-from djqueue.conf import get_settings
-from djqueue.exceptions import InvalidCondition
 from djqueue.models import Body, Event, Message, Queue, State
-from djqueue.storage import dialects, fastpath, partitions, trace
+from djqueue.storage import dialects, fastpath, trace
 from djqueue.storage.claim_engines import ROW_LOCKING, ClaimEngine, engine_for
 from djqueue.storage.claim_limits import LimitWait, claim_limited
 from djqueue.storage.claim_resume import ResumePoint, resume_points
-from djqueue.storage.requeueing import promote_due
 from djqueue.storage.statements.claim_statements import lock_ready, lock_ready_after, stamp_claimed
 from djqueue.storage.transitions import ack_locked
 from djqueue.types import AckHook
@@ -188,76 +183,6 @@ def attach_bodies(db: str, messages: Sequence[Message]) -> None:
             message.stored_body = bodies[message.stored_body_id]
 
 
-class PromotionClock:
-    """Lets one receiving loop promote due scheduled messages at most once a PROMOTE_INTERVAL
-    on each database."""
-
-    def __init__(self) -> None:
-        self.last: dict[str, float] = {}
-
-    def due(self, db: str) -> bool:
-        now = time.monotonic()
-        if now - self.last.get(db, 0.0) < get_settings().PROMOTE_INTERVAL:
-            return False
-        self.last[db] = now
-        return True
-
-
-def claim_ready(
-    queues: Sequence[Queue],
-    limit: int,
-    *,
-    owner: str,
-    visibility_timeout: float | None,
-    clock: PromotionClock,
-    where: Q | None = None,
-    peek: bool = False,
-    acks: list[Message] | None = None,
-    hook: AckHook | None = None,
-    wait: LimitWait | None = None,
-) -> tuple[list[Message], list[Message]]:
-    """Claim from the unpaused ``queues``; if that comes up short, promote due scheduled
-    messages (throttled by ``clock``) and claim the rest. ``peek`` (for a receiver
-    that found nothing last time) checks for ready messages before opening a claim.
-    ``acks`` are acked in the first transaction, ``hook`` running in the ack (see
-    :func:`ack_and_claim`). ``wait`` is cleared, then learns how soon a limited
-    queue may let more start. Returns (acked, claimed)."""
-    if wait is not None:
-        wait.clear()
-    acks = acks or []
-    active = [q for q in queues if not q.paused]
-    found = by_database(active, acks)
-    if len(found) == 1:  # the usual case: every queue on one database
-        [(db, (active, acks))] = found.items()
-        with dialects.using(db):
-            return _claim_checked(acks, active, limit, owner=owner,
-                                  visibility_timeout=visibility_timeout, clock=clock,
-                                  where=where, peek=peek, hook=hook, wait=wait)
-    acked: list[Message] = []
-    claimed: list[Message] = []
-    failed: DatabaseError | None = None
-    for db, (active, acks) in found.items():  # earlier queues' databases first
-        try:
-            with dialects.using(db):
-                done, got = _claim_checked(acks, active, max(limit - len(claimed), 0),
-                                           owner=owner, visibility_timeout=visibility_timeout,
-                                           clock=clock, where=where, peek=peek, hook=hook,
-                                           wait=wait)
-        except DatabaseError as exc:
-            # A database that does not answer (a partition's server is down) is passed
-            # over while the others are served; acks for it must not be dropped.
-            if acks or not partitions.unreachable(exc):
-                raise
-            partitions.mark_down(db, exc)
-            failed = exc
-            continue
-        acked += done
-        claimed += got
-    if failed is not None and not claimed and not acked:
-        raise failed
-    return acked, claimed
-
-
 def by_database(queues: Sequence[Queue], acks: Sequence[Message],
                 ) -> dict[str, tuple[list[Queue], list[Message]]]:
     """The queues and acks of each database (djqueue.storage.placement), in the order of
@@ -270,60 +195,3 @@ def by_database(queues: Sequence[Queue], acks: Sequence[Message],
         found.setdefault(fastpath.database_of(message) or dialects.alias(), ([], []))[1].append(
             message)
     return found
-
-
-def _claim_checked(acks: list[Message], active: list[Queue], limit: int, *, owner: str,
-                   visibility_timeout: float | None, clock: PromotionClock,
-                   where: Q | None, peek: bool, hook: AckHook | None,
-                   wait: LimitWait | None) -> tuple[list[Message], list[Message]]:
-    """claim_ready on the current database."""
-    if not active or limit <= 0:
-        return ack_and_claim(acks, [], 0, owner=owner, hook=hook) if acks else ([], [])
-    try:
-        return _claim_ready(acks, active, limit, owner=owner,
-                            visibility_timeout=visibility_timeout, clock=clock, where=where,
-                            peek=peek, hook=hook, wait=wait)
-    except (DatabaseError, RecursionError, OverflowError) as exc:
-        if where is None or not condition_at_fault(exc):
-            raise
-        raise InvalidCondition(f"The condition cannot be evaluated ({exc})", 1, "") from None
-
-
-def condition_at_fault(exc: BaseException) -> bool:
-    """Whether an error raised by a conditional claim is the condition's: Python could
-    not build it (RecursionError, OverflowError), the database refused its values
-    (DataError; MySQL reports arithmetic out of range as an IntegrityError, and a
-    claim writes no constrained column), or the same database still answers a
-    plain query (so the error was not the connection's)."""
-    if isinstance(exc, RecursionError | OverflowError | DataError | IntegrityError):
-        return True
-    try:
-        Message.objects.using(dialects.alias()).filter(pk=0).exists()
-    except DatabaseError:
-        return False
-    return True
-
-
-def _claim_ready(acks: list[Message], active: Sequence[Queue], limit: int, *, owner: str,
-                 visibility_timeout: float | None, clock: PromotionClock,
-                 where: Q | None, peek: bool, hook: AckHook | None,
-                 wait: LimitWait | None) -> tuple[list[Message], list[Message]]:
-    acked: list[Message] = []
-    messages: list[Message] = []
-    if acks or not peek or _any_ready(active, where):
-        acked, messages = ack_and_claim(acks, active, limit, owner=owner,
-                                        visibility_timeout=visibility_timeout, where=where,
-                                        hook=hook, wait=wait)
-    if len(messages) < limit and clock.due(dialects.alias()) and promote_due(
-            [q.pk for q in active]):
-        messages += ack_and_claim([], active, limit - len(messages), owner=owner,
-                                  visibility_timeout=visibility_timeout, where=where,
-                                  wait=wait)[1]
-    return acked, messages
-
-
-def _any_ready(queues: Sequence[Queue], where: Q | None) -> bool:
-    """A plain indexed read: an idle receiver's poll costs one statement, not a transaction."""
-    ready = Message.objects.using(dialects.alias()).filter(
-        queue_id__in=[q.pk for q in queues], state=State.READY)
-    return (ready.filter(where) if where is not None else ready).exists()

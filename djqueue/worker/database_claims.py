@@ -19,7 +19,8 @@ from django.db.models import Q
 
 from djqueue.models import Message, Queue
 from djqueue.storage.claim_limits import LimitWait
-from djqueue.storage.claims import PromotionClock, by_database, claim_ready
+from djqueue.storage.claims import by_database
+from djqueue.storage.receiver_claims import PromotionClock, claim_ready
 from djqueue.types import AckHook
 
 logger = logging.getLogger("djqueue.worker")

@@ -20,7 +20,8 @@ from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Message, State
 from djqueue.storage import claim_engines, requeueing, transitions
 from djqueue.storage.claim_resume import ready_again, resume_points
-from djqueue.storage.claims import PromotionClock, ack_and_claim, claim_ready
+from djqueue.storage.claims import ack_and_claim
+from djqueue.storage.receiver_claims import PromotionClock, claim_ready
 from tests.conftest import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -107,7 +107,7 @@ def test_what_this_process_readies_is_claimed_in_strict_order(ready_again):
 
 
 def test_a_claim_rolled_back_leaves_no_cursor():
-    from djqueue.storage.claims import PromotionClock, claim_ready
+    from djqueue.storage.receiver_claims import PromotionClock, claim_ready
 
     queue = djqueue.create_queue("cc.rollback")
     sent = ids(djqueue.send_batch(queue, [{"n": n} for n in range(4)]))

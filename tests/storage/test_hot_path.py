@@ -14,7 +14,8 @@ import djqueue
 from djqueue.api.condition_parser import compile_condition
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import History, Message, State
-from djqueue.storage.claims import PromotionClock, ack_and_claim, claim_ready
+from djqueue.storage.claims import ack_and_claim
+from djqueue.storage.receiver_claims import PromotionClock, claim_ready
 from djqueue.storage.statements import claim_statements, message_inserts
 from tests.conftest import needs_row_locks
 
