@@ -2,8 +2,9 @@
 
 The statements differ per database (djqueue.storage.claim_engines); this module
 adds what is the same everywhere: the lease, the resume point of a draining
-receiver, the worker's acks in the claim's transaction, promotion of due
-messages when a claim comes up short, and the trace.
+receiver, the worker's acks in the claim's transaction, and the trace. A
+receiver's round over its queues and their databases, with promotion of due
+messages when a claim comes up short, is djqueue.storage.receiver_claims.
 """
 
 from __future__ import annotations
