@@ -347,7 +347,8 @@ def django_task_cost(calls: int = 20_000) -> dict[str, float]:
 
     clear()
     noop.enqueue(PAYLOAD)
-    record = task_handler._record("default", Message.objects.get())
+    message = Message.objects.get()
+    record = task_handler._record("default", message, message.payload)
     task = load_task(record)
     sender = type(task_backends[record.backend])
     best = float("inf")
