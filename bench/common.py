@@ -145,17 +145,27 @@ def summarise(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
             for k in keys if (v := [r[k] for r in runs if k in r])}
 
 
-def write_results(stem: str, payload: dict, table: str) -> None:
-    """bench/results/<stem>.json (with the machine's facts) and <stem>.md."""
+def results_dir() -> Path:
+    """Where a bench writes its results: bench/results, or the folder
+    ``DJQUEUE_BENCH_RESULTS`` names (the smoke test's, so that it leaves a developer's
+    last results alone)."""
+    out = Path(os.environ.get("DJQUEUE_BENCH_RESULTS") or ROOT / "bench" / "results")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_results(stem: str, payload: dict, table: str) -> Path:
+    """<stem>.json (with the machine's facts) and <stem>.md in :func:`results_dir`;
+    returns the JSON file's path."""
     import json
     import platform
 
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_dir()
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
                "platform": platform.platform()}
     (out / f"{stem}.json").write_text(json.dumps({"machine": machine, **payload}, indent=2))
     (out / f"{stem}.md").write_text(table)
+    return out / f"{stem}.json"
 
 
 def pickup_latencies(samples: int, send: Callable[[], object]) -> dict[str, float]:

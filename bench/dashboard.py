@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 
-from common import BENCH_DB, ROOT, drop_database, fresh_database
+from common import BENCH_DB, drop_database, fresh_database, results_dir
 
 TARGET_MS = 300.0
 QUEUES = 5
@@ -162,8 +162,7 @@ def main() -> int:
     print("Reaper statistics pass on the same data:")
     for label, row in result["reaper"].items():
         print(f"  {label:60} {row['median_ms']:8.1f} ms")
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_dir()
     (out / "dashboard.json").write_text(json.dumps(result, indent=2))
     drop_database(admin)
     ok = full_queries == empty_queries and median <= TARGET_MS

@@ -112,11 +112,11 @@ def main() -> None:
                     run.update(measured)
     summary = {name: summarise(runs) for name, runs in found.items()}
     targets = report(summary)
-    write_results("databases", {
+    written = write_results("databases", {
         "messages": args.messages, "repeats": args.repeats, "quick": args.quick,
         "seconds": time.monotonic() - started, "summary": summary, "targets": targets,
         "runs": found}, markdown(summary))
-    print(f"\nwritten: bench/results/databases.json and databases.md "
+    print(f"\nwritten: {written} and {written.with_suffix('.md').name} "
           f"({time.monotonic() - started:.0f} s)")
 
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import BENCH_DB, ROOT, drop_database, fresh_database, raw_connection
+from common import BENCH_DB, drop_database, fresh_database, raw_connection, results_dir
 
 COLUMNS = ["id", "queue", "outcome", "group_key", "priority", "attempts", "size", "worker",
            "sent_at", "claimed_at", "finished_at"]
@@ -102,8 +102,7 @@ def main() -> None:
     print(f"{'djqueue_export (Spark local[*])':40} {args.rows:9} {spark_seconds:8.1f}"
           f" {args.rows / spark_seconds:9.0f}")
     print(f"speed-up: {ratio:.2f}x (Spark JVM start-up excluded; it took place before timing)")
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_dir()
     (out / "export.json").write_text(json.dumps({
         "rows": args.rows, "python_seconds": python_seconds, "spark_seconds": spark_seconds,
         "speedup": ratio}, indent=2))

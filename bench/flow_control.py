@@ -14,7 +14,7 @@ import argparse
 import json
 import time
 
-from common import BENCH_DB, ROOT, drop_database, fresh_database
+from common import BENCH_DB, drop_database, fresh_database, results_dir
 
 
 def timed_sends(queue: str, n: int, **kwargs_for) -> float:
@@ -100,8 +100,7 @@ def main() -> None:
         ratio = value / drains["unordered queue (baseline)"]
         rows.append({"case": f"drain: {label}", "rate": value, "ratio": ratio})
         print(f"{label:32} {value:8.0f}  {ratio:5.2f}")
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_dir()
     (out / "flow_control.json").write_text(json.dumps({"messages": n, "rows": rows}, indent=2))
     drop_database(admin)
 

@@ -17,7 +17,7 @@ import json
 import statistics
 import sys
 
-from common import BENCH_DB, ROOT, drop_database, fresh_database
+from common import BENCH_DB, drop_database, fresh_database, results_dir
 from dashboard import fill, timed
 
 TARGET_MS = 50.0
@@ -81,8 +81,7 @@ def main() -> int:
           f"{result['p95_ms']:.1f}, max {result['max_ms']:.1f}; target {TARGET_MS:.0f} ms")
     print(f"  queries: {full_queries} (with an empty database: {empty_queries}); "
           f"{size:,} bytes")
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_dir()
     (out / "metrics.json").write_text(json.dumps(result, indent=2))
     drop_database(admin)
     ok = full_queries == empty_queries and result["median_ms"] <= TARGET_MS

@@ -258,12 +258,12 @@ def main() -> None:
     summary = summarise(repeats)
     summary.update(summarise(backlog_runs))
     rows = report(summary)
-    write_results("suite", {
+    written = write_results("suite", {
         "messages": args.messages, "repeats": args.repeats, "quick": args.quick,
         "buffer_pool_bytes": pool, "seconds": time.monotonic() - started,
         "summary": summary, "targets": rows,
         "runs": repeats, "backlog_runs": backlog_runs}, markdown(summary))
-    print(f"\nwritten: bench/results/suite.json and suite.md "
+    print(f"\nwritten: {written} and {written.with_suffix('.md').name} "
           f"({time.monotonic() - started:.0f} s)")
     admin.cursor().execute(f"DROP DATABASE IF EXISTS {measures.BENCH_DB}")
 
