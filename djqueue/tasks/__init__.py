@@ -3,8 +3,10 @@
 Owns: ``QueueBackend`` and ``QueueTask`` (``backend``), cancelling a task and
 reading its progress and logs by result id (``task_operations``), the handler of task
 queues and the records of their runs (``task_handler``; it is the handler
-source djqueue's AppConfig adds to the worker's registry), the one place
-that tells ``django.tasks`` from the ``django_tasks`` backport (``compat``), and
+source djqueue's AppConfig adds to the worker's registry), the checks of a task
+message before it runs (``task_messages``), calling a task's function
+(``task_calls``), the one place that tells ``django.tasks`` from the
+``django_tasks`` backport (``compat``), and
 workflows of tasks: composing them (``workflow_canvas``), enqueueing, batches
 and the handle (``workflows``), the join in the ack transaction
 (``workflow_joins``), the checks before a step runs (``step_checks``), and

@@ -87,6 +87,22 @@ def running_record(message: Message, record: TaskRecord | None = None) -> TaskRe
     return record
 
 
+def first_run_values(message: Message) -> dict[str, Any]:
+    """:func:`result_values` of the RUNNING record of a claimed first delivery whose
+    record id is its message's own, straight from the message: what
+    :func:`running_record` of :func:`record_from_message` would hold, without the
+    model instance, which a run whose record the ack copies never writes."""
+    payload = message.payload
+    claimed_at = message.claimed_at
+    return {
+        "task": _task(payload["task"], message.priority, message.queue.name, None,
+                      payload["backend"]),
+        "id": str(message.pk), "enqueued_at": message.sent_at, "started_at": claimed_at,
+        "last_attempted_at": claimed_at, "args": payload["args"], "kwargs": payload["kwargs"],
+        "backend": payload["backend"], "status": TaskStatus.RUNNING, "finished_at": None,
+        "errors": [], "worker_ids": [message.owner], "_return_value": None}
+
+
 def error_entry(exc: BaseException, tb: str | None = None) -> dict[str, str]:
     return {"exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
             "traceback": tb if tb is not None else "".join(traceback.format_exception(exc))}

@@ -3,8 +3,9 @@
 A task's record is written once, when its run ends. Under a worker that is a
 batch at a time, inside the transaction that acks the finished messages (the
 worker's ``in_claim_transaction`` hook): a task's result and its message's ack
-commit together, and a task costs no statement of its own; on MariaDB the ack
-copies a first run's success from the message row (djqueue.storage.statements.task_record_copy).
+commit together, and a task costs no statement of its own. The ack copies a first
+run's success from the message row (djqueue.storage.statements.task_record_copy),
+so such a run, the common one, builds no record at all (``_run_first``).
 Elsewhere (a task message received by hand, or an exactly-once queue whose ack
 happens in the handler's own transaction) the run writes its record itself. A
 retry writes the record at once (its errors must outlive the delivery). A workflow
@@ -16,28 +17,27 @@ from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from django.conf import settings
-from django.core.signals import setting_changed
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.dispatch import receiver
+from django.utils import timezone
 
-from djqueue.exceptions import TaskCancelled, TaskTimeout, UntrustedTask
-from djqueue.models import FINISHED_STATUSES, Message, TaskRecord, TaskStatus
-from djqueue.storage import dialects, fastpath
+from djqueue.exceptions import TaskCancelled, UntrustedTask
+from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskStatus
+from djqueue.storage import dialects, fastpath, placement
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
-from djqueue.tasks import known_tasks, step_checks, workflow_joins
-from djqueue.tasks.backend import QueueBackend, QueueTask, task_queue_names
-from djqueue.tasks.compat import TaskContext, normalize_json, task_backends, task_finished, task_started
+from djqueue.tasks import known_tasks, step_checks, task_calls, task_messages, workflow_joins
+from djqueue.tasks.backend import QueueBackend, task_queue_names
+from djqueue.tasks.compat import Task, task_backends, task_finished, task_started
 from djqueue.tasks.records import (
     FINISHED_FIELDS,
     error_entry,
     finish,
     finished_values,
+    first_run_values,
     load_task,
     record_from_message,
     record_id,
@@ -52,11 +52,13 @@ from djqueue.worker import registry
 class Finished(NamedTuple):
     """A finished run's record, waiting for the worker's ack."""
 
-    record: TaskRecord
+    #: The record, written from Python (None: the ack copies it, see ``copied``).
+    record: TaskRecord | None = None
     #: Its row as message_inserts.render_row made it (None: the values travel as parameters).
     row: str | None = None
-    #: The ack copies it from the message's row instead (see djqueue.storage.statements.task_record_copy).
-    copied: bool = False
+    #: What the run adds to its message's row when the ack copies the record from that
+    #: row instead (see djqueue.storage.statements.task_record_copy).
+    copied: task_record_copy.RunEnd | None = None
     #: A workflow step's run: the step it settles with the ack (see workflow_joins).
     step: workflow_joins.Settled | None = None
 
@@ -93,8 +95,9 @@ def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Messa
         _carried.clear()
         _carried.update((pk, _finished[pk]) for pk in ids if pk in _finished)
         done = [_carried[m.pk] for m in acked if m.pk in _carried]
-    task_record_copy.copy_records(db, [f.record for f in done if f.copied], FINISHED_FIELDS)
-    written = [f for f in done if not f.copied]
+    task_record_copy.copy_records(db, [f.copied for f in done if f.copied is not None],
+                                  FINISHED_FIELDS)
+    written = [f for f in done if f.copied is None]
     for start in range(0, len(written), task_record_copy.CHUNK):
         chunk = written[start:start + task_record_copy.CHUNK]
         rendered = [f.row for f in chunk]
@@ -105,24 +108,19 @@ def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Messa
         workflow_joins.settle(db, steps)
 
 
-def is_task(message: Message) -> bool:
-    return _is_task_payload(message.payload)
-
-
-def _is_task_payload(payload: Any) -> bool:
-    return isinstance(payload, dict) and ("task" in payload or "task_result_id" in payload)
-
-
 def run_task(message: Message) -> None:
     db = dialects.alias()
     payload = message.payload
-    _check_task_message(message, payload)
-    record = _record(db, message, payload)
-    sender = _serving_backend(message, record.backend)
-    if record.status in FINISHED_STATUSES:
-        return  # a repeated delivery of a finished task
+    task_messages.check_shape(message, payload)
     conn = connections[db]
     batched = registry.hook_will_run() and not conn.in_atomic_block
+    if batched and _is_first_run(conn, message, payload):
+        _run_first(conn, message, payload)
+        return
+    record = _record(db, message, payload)
+    sender = task_messages.serving_backend(message, record.backend)
+    if record.status in FINISHED_STATUSES:
+        return  # a repeated delivery of a finished task
     task = load_task(record)
     if record.cancel_requested:
         _finish(conn, message, record, batched, TaskStatus.FAILED,
@@ -142,26 +140,65 @@ def run_task(message: Message) -> None:
     values = result_values(record, task)
     result = result_from(values, from_json=True)
     task_started.send(sender=sender, task_result=result)
-    if task.takes_context:
-        args.insert(0, TaskContext(task_result=result))
-    timeout = task.timeout if isinstance(task, QueueTask) else None
-    call = fastpath.sync_function(task.func) or task.call
     try:
-        value = normalize_json(call_with_timeout(lambda: call(*args, **kwargs), timeout))
+        value = task_calls.call(task, args, kwargs, result)
     except Exception as exc:
-        tb = "".join(traceback.format_exception(exc))
-        backend = task_backends[record.backend]
-        if isinstance(backend, QueueBackend) and backend.should_retry(
-                task, len(record.worker_ids), exc):
-            record.errors = [*record.errors, error_entry(exc, tb)]
-            record.status = TaskStatus.READY
-            message_inserts.upsert(db, [record], FINISHED_FIELDS)
-            raise RetryTask(f"{record.task_path} failed; retrying") from exc
-        _finish(conn, message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
+        _failed(conn, message, record, batched, task, exc)
     else:
         _finish(conn, message, record, batched, TaskStatus.SUCCESSFUL, value=value)
     task_finished.send(sender=sender,
                        task_result=result_from(finished_values(values, record), from_json=True))
+
+
+def _is_first_run(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, Any]) -> bool:
+    """Whether this claimed delivery is a task's first run whose success the ack can
+    copy from its message's row: the common run, served by :func:`_run_first`."""
+    return (message.state == State.CLAIMED and "result_id" not in payload
+            and workflow_joins.PAYLOAD_KEY not in payload
+            and fastpath.database_of(message) in (None, placement.home())
+            and task_record_copy.copyable_message(conn, message))
+
+
+def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, Any]) -> None:
+    """A task's first run, under a worker whose ack copies its record from the message's
+    row when it succeeds: its results are made straight from the message, and a record
+    is built only if it fails (then as by :func:`run_task`).
+
+    Why: a record built and finished only to be dropped by the ack was a share of a
+    django.tasks worker's time (docs/performance.md), in a process bound by the GIL."""
+    sender = task_messages.serving_backend(message, payload["backend"])
+    values = first_run_values(message)
+    task = values["task"]
+    result = result_from(values, from_json=True)
+    task_started.send(sender=sender, task_result=result)
+    try:
+        value = task_calls.call(task, list(payload["args"]), payload["kwargs"], result)
+    except Exception as exc:
+        record = running_record(message, record_from_message(message))
+        _failed(conn, message, record, True, task, exc)
+        finished = finished_values(values, record)
+    else:
+        run = task_record_copy.RunEnd(message.pk, timezone.now(), value)
+        with _lock:
+            _finished[message.pk] = Finished(copied=run)
+        finished = {**values, "status": TaskStatus.SUCCESSFUL, "finished_at": run.finished_at,
+                    "worker_ids": [message.owner], "_return_value": value}
+    task_finished.send(sender=sender, task_result=result_from(finished, from_json=True))
+
+
+def _failed(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, batched: bool,
+            task: Task, exc: Exception) -> None:
+    """A run raised ``exc``: RetryTask, once its error is written, if the backend retries
+    the task; else the record ends FAILED."""
+    tb = "".join(traceback.format_exception(exc))
+    backend = task_backends[record.backend]
+    if isinstance(backend, QueueBackend) and backend.should_retry(
+            task, len(record.worker_ids), exc):
+        record.errors = [*record.errors, error_entry(exc, tb)]
+        record.status = TaskStatus.READY
+        message_inserts.upsert(conn.alias, [record], FINISHED_FIELDS)
+        raise RetryTask(f"{record.task_path} failed; retrying") from exc
+    _finish(conn, message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
 
 
 def _record(db: str, message: Message, payload: dict[str, Any]) -> TaskRecord:
@@ -175,54 +212,6 @@ def _record(db: str, message: Message, payload: dict[str, Any]) -> TaskRecord:
             raise UntrustedTask(f"Message {message.pk} names task record "
                                 f"{record_id(message)!r}, which is not its own.")
     return running_record(message, stored or record_from_message(message))
-
-
-#: A task message's fields and their types (``task_result_id``: older messages).
-_FIELDS = {"task": str, "backend": str, "args": list, "kwargs": dict, "run_after": str,
-           "result_id": str, "task_result_id": str, "workflow": list}
-
-
-def _check_task_message(message: Message, payload: Any) -> None:
-    """Refuse (UntrustedTask, so the message is dead-lettered) a message that is not a
-    task message of a djqueue backend serving its queue."""
-    if not _is_task_payload(payload):
-        raise UntrustedTask(f"Message {message.pk} on task queue {message.queue.name!r} is "
-                            "not a task message.")
-    wrong = [name for name, value in payload.items()
-             if name in _FIELDS and not isinstance(value, _FIELDS[name])]
-    if "task_result_id" not in payload:
-        wrong += [name for name in ("task", "backend", "args", "kwargs") if name not in payload]
-    if wrong:
-        raise UntrustedTask(f"Message {message.pk} is not a well-formed task message "
-                            f"(fields {', '.join(sorted(set(wrong)))}).")
-
-
-#: The class of each djqueue backend, by (alias, queue), for the queues it serves: the
-#: TASKS setting alone decides it, so a worker works it out once a pair, not once a task
-#: (and again when the setting changes, as tests do). Only pairs that passed are kept.
-_serving: dict[tuple[str, str], type[QueueBackend]] = {}
-
-
-def _serving_backend(message: Message, alias: str) -> type[QueueBackend]:
-    """The class of the djqueue backend ``alias`` (the sender of the task signals), which
-    must serve the message's queue; else UntrustedTask (the message is dead-lettered)."""
-    queue = message.queue.name
-    try:
-        return _serving[alias, queue]
-    except KeyError:
-        pass
-    backend = task_backends[alias] if alias in (getattr(settings, "TASKS", {}) or {}) else None
-    if not isinstance(backend, QueueBackend) or queue not in backend.queues:
-        raise UntrustedTask(f"Message {message.pk} names backend {str(alias)[:100]!r}, which "
-                            f"is not a djqueue backend serving queue {queue!r}.")
-    _serving[alias, queue] = type(backend)
-    return type(backend)
-
-
-@receiver(setting_changed)
-def _forget_backends(*, setting: str, **kwargs: Any) -> None:
-    if setting == "TASKS":
-        _serving.clear()
 
 
 def _finish(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, batched: bool,
@@ -239,41 +228,12 @@ def _finish(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, bat
     finish(record, status, save=False, **outcome)
     step = None if ref is None else workflow_joins.settled_from(message.pk, ref, record)
     if task_record_copy.copies(conn, message, record):
-        entry = Finished(record, copied=True, step=step)
+        entry = Finished(copied=task_record_copy.RunEnd(
+            message.pk, record.finished_at, record.return_value), step=step)
     else:
         entry = Finished(record, message_inserts.render_row(db, record, _record_rows), step=step)
     with _lock:
         _finished[message.pk] = entry
-
-
-def call_with_timeout(call: Callable[[], Any], timeout: float | None) -> Any:
-    """Run ``call``; past ``timeout`` seconds raise TaskTimeout and stop waiting for it.
-
-    Python cannot stop a thread: a timed-out task keeps running in a daemon
-    thread until it returns by itself (its result is discarded), while the
-    worker's slot is freed and the task is marked FAILED.
-    """
-    if timeout is None:
-        return call()
-    outcome: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as exc:
-            outcome["error"] = exc
-        finally:
-            connections.close_all()
-            done.set()
-
-    threading.Thread(target=target, name="djqueue-task", daemon=True).start()
-    if not done.wait(timeout):
-        raise TaskTimeout(f"Task ran past its timeout of {timeout:g}s.")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
 
 
 class TaskHandlers:

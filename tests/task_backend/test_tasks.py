@@ -10,7 +10,7 @@ from django.db import connections
 from django.utils import timezone
 
 from djqueue.exceptions import TaskCancelled, TaskTimeout
-from djqueue.models import History, Message, TaskRecord, Worker
+from djqueue.models import History, Message, TaskRecord, TaskStatus, Worker
 from djqueue.tasks.backend import cancel
 from djqueue.tasks.compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
 from tests import tasks
@@ -199,7 +199,6 @@ def test_finished_results_are_pruned_after_retention():
     from django.test import override_settings
 
     from djqueue.maintenance.pruning import prune_history
-    from djqueue.models import TaskStatus
 
     for name, at in (("old", timezone.now() - timedelta(days=8)), ("fresh", timezone.now())):
         TaskRecord.objects.create(
@@ -298,6 +297,7 @@ def test_records_copied_by_the_ack_equal_those_written_from_python():
     from djqueue.api.receiving import receive
     from djqueue.storage.claims import ack_and_claim
     from djqueue.tasks import task_handler
+    from djqueue.tasks.records import finish, running_record
     from djqueue.worker import registry
 
     tricky = ["it's", 'say "hi"', "back\\slash", "100% %s %(x)s", "Ωμέγα ✓ 𝄞",
@@ -315,8 +315,10 @@ def test_records_copied_by_the_ack_equal_those_written_from_python():
     with registry.hook_runs_after():
         for message in held:
             task_handler.run_task(message)
-    built = {e.record.pk: e for e in task_handler._finished.values()
-             if e.record.message_id in {m.pk for m in held}}
+    by_id = {m.pk: m for m in held}
+    built = {(str(e.copied.message_id) if e.copied else e.record.pk): e
+             for e in task_handler._finished.values()
+             if (e.copied.message_id if e.copied else e.record.message_id) in by_id}
     assert set(built) == {r.id for r in [*copyable, failed, deferred]}
     copies_here = connection.vendor != "mysql" or connection.mysql_is_mariadb
     assert {pk for pk, e in built.items() if e.copied} == (
@@ -325,7 +327,16 @@ def test_records_copied_by_the_ack_equal_those_written_from_python():
     def fields(record: TaskRecord) -> dict:
         return {f.attname: getattr(record, f.attname) for f in TaskRecord._meta.concrete_fields}
 
-    expected = {pk: fields(e.record) for pk, e in built.items()}
+    def as_written_from_python(e: task_handler.Finished) -> TaskRecord:
+        """The record a copied run would have had, had it been written from Python."""
+        if e.copied is None:
+            return e.record
+        record = running_record(by_id[e.copied.message_id])
+        finish(record, TaskStatus.SUCCESSFUL, value=e.copied.return_value, save=False)
+        record.finished_at = e.copied.finished_at
+        return record
+
+    expected = {pk: fields(as_written_from_python(e)) for pk, e in built.items()}
     expected[copyable[0].id]["cancel_requested"] = True
     acked, _ = ack_and_claim(held, [], 0, owner="w1", hook=task_handler.in_claim_transaction)
     assert len(acked) == len(held)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -34,25 +36,39 @@ from djqueue.storage.statements import prepared_values, vendor_sql
 CHUNK = 500
 
 
+class RunEnd(NamedTuple):
+    """What a run adds to its message's row when the ack copies its record from it."""
+
+    message_id: int
+    finished_at: datetime
+    return_value: Any
+
+
+def copyable_message(conn: BaseDatabaseWrapper, message: Message) -> bool:
+    """Whether a success of this delivery of a task message can have its record copied
+    from the message's row: a first delivery whose body, inline, alone describes the
+    task (the caller checks that the record's id is the message's own)."""
+    return (message.attempts == 1 and not message.errors and message.stored_body_id is None
+            and "task" in message.payload and "run_after" not in message.payload
+            and dialects.copies_task_records(conn))
+
+
 def copies(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord) -> bool:
     """Whether ``record``, the finished record of ``message``'s run, is one the ack can
     copy from the message's row: a first delivery's success whose record the message
     alone describes."""
-    payload = message.payload
-    return (record.status == TaskStatus.SUCCESSFUL and message.attempts == 1
-            and not message.errors and message.stored_body_id is None
-            and "task" in payload and record.id == str(message.pk)
-            and "run_after" not in payload and not record.errors
-            and dialects.copies_task_records(conn))
+    return (record.status == TaskStatus.SUCCESSFUL and not record.errors
+            and record.id == str(message.pk) and copyable_message(conn, message))
 
 
-def copy_records(db: str, records: Sequence[TaskRecord], update_fields: Sequence[str]) -> None:
-    """Write ``records`` (each passed :func:`copies`; their messages' rows locked by the
-    caller's ack) from their message rows; an existing record gets ``update_fields``."""
+def copy_records(db: str, runs: Sequence[RunEnd], update_fields: Sequence[str]) -> None:
+    """Write the records of ``runs`` (each passed :func:`copies`; their messages' rows
+    locked by the caller's ack) from their message rows; an existing record gets
+    ``update_fields``."""
     conn = connections[db]
     head, tail = _statement(conn, tuple(update_fields))
-    for start in range(0, len(records), CHUNK):
-        chunk = records[start:start + CHUNK]
+    for start in range(0, len(runs), CHUNK):
+        chunk = runs[start:start + CHUNK]
         with conn.cursor() as cursor:
             if conn.vendor == "mysql":
                 cursor.execute(_mysql_sql(conn, head, chunk) + tail)
@@ -60,19 +76,19 @@ def copy_records(db: str, records: Sequence[TaskRecord], update_fields: Sequence
                 cursor.execute(head + tail, [TaskStatus.SUCCESSFUL.value, _runs_json(conn, chunk)])
 
 
-def _runs_json(conn: BaseDatabaseWrapper, records: Sequence[TaskRecord]) -> str:
+def _runs_json(conn: BaseDatabaseWrapper, runs: Sequence[RunEnd]) -> str:
     """The parameter of PostgreSQL's and SQLite's statements: what each run adds to its
     message's row. SQLite gets the values as its columns store them (a datetime's text,
     a return value's JSON text); PostgreSQL parses them into its column types."""
     if conn.vendor == "postgresql":
-        runs = [{"message_id": r.message_id, "finished_at": r.finished_at.isoformat(),
-                 "return_value": r.return_value} for r in records]
+        rows = [{"message_id": r.message_id, "finished_at": r.finished_at.isoformat(),
+                 "return_value": r.return_value} for r in runs]
     else:
         prepare = _preparers(conn)
         finished, returned = prepare["finished_at"], prepare["return_value"]
-        runs = [{"message_id": r.message_id, "finished_at": finished(r.finished_at),
-                 "return_value": returned(r.return_value)} for r in records]
-    return json.dumps(runs, separators=(",", ":"))
+        rows = [{"message_id": r.message_id, "finished_at": finished(r.finished_at),
+                 "return_value": returned(r.return_value)} for r in runs]
+    return json.dumps(rows, separators=(",", ":"))
 
 
 def _preparers(conn: BaseDatabaseWrapper) -> dict[str, Callable[[object], object]]:
@@ -80,21 +96,21 @@ def _preparers(conn: BaseDatabaseWrapper) -> dict[str, Callable[[object], object
                     prepared_values.preparers(conn, TaskRecord._meta.label, _FIELDS), strict=True))
 
 
-def _mysql_sql(conn: BaseDatabaseWrapper, head: str, records: Sequence[TaskRecord]) -> str:
+def _mysql_sql(conn: BaseDatabaseWrapper, head: str, runs: Sequence[RunEnd]) -> str:
     literal = dialects.literal_client_side(conn)
     prepare = _preparers(conn)
     finished = " ".join(
         f"WHEN {int(r.message_id)} THEN {literal(prepare['finished_at'](r.finished_at))}"
-        for r in records)
+        for r in runs)
     returned = " ".join(
         f"WHEN {int(r.message_id)} THEN {literal(prepare['return_value'](r.return_value))}"
-        for r in records if r.return_value is not None)
+        for r in runs if r.return_value is not None)
     message_id = f"m.{conn.ops.quote_name(Message._meta.pk.column)}"
     return head.format(
         finished=f"CASE {message_id} {finished} END",
         returned=f"CASE {message_id} {returned} END" if returned else "NULL",
         status=literal(TaskStatus.SUCCESSFUL.value),
-        ids=prepared_values.id_list([r.message_id for r in records]))
+        ids=prepared_values.id_list([r.message_id for r in runs]))
 
 
 _FIELDS = TaskRecord._meta.concrete_fields

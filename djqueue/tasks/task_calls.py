@@ -1,0 +1,53 @@
+"""Calling a task's function in a worker: its context, its time limit, its value as JSON."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
+
+from djqueue.exceptions import TaskTimeout
+from djqueue.storage import fastpath
+from djqueue.tasks.backend import QueueTask
+from djqueue.tasks.compat import Task, TaskContext, TaskResult, normalize_json
+
+
+def call(task: Task, args: list[Any], kwargs: dict[str, Any], result: TaskResult) -> Any:
+    """Run ``task`` (with its context first if it takes one, within its QueueTask
+    timeout); its return value as JSON keeps it."""
+    if task.takes_context:
+        args.insert(0, TaskContext(task_result=result))
+    timeout = task.timeout if isinstance(task, QueueTask) else None
+    func = fastpath.sync_function(task.func) or task.call
+    return normalize_json(call_with_timeout(lambda: func(*args, **kwargs), timeout))
+
+
+def call_with_timeout(call: Callable[[], Any], timeout: float | None) -> Any:
+    """Run ``call``; past ``timeout`` seconds raise TaskTimeout and stop waiting for it.
+
+    Python cannot stop a thread: a timed-out task keeps running in a daemon
+    thread until it returns by itself (its result is discarded), while the
+    worker's slot is freed and the task is marked FAILED.
+    """
+    if timeout is None:
+        return call()
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:
+            outcome["error"] = exc
+        finally:
+            connections.close_all()
+            done.set()
+
+    threading.Thread(target=target, name="djqueue-task", daemon=True).start()
+    if not done.wait(timeout):
+        raise TaskTimeout(f"Task ran past its timeout of {timeout:g}s.")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
