@@ -62,7 +62,8 @@ def copies(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord) -> b
 
 
 def copy_records(db: str, runs: Sequence[RunEnd], update_fields: Sequence[str]) -> None:
-    """Write the records of ``runs`` (each passed :func:`copies`; their messages' rows
+    """Write the records of ``runs`` (successes that :func:`copies` allows, or first
+    runs that passed :func:`copyable_message` before they ran; their messages' rows
     locked by the caller's ack) from their message rows; an existing record gets
     ``update_fields``."""
     conn = connections[db]
