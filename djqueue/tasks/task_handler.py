@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from djqueue.exceptions import TaskCancelled, UntrustedTask
 from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskStatus
-from djqueue.storage import dialects, fastpath, placement
+from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
 from djqueue.tasks import known_tasks, step_checks, task_calls, task_messages, workflow_joins
@@ -152,11 +152,14 @@ def run_task(message: Message) -> None:
 
 def _is_first_run(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, Any]) -> bool:
     """Whether this claimed delivery is a task's first run whose success the ack can
-    copy from its message's row: the common run, served by :func:`_run_first`."""
-    return (message.state == State.CLAIMED and "result_id" not in payload
-            and workflow_joins.PAYLOAD_KEY not in payload
-            and fastpath.database_of(message) in (None, placement.home())
-            and task_record_copy.copyable_message(conn, message))
+    copy from its message's row: the common run, served by :func:`_run_first`.
+
+    The record's id must be the message's own (:func:`record_id`, the rule the ack's
+    :func:`task_record_copy.copies` applies): a result id given at enqueue, or an older
+    message's ``task_result_id``, takes the path that looks that record up and checks it."""
+    return (message.state == State.CLAIMED and workflow_joins.PAYLOAD_KEY not in payload
+            and task_record_copy.copyable_message(conn, message)
+            and record_id(message) == str(message.pk))
 
 
 def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, Any]) -> None:

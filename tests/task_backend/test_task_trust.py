@@ -70,7 +70,11 @@ def test_a_message_naming_another_tasks_record_runs_nothing(spawn, tmp_path):
     before = TaskRecord.objects.get(pk=victim.id)
     ids = [forged({"task_result_id": victim.id}),
            forged({"task": "tests.tasks.add", "backend": "default", "args": [1, 1],
-                   "kwargs": {}, "result_id": victim.id})]
+                   "kwargs": {}, "result_id": victim.id}),
+           # An older message's record id beside a task: its record is looked up and
+           # checked, as for any message naming a record id.
+           forged({"task_result_id": victim.id, "task": "tests.tasks.add",
+                   "backend": "default", "args": [1, 1], "kwargs": {}})]
     drain(spawn, tmp_path)
     for message_id in ids:
         assert "which is not its own" in dead_error(message_id)

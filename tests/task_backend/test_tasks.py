@@ -297,7 +297,7 @@ def test_records_copied_by_the_ack_equal_those_written_from_python():
     from djqueue.api.receiving import receive
     from djqueue.storage.claims import ack_and_claim
     from djqueue.tasks import task_handler
-    from djqueue.tasks.records import finish, running_record
+    from djqueue.tasks.records import finish, first_run_values, result_values, running_record
     from djqueue.worker import registry
 
     tricky = ["it's", 'say "hi"', "back\\slash", "100% %s %(x)s", "Ωμέγα ✓ 𝄞",
@@ -311,6 +311,12 @@ def test_records_copied_by_the_ack_equal_those_written_from_python():
     deferred = tasks.add.using(run_after=timezone.now() - timedelta(seconds=5)).enqueue(3, 4)
     held = receive("default", max_messages=20, owner="w1")
     assert len(held) == len(copyable) + 2
+    # A first run's results are made straight from its message; they must equal the
+    # results of the record that run_task would otherwise build.
+    copyable_ids = {int(r.id) for r in copyable}
+    for message in held:
+        if message.pk in copyable_ids:
+            assert first_run_values(message) == result_values(running_record(message))
     assert cancel(copyable[0].id)  # running: a record with the flag is written now
     with registry.hook_runs_after():
         for message in held:
