@@ -32,7 +32,8 @@ class VendorBench(VendorDatabase):
     # The rows
 
     def inserts(self, count: int) -> dict[str, float]:
-        """``send`` one per commit against the driver's single-row insert, in turns."""
+        """``send`` one per commit against the driver's single-row insert, in turns (on
+        PostgreSQL also the insert unprepared, as Django runs statements by default)."""
         import djqueue
 
         self.clear()
@@ -44,6 +45,14 @@ class VendorBench(VendorDatabase):
                           "VALUES (%s, 1, 0, %s, %s, 0, '', '', %s)")
         loops = {"raw_insert_1": lambda: cursor.execute(insert, (qid, now, BODY, now)),
                  "send_1": lambda: djqueue.send("bench", PAYLOAD)}
+        if self.vendor == "postgresql":
+            # psycopg prepares a statement run five times; Django turns that off unless
+            # OPTIONS ask (for poolers), so send runs unprepared, as this loop does.
+            unprepared = self.connect()
+            unprepared.prepare_threshold = None
+            other = unprepared.cursor()
+            loops["raw_insert_1_unprepared"] = lambda: other.execute(
+                insert, (qid, now, BODY, now))
         seconds = dict.fromkeys(loops, 0.0)
         calls = max(1, count // ROUNDS)
         for _ in range(ROUNDS):
@@ -55,6 +64,8 @@ class VendorBench(VendorDatabase):
                 seconds[key] += time.perf_counter() - started
         cursor.execute("DROP TABLE bench_raw")
         conn.close()
+        if self.vendor == "postgresql":
+            unprepared.close()
         return {key: rate(calls * ROUNDS, spent) for key, spent in seconds.items()}
 
     def raw_claim_ack(self, count: int) -> dict[str, float]:

@@ -164,6 +164,19 @@ def with_index_hint(query: models.QuerySet, table: str, hint: str) -> models.Que
         sql.replace(source, f"{source}{hint}", 1), params))
 
 
+def _straight_to_driver(conn: BaseDatabaseWrapper) -> bool:
+    """Whether a statement may skip ``connection.cursor()``'s layers: nothing observes
+    queries (no ``execute_wrapper``, no query logging). Then the checks ``cursor()``
+    makes are made here, and the caller translates errors as its cursor would."""
+    if not enabled or conn.execute_wrappers or conn.queries_logged:
+        return False
+    conn.close_if_health_check_failed()
+    conn.ensure_connection()
+    conn.validate_thread_sharing()
+    conn.validate_no_broken_transaction()
+    return True
+
+
 @async_unsafe
 def insert_written_out(conn: BaseDatabaseWrapper, sql: str) -> int:
     """Run a one-row INSERT whose values are escaped into ``sql`` (MySQL/MariaDB) and
@@ -172,18 +185,14 @@ def insert_written_out(conn: BaseDatabaseWrapper, sql: str) -> int:
     Why not ``connection.cursor()``: a plain send is one such statement, and the
     cursor layers (Django's wrapper and execute hooks, the backend's wrapper, the
     driver's cursor and its result bookkeeping) cost a fifth of a send's CPU.
-    When nothing observes queries (no ``execute_wrapper``, no query logging) the
-    statement goes straight to the driver's connection, after the checks
-    ``cursor()`` makes and with the same error translation. Plain path: a cursor.
+    When nothing observes queries (:func:`_straight_to_driver`) the statement goes
+    straight to the driver's connection, with the same error translation.
+    Plain path: a cursor.
     """
-    if not enabled or conn.execute_wrappers or conn.queries_logged:
+    if not _straight_to_driver(conn):
         with conn.cursor() as cursor:
             cursor.execute(sql)
             return cursor.lastrowid
-    conn.close_if_health_check_failed()
-    conn.ensure_connection()
-    conn.validate_thread_sharing()
-    conn.validate_no_broken_transaction()
     driver = conn.connection
     with conn.wrap_database_errors:
         try:
@@ -198,6 +207,30 @@ def insert_written_out(conn: BaseDatabaseWrapper, sql: str) -> int:
                 raise IntegrityError(*exc.args) from exc
             raise
         return driver.insert_id()
+
+
+@async_unsafe
+def insert_returning_id(conn: BaseDatabaseWrapper, sql: str, params: Sequence[object]) -> int:
+    """Run a one-row ``INSERT … RETURNING id`` on PostgreSQL with ``params`` bound by
+    the server, and return the new row's id.
+
+    Why: Django's psycopg 3 cursor binds on the client by default: it quotes every
+    parameter into the text in Python, behind Django's cursor wrapper. A plain send
+    is one such statement; that quoting and those layers were a quarter of its CPU
+    (docs/performance.md). psycopg's own cursor on the same connection (the same
+    transaction, the same adapters) sends the values apart, as Django does with
+    ``server_side_binding``, which djqueue's tests run too. Django's setting of
+    ``prepare_threshold`` holds: nothing is prepared unless the project asked.
+    Plain path (on psycopg2 too, or while queries are observed): a cursor."""
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not (is_psycopg3 and _straight_to_driver(conn)):
+        with conn.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()[0]
+    with conn.wrap_database_errors, conn.Database.Cursor(conn.connection) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()[0]
 
 
 def driver_literal(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:

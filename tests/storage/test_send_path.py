@@ -1,6 +1,7 @@
 """The one-message send path: what it stores equals what the ORM would store, on every
-database; on MariaDB its statement is written out from a cached row template and sent
-to the driver directly, observed by execute wrappers and with Django's exceptions."""
+database; on MariaDB its statement is written out from a cached row template, on
+PostgreSQL its values are bound by the server, and on both it goes to the driver
+directly, observed by execute wrappers and with Django's exceptions."""
 
 import json
 import math
@@ -66,8 +67,9 @@ def test_template_rows_equal_the_driver_escaping_every_value():
                 conn, message, message_inserts._INSERT_ATTNAMES, prepare, literal)
 
 
-@mysql_only
-def test_a_written_out_insert_is_seen_by_wrappers_and_query_logging():
+def test_a_single_send_is_seen_by_wrappers_and_query_logging():
+    """On MariaDB and PostgreSQL a single send skips the cursor layers only while
+    nothing observes queries (fastpath._straight_to_driver); SQLite always uses a cursor."""
     queue = djqueue.create_queue("sp.observed")
     seen = []
 
@@ -99,6 +101,36 @@ def test_a_written_out_insert_raises_djangos_exceptions():
     with pytest.raises(ProgrammingError):
         fastpath.insert_written_out(connection, head + "(1, 2")
     assert Message.objects.filter(queue=queue).count() == 1
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's insert")
+def test_a_server_bound_insert_raises_djangos_exceptions_and_joins_the_transaction():
+    """fastpath.insert_returning_id: the driver's errors as Django's, the connection usable
+    after them, and the row part of the caller's transaction."""
+    from django.db import transaction
+
+    sql = message_inserts._insert_sql(connection, 1, True)
+    queue = djqueue.create_queue("sp.bound")
+    good = djqueue.send(queue, {"n": 1})
+    params = message_inserts._params([good], connection)
+    at = message_inserts._INSERT_ATTNAMES
+    missing_queue = [999999999 if n == "queue_id" else v for n, v in zip(at, params, strict=True)]
+    null_state = [None if n == "state" else v for n, v in zip(at, params, strict=True)]
+    with pytest.raises(IntegrityError):
+        fastpath.insert_returning_id(connection, sql, missing_queue)
+    with pytest.raises(IntegrityError):
+        fastpath.insert_returning_id(connection, sql, null_state)
+    with pytest.raises(ProgrammingError):
+        fastpath.insert_returning_id(connection, sql.replace("VALUES", "VALUE"), params)
+    second = fastpath.insert_returning_id(connection, sql, params)
+    with transaction.atomic():
+        rolled_back = fastpath.insert_returning_id(connection, sql, params)
+        assert Message.objects.filter(pk=rolled_back).exists()
+        transaction.set_rollback(True)
+    assert set(Message.objects.filter(queue=queue).values_list("pk", flat=True)) == {
+        good.pk, second}
+    assert field_values(Message.objects.get(pk=second)) == {
+        **field_values(good), "id": second}
 
 
 PAYLOADS = [{"to": "someone@example.com", "subject": "x" * 60}, "plain text", TRICKY,

@@ -45,7 +45,7 @@ def insert_messages(db: str, messages: list[Message],
     Call inside a transaction when there may be more than CHUNK of them. ``conn``:
     ``db``'s connection, where the caller has it."""
     conn = conn or connections[db]
-    if len(messages) == 1 and conn.vendor != "postgresql":
+    if len(messages) == 1:
         _insert_one(db, conn, messages[0])
         return
     returning = bool(conn.features.can_return_rows_from_bulk_insert)
@@ -68,9 +68,15 @@ def insert_messages(db: str, messages: list[Message],
 
 
 def _insert_one(db: str, conn: BaseDatabaseWrapper, message: Message) -> None:
-    """One row on MySQL/MariaDB or SQLite: the id comes with the OK packet
-    (lastrowid), where RETURNING would cost a result set. On MySQL/MariaDB every
-    value is escaped into the text by the driver, so no parameter pass follows."""
+    """One row. On MySQL/MariaDB and SQLite the id comes with the OK packet
+    (lastrowid), where RETURNING would cost a result set; on MySQL/MariaDB every
+    value is escaped into the text by the driver, so no parameter pass follows. On
+    PostgreSQL the values are bound by the server (fastpath.insert_returning_id)."""
+    if conn.vendor == "postgresql":
+        pk = fastpath.insert_returning_id(conn, _insert_sql(conn, 1, True),
+                                          _params([message], conn))
+        fastpath.mark_saved(message, pk, db)
+        return
     if dialects.writes_values_into_sql(conn):
         text = _one_row_templates.render(conn, message) or prepared_values.render(
             conn, message, _INSERT_ATTNAMES, _message_preparers(conn),
