@@ -50,37 +50,54 @@ def archive_leased(db: str, messages: Sequence[Message], outcome: Outcome,
     history, in one statement; the caller deletes them in the same transaction.
     Returns the rows copied: all of ``messages``, or fewer when some leases were lost
     (the caller then finds out which). None when the fast path does not apply:
-    topic deliveries, whose shared body rows this must not lock."""
+    topic deliveries, whose shared body rows this must not lock.
+
+    The messages of one claim share a lease token, and an ack holds a few claims at
+    most, so the statement tests one token a claim, with that claim's ids: a pair of
+    parameters a message cost more in the driver's quoting than the rest of the ack."""
     if any(m.stored_body_id is not None for m in messages):
         return None
     conn = connections[db]
-    tokens = {m.lease_token for m in messages}
-    one_token = len(tokens) == 1
-    params: list = [int(outcome), conn.ops.adapt_datetimefield_value(now), int(State.CLAIMED)]
-    if one_token:
-        params.append(tokens.pop())
-    else:
-        params += [v for m in messages for v in (m.pk, m.lease_token)]
+    claims: dict[str, list[int]] = {}
+    for message in messages:
+        claims.setdefault(message.lease_token, []).append(message.pk)
+    params: list = [int(outcome), conn.ops.adapt_datetimefield_value(now), int(State.CLAIMED),
+                    *claims]
     with conn.cursor() as cursor:
-        cursor.execute(_sql(conn, [m.pk for m in messages],
-                            "one token" if one_token else "tokens"), params)
+        cursor.execute(_sql(conn, [m.pk for m in messages], leased=True) + _lease_test(
+            conn, list(claims.values())), params)
         return cursor.rowcount
 
 
-_statements: dict[tuple[str, int, str], str] = {}
+_statements: dict[tuple[str, bool], str] = {}
 
 
-def _sql(conn: BaseDatabaseWrapper, ids: list[int], leased: str = "") -> str:
-    """The statement for ``ids`` (inlined as integers, see values.id_list); with
-    ``leased`` = "tokens" its CASE has a pair of parameters per id."""
-    count = len(ids) if leased == "tokens" else 0
-    key = (conn.vendor, count, leased)
+def _sql(conn: BaseDatabaseWrapper, ids: list[int], leased: bool = False) -> str:
+    """The statement for ``ids`` (inlined as integers, see values.id_list); ``leased``:
+    the copy of :func:`archive_leased`, whose lease test :func:`_lease_test` appends."""
+    key = (conn.vendor, leased)
     if key not in _statements:
-        _statements[key] = _build_sql(conn, count, leased)
+        _statements[key] = _build_sql(conn, leased)
     return _statements[key].replace("{ids}", id_list(ids), 1)
 
 
-def _build_sql(conn: BaseDatabaseWrapper, count: int, leased: str) -> str:
+def _lease_test(conn: BaseDatabaseWrapper, claims: list[list[int]]) -> str:
+    """`` AND <the message is claimed under its claim's token> [FOR UPDATE]``: one token
+    parameter for each of ``claims`` (the ids that share a token)."""
+    q = conn.ops.quote_name
+    state, token, pk = (q(Message._meta.get_field(name).column)
+                        for name in ("state", "lease_token", "id"))
+    if len(claims) == 1:
+        test = f"m.{token} = %s"
+    else:
+        test = "(" + " OR ".join(f"(m.{token} = %s AND m.{pk} IN ({id_list(ids)}))"
+                                 for ids in claims) + ")"
+    # SQLite has no FOR UPDATE: its writers are serialised.
+    return (f" AND m.{state} = %s AND {test}"
+            + (" FOR UPDATE" if conn.features.has_select_for_update else ""))
+
+
+def _build_sql(conn: BaseDatabaseWrapper, leased: bool) -> str:
     q = conn.ops.quote_name
     length = vendor_sql.byte_length_sql(conn.vendor)
     names = {f.name: q(f.column) for f in Message._meta.concrete_fields}
@@ -95,18 +112,8 @@ def _build_sql(conn: BaseDatabaseWrapper, count: int, leased: str) -> str:
                   f"LEFT JOIN {q(Body._meta.db_table)} b ON b.{q(Body._meta.pk.column)} = "
                   f"m.{names['stored_body_id']}")
     history = {f.attname: q(f.column) for f in History._meta.concrete_fields}
-    sql = (
+    return (
         f"INSERT INTO {q(History._meta.db_table)} "
         f"({', '.join(history[c] for c in _COLUMNS)}) "
         f"SELECT {', '.join(e.format(**names) for e in _COLUMNS.values())} "
         f"FROM {source} WHERE m.{names['id']} IN ({{ids}})")
-    if not leased:
-        return sql
-    token = names["lease_token"]
-    if leased == "one token":
-        sql += f" AND m.{names['state']} = %s AND m.{token} = %s"
-    else:
-        cases = " ".join(["WHEN %s THEN %s"] * count)
-        sql += f" AND m.{names['state']} = %s AND m.{token} = CASE m.{names['id']} {cases} END"
-    # SQLite has no FOR UPDATE: its writers are serialised.
-    return sql + (" FOR UPDATE" if conn.features.has_select_for_update else "")

@@ -145,6 +145,22 @@ def test_ack_copies_and_locks_by_lease_in_one_statement_and_refuses_lost_leases(
     assert not Message.objects.filter(pk__in=finished).exists()
 
 
+def test_an_ack_of_several_claims_pairs_each_token_with_its_own_claims_messages():
+    """Each claim's token is tested against that claim's ids only: a message presented
+    with another claim's (valid) token is refused, and the rest of both claims is acked."""
+    import copy
+
+    queue = djqueue.create_queue("hp.claims")
+    djqueue.send_batch(queue, [{"n": i} for i in range(9)])
+    claims = [djqueue.receive(queue, max_messages=3) for _ in range(3)]
+    forged = copy.copy(claims[0][0])
+    forged.lease_token = claims[1][0].lease_token  # a token held, but not for this message
+    acked = djqueue.ack_many([forged, *claims[0][1:], *claims[1], *claims[2]])
+    assert sorted(m.pk for m in acked) == sorted(
+        m.pk for m in [*claims[0][1:], *claims[1], *claims[2]])
+    assert Message.objects.get(pk=forged.pk).state == State.CLAIMED
+
+
 def test_short_transaction_commits_rolls_back_and_runs_hooks_after_commit():
     from django.db import transaction
 
