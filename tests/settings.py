@@ -141,6 +141,11 @@ LOGGING = {
 if os.environ.get("DJQUEUE_TEST_LOG_INFO"):  # a test that reads a process's INFO lines
     LOGGING["loggers"]["djqueue"]["level"] = "INFO"
 
+if os.environ.get("DJQUEUE_TEST_TASK_RUN_LOG"):  # a test that reads the task runs' records
+    LOGGING["handlers"]["task_runs"] = {"class": "logging.FileHandler", "level": "INFO",
+                                        "filename": os.environ["DJQUEUE_TEST_TASK_RUN_LOG"]}
+    LOGGING["loggers"]["django.tasks"] = {"handlers": ["task_runs"]}
+
 if os.environ.get("DJQUEUE_TEST_PLACED"):
     DJQUEUE["QUEUE_DATABASES"] = PLACED_QUEUES
 if os.environ.get("DJQUEUE_TEST_REPLICA_URL"):

@@ -1,7 +1,8 @@
 """The Tasks framework: ``django.tasks`` on Django >= 6.0, the ``django_tasks`` backport before.
 
-Why one module: the backport names two exceptions differently; everything else
-matches, so the rest of djqueue imports from here.
+Why one module: the backport names two exceptions (and the logger of task runs,
+``task_run_logger``) differently; everything else matches, so the rest of djqueue
+imports from here.
 """
 
 try:
@@ -9,6 +10,7 @@ try:
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import logger as task_run_logger
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 except ImportError:  # Django 5.2 with the django-tasks backport
@@ -17,11 +19,12 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks.base import Task, TaskError
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import logger as task_run_logger
     from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 
 __all__ = [
     "BaseTaskBackend", "InvalidTask", "Task", "TaskContext", "TaskError", "TaskResult",
     "TaskResultDoesNotExist", "TaskResultStatus", "normalize_json", "task_backends",
-    "task_enqueued", "task_finished", "task_started",
+    "task_enqueued", "task_finished", "task_run_logger", "task_started",
 ]

@@ -29,7 +29,14 @@ from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskSt
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
-from djqueue.tasks import known_tasks, step_checks, task_calls, task_messages, workflow_joins
+from djqueue.tasks import (
+    known_tasks,
+    step_checks,
+    task_calls,
+    task_messages,
+    task_run_logs,
+    workflow_joins,
+)
 from djqueue.tasks.backend import QueueBackend, task_queue_names
 from djqueue.tasks.compat import Task, task_backends, task_finished, task_started
 from djqueue.tasks.records import (
@@ -109,6 +116,7 @@ def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Messa
 
 
 def run_task(message: Message) -> None:
+    task_run_logs.recheck()
     db = dialects.alias()
     payload = message.payload
     task_messages.check_shape(message, payload)

@@ -49,6 +49,12 @@ class HandlerLogCapture(logging.Handler):
 _capture = HandlerLogCapture()
 
 
+def never_keeps(logging_handler: logging.Handler, logger_name: str) -> bool:
+    """Whether ``logging_handler`` is this capture and drops every record of
+    ``logger_name`` unseen (by its level and filters too): one of NOT_KEPT."""
+    return logging_handler is _capture and logger_name.startswith(NOT_KEPT)
+
+
 def install() -> None:
     """Start keeping records at the configured level (once a process; None: stop)."""
     level = get_settings().HANDLER_LOG_LEVEL

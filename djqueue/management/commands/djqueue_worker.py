@@ -18,6 +18,11 @@ from djqueue.worker.message_worker import Worker
 from djqueue.worker.options import WorkerOptions
 from djqueue.worker.supervisor import Supervisor, is_supervised
 
+try:  # without a Tasks framework there are no task runs to log
+    from djqueue.tasks import task_run_logs
+except ImportError:
+    task_run_logs = None
+
 
 class Command(BaseCommand):
     help = "Run handlers for messages of the given queues (in priority order)."
@@ -100,7 +105,13 @@ class Command(BaseCommand):
                 time_limit=options["time_limit"], max_stuck=options["max_stuck"]))
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
-        worker.run()
+        if task_run_logs is not None:  # records no handler writes are not made
+            task_run_logs.follow()
+        try:
+            worker.run()
+        finally:
+            if task_run_logs is not None:
+                task_run_logs.stop_following()
         if worker.recycle:
             self.restart()
 

@@ -1,0 +1,133 @@
+"""The Tasks framework's INFO records of each run, not made in a worker process while
+no handler would write them.
+
+Django's own receivers of ``task_started`` and ``task_finished`` log every run's start
+and end at INFO on the framework's logger (``django.tasks``; ``django_tasks`` with the
+backport). Django's default logging lets INFO through on that logger, so both records
+are made in full (a caller lookup, thread and process names, a time) and then
+dropped by every handler, when ``DEBUG`` is off: the console handler writes only
+under ``DEBUG``, the mail handler only ERROR. That was the largest single share of a
+django.tasks worker's CPU (docs/performance.md).
+
+So a worker process (``djqueue_worker``, which calls :func:`follow`) sets that
+logger's level to WARNING while no INFO record on it could reach a handler, and
+takes the level back off, within a second, once one could (a handler added at run
+time, logging configured again). A record reaches no handler when, on the logger's
+way up to the root (as far as propagation goes), every handler has a level above
+INFO, or a filter that is Django's ``RequireDebugTrue`` with ``DEBUG`` off (or
+``RequireDebugFalse`` with it on), or is the worker's capture of handler logs,
+which keeps no record of this logger (djqueue.worker.handler_logs). What this
+cannot judge counts as reaching, and the level is left alone: any other filter (it
+might count what it sees), a filter on a logger, a level the project set on this
+logger, or a logger below it.
+
+A failed run is logged at ERROR, which this never holds back. Nothing is changed
+outside a worker process, or under a logging configuration that writes the records.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.utils.log import RequireDebugFalse, RequireDebugTrue
+
+from djqueue.tasks.compat import task_run_logger
+from djqueue.worker import handler_logs
+
+#: Seconds between two checks of the logging configuration while following.
+RECHECK = 1.0
+
+_lock = threading.Lock()
+_following = False
+_raised = False  # the level is WARNING because of this module
+_checked_at = 0.0
+
+
+def follow() -> None:
+    """Hold back the INFO records of task runs in this process while they reach no
+    handler (see the module's docstring); checked again by :func:`recheck`."""
+    global _following
+    _following = True
+    _apply(time.monotonic())
+
+
+def recheck() -> None:
+    """Check the logging configuration again if a second has passed since the last
+    check. A run calls this: the cost is one clock read."""
+    if _following:
+        now = time.monotonic()
+        if now - _checked_at >= RECHECK:
+            _apply(now)
+
+
+def stop_following() -> None:
+    """Leave the logger as the project configured it (the level back off if this
+    module had set it)."""
+    global _following, _raised
+    with _lock:
+        _following = False
+        if _raised:
+            task_run_logger.setLevel(logging.NOTSET)
+            _raised = False
+
+
+def _apply(now: float) -> None:
+    global _raised, _checked_at
+    with _lock:
+        _checked_at = now
+        if not _following:
+            return
+        if _raised:
+            if task_run_logger.level != logging.WARNING:
+                _raised = False  # logging configured again: its level stands
+            elif not info_reaches_no_handler(task_run_logger):
+                task_run_logger.setLevel(logging.NOTSET)
+                _raised = False
+        elif task_run_logger.level == logging.NOTSET and info_reaches_no_handler(
+                task_run_logger):
+            task_run_logger.setLevel(logging.WARNING)
+            _raised = True
+
+
+def info_reaches_no_handler(logger: logging.Logger) -> bool:
+    """Whether an INFO record on ``logger`` is certain to be written by no handler and
+    seen by no filter, by the rule of the module's docstring (the logger's own level
+    aside: that is what this module sets)."""
+    if logger.disabled or _has_child(logger):
+        return False
+    current: logging.Logger | None = logger
+    found_handler = False
+    while current is not None:
+        if current.filters:
+            return False
+        for handler in current.handlers:
+            found_handler = True
+            if handler.level > logging.INFO or handler_logs.never_keeps(handler, logger.name):
+                continue
+            if not handler.filters or not all(_drops(f) for f in handler.filters):
+                return False
+        if not current.propagate:
+            break
+        current = current.parent
+    if found_handler:
+        return True
+    # With no handler on the way, Python's last resort writes WARNING and above.
+    return logging.lastResort is not None and logging.lastResort.level > logging.INFO
+
+
+def _drops(record_filter: object) -> bool:
+    """Whether ``record_filter`` is one of Django's DEBUG filters that drops every
+    record as the settings stand."""
+    if type(record_filter) is RequireDebugTrue:
+        return not settings.DEBUG
+    if type(record_filter) is RequireDebugFalse:
+        return bool(settings.DEBUG)
+    return False
+
+
+def _has_child(logger: logging.Logger) -> bool:
+    prefix = logger.name + "."
+    return any(name.startswith(prefix) for name in list(logger.manager.loggerDict))
