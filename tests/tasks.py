@@ -18,6 +18,16 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+@task
+def task_run_log_level() -> int:
+    """The level at which the Tasks framework's run records are made in this process."""
+    try:
+        import django.tasks  # noqa: F401
+    except ImportError:  # the backport
+        return logging.getLogger("django_tasks").getEffectiveLevel()
+    return logging.getLogger("django.tasks").getEffectiveLevel()
+
+
 @task(priority=10, queue_name="t.tasks")
 def shout(text: str) -> str:
     return text.upper()

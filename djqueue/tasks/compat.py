@@ -5,23 +5,29 @@ Why one module: the backport names two exceptions (and the logger of task runs,
 imports from here.
 """
 
+import logging
+
 try:
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-    from django.tasks.signals import logger as task_run_logger
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
+
+    # The logger Django's receivers of those signals log each run on.
+    task_run_logger = logging.getLogger("django.tasks")
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskError
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
-    from django_tasks.signals import logger as task_run_logger
     from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
+
+    # The logger the backport's receivers of those signals log each run on.
+    task_run_logger = logging.getLogger("django_tasks")
 
 __all__ = [
     "BaseTaskBackend", "InvalidTask", "Task", "TaskContext", "TaskError", "TaskResult",

@@ -140,17 +140,28 @@ def test_following_raises_the_level_and_takes_it_back_off_once_a_handler_would_w
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_process_writes_every_runs_records_where_a_handler_takes_them(spawn,
-                                                                              tmp_path):
-    # Every run's start and end, as Django logs them, reach a file handler on the logger.
+@pytest.mark.parametrize("file_handler", [False, True])
+def test_a_worker_process_makes_the_records_exactly_where_a_handler_takes_them(
+        spawn, tmp_path, file_handler):
+    # Django's default handlers with DEBUG off: the run records are not made. A file
+    # handler on the logger: every run's start and end is written.
     path = tmp_path / "task-runs.log"
+    level = tasks.task_run_log_level.enqueue()
     results = [tasks.add.enqueue(n, n) for n in range(20)]
-    worker = spawn("djqueue_worker", "default", env={"DJQUEUE_TEST_TASK_RUN_LOG": str(path)})
+    env = {"DJANGO_DEBUG": "0"}
+    if file_handler:
+        env["DJQUEUE_TEST_TASK_RUN_LOG"] = str(path)
+    worker = spawn("djqueue_worker", "default", env=env)
     wait_until(lambda: TaskRecord.objects.filter(
-        status=TaskStatus.SUCCESSFUL, pk__in=[r.id for r in results]).count() == 20, 60,
-        "the tasks to finish")
+        status=TaskStatus.SUCCESSFUL, pk__in=[r.id for r in [level, *results]]).count() == 21,
+        60, "the tasks to finish")
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
+    level.refresh()
+    if not file_handler:
+        assert level.return_value == logging.WARNING
+        return
+    assert level.return_value == logging.INFO
     lines = path.read_text().splitlines()
     for result in results:
         mine = [line for line in lines if f"id={result.id} " in line]
