@@ -6,8 +6,8 @@ queues and the records of their runs (``task_handler``; it is the handler
 source djqueue's AppConfig adds to the worker's registry), the checks of a task
 message before it runs (``task_messages``), calling a task's function
 (``task_calls``), the framework's INFO records of each run left unmade in a worker
-while no handler would write them (``task_run_logs``), the one place that tells ``django.tasks`` from the
-``django_tasks`` backport (``compat``), and
+while no handler would write them (``task_run_logs``), the one place that tells
+``django.tasks`` from the ``django_tasks`` backport (``compat``), and
 workflows of tasks: composing them (``workflow_canvas``), enqueueing, batches
 and the handle (``workflows``), the join in the ack transaction
 (``workflow_joins``), the checks before a step runs (``step_checks``), and
