@@ -144,7 +144,8 @@ if os.environ.get("DJQUEUE_TEST_LOG_INFO"):  # a test that reads a process's INF
 if os.environ.get("DJQUEUE_TEST_TASK_RUN_LOG"):  # a test that reads the task runs' records
     LOGGING["handlers"]["task_runs"] = {"class": "logging.FileHandler", "level": "INFO",
                                         "filename": os.environ["DJQUEUE_TEST_TASK_RUN_LOG"]}
-    LOGGING["loggers"]["django.tasks"] = {"handlers": ["task_runs"]}
+    for name in ("django.tasks", "django_tasks"):  # Django 6, the backport
+        LOGGING["loggers"][name] = {"handlers": ["task_runs"]}
 
 if os.environ.get("DJQUEUE_TEST_PLACED"):
     DJQUEUE["QUEUE_DATABASES"] = PLACED_QUEUES
