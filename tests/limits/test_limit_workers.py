@@ -107,10 +107,12 @@ def test_a_flooding_key_keeps_its_rate_and_the_quiet_keys_pass_it(spawn) -> None
     djqueue.send_batch("l.keyrate", [{"n": i} for i in range(1000)], group_key="flood")
     for key in range(19):
         djqueue.send_batch("l.keyrate", [{"n": i} for i in range(20)], group_key=f"q{key}")
-    began = time.time()
     workers(spawn, "l.keyrate", 2, 4)
     quiet = Run.objects.exclude(group="flood")
     wait_until(lambda: quiet.count() == 19 * 20, 30, "the quiet keys' 380 messages")
+    # Counted from the first handler's start, not from the spawn: two processes starting
+    # Django on a loaded 2-core machine took up to 3 s, which says nothing about the limit.
+    began = min(Run.objects.values_list("started", flat=True))
     quiet_done = max(quiet.values_list("finished", flat=True)) - began
     flood = list(Run.objects.filter(group="flood").values_list("started", flat=True))
     per_key = {k: most_in_any_window(list(quiet.filter(group=k).values_list("started",
@@ -118,7 +120,7 @@ def test_a_flooding_key_keeps_its_rate_and_the_quiet_keys_pass_it(spawn) -> None
                for k in ("q0", "q9", "q18")}
     print(f"5/s a key: quiet keys done in {quiet_done:.2f}s; the flood started {len(flood)} "
           f"meanwhile, at most {most_in_any_window(flood, 1.0)} in a second")
-    assert quiet_done <= 10.0
+    assert quiet_done <= 8.0  # 20 a key at 5/s: 3.8 s alone (4.3 measured); behind the flood, minutes
     assert most_in_any_window(flood, 1.0) <= 5 + 1
     assert max(per_key.values()) <= 5 + 1
     assert len(flood) >= 5 * (time.time() - began) * 0.7  # the flood runs at its rate
