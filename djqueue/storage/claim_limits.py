@@ -36,6 +36,11 @@ the next one::
     -- per key, in claim order: a message starts if the key's bucket has a token
     UPDATE djqueue_messagegroup SET tokens = CASE ..., throttled_until = CASE ... ;
 
+Where a key's bucket is smaller than the claim, the candidates hold at most
+the bucket's size of each key (_candidates_across_keys: the SELECT above reads
+ids and keys without a lock, and the chosen rows are locked by primary key),
+so keys whose messages lie one after another are claimed side by side.
+
 A flooding key's messages are passed over by the filter while it waits for a
 token, so the other keys' messages behind them are claimed at once; the
 filter reads committed marks only as a shortcut, and the decision is made on
@@ -55,7 +60,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connections
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.signals import post_save
 from django.dispatch import receiver
@@ -75,6 +80,8 @@ MARK_AT_MOST = 3600.0
 #: for each it may take (up to KEY_WINDOW_MOST more in all).
 KEY_WINDOW = 2
 KEY_WINDOW_MOST = 200
+#: How many ready messages such a claim reads (ids and keys) to choose them from.
+KEY_SCAN = 256
 #: The longest a concurrency limit goes on its bound of claimed rows without counting
 #: them (seconds): the bound keeps exactness, a count brings it back down to the truth.
 RECOUNT_EVERY = 1.0
@@ -252,13 +259,16 @@ def _claim_within_key_budgets(db: str, queue: Queue, allowed: int, engine: Claim
     """
     rate, burst = queue.group_rate(), queue.group_burst()
     assert rate is not None
-    throttled = MessageGroup.objects.using(db).filter(
-        queue_id=OuterRef("queue_id"), key=OuterRef("group_key"),
-        throttled_until__gt=clock(db))
-    unthrottled = ~Q(Exists(throttled))
+    unthrottled = unthrottled_keys(db, queue)
     window = allowed + min(KEY_WINDOW * allowed, KEY_WINDOW_MOST)
-    candidates = engine.candidates(db, queue, window,
-                                   unthrottled if where is None else where & unthrottled)
+    ready = unthrottled if where is None else where & unthrottled
+    # A key gives at most its bucket's size a claim: the candidates take no more of it,
+    # so that keys whose messages lie one after another are claimed side by side.
+    per_key = min(burst, allowed)
+    if per_key >= window:
+        candidates = engine.candidates(db, queue, window, ready)
+    else:
+        candidates = _candidates_across_keys(db, queue, window, per_key, ready, engine)
     keys = sorted({m.group_key for m in candidates if m.group_key})
     groups: dict[str, MessageGroup] = {}
     buckets: dict[str, rates.Bucket] = {}
@@ -282,6 +292,54 @@ def _claim_within_key_budgets(db: str, queue: Queue, allowed: int, engine: Claim
     _mark_keys(db, groups, buckets, rate, wait)
     engine.stamp(db, chosen, stamp)
     return chosen
+
+
+def unthrottled_keys(db: str, queue: Queue) -> Q:
+    """``queue``'s messages whose key is not marked as waiting for its next token.
+
+    The queue is named in the subquery, not only matched to the outer row: MariaDB
+    turns the NOT EXISTS into an anti-join against the marked keys read once, and
+    with the queue named it reads them by index djqueue_group_throttled rather than
+    every key of every queue (tests/storage/test_explain.py).
+    """
+    throttled = MessageGroup.objects.using(db).filter(
+        queue_id=queue.pk, key=OuterRef("group_key"), throttled_until__gt=clock(db))
+    return ~Q(Exists(throttled))
+
+
+def key_scan(db: str, queue: Queue, ready: Q) -> QuerySet[Message, tuple[int, str | None]]:
+    """The ids and keys of ``queue``'s ready messages under ``ready``, in claim order
+    (by the claim index: tests/storage/test_explain.py)."""
+    return (Message.objects.using(db).filter(queue_id=queue.pk, state=State.READY)
+            .filter(ready).claim_order().values_list("pk", "group_key"))
+
+
+def _candidates_across_keys(db: str, queue: Queue, window: int, per_key: int, ready: Q,
+                            engine: ClaimEngine) -> list[Message]:
+    """Up to ``window`` ready messages, at most ``per_key`` of each group key, held as
+    :meth:`ClaimEngine.candidates` holds them.
+
+    The next KEY_SCAN ready messages are read without a lock (their ids and keys, by
+    the claim index), chosen from in claim order, and the chosen locked by primary
+    key, passing over any that another claimer took meanwhile. Without the spread,
+    a window of messages of one key gave one message a claim: 19 keys of 20
+    messages each at 5/s a key were claimed at ~60 a second, not 95.
+    """
+    scanned = key_scan(db, queue, ready)[:max(window, KEY_SCAN)]
+    taken: dict[str, int] = {}
+    chosen: list[int] = []
+    for pk, key in scanned:
+        if key:
+            if taken.get(key, 0) >= per_key:
+                continue
+            taken[key] = taken.get(key, 0) + 1
+        chosen.append(pk)
+        if len(chosen) == window:
+            break
+    if not chosen:
+        return []
+    held = Message.objects.using(db).filter(pk__in=chosen, state=State.READY).claim_order()
+    return list(engine.skipping_locked(held))
 
 
 def _mark_keys(db: str, groups: dict[str, MessageGroup], buckets: dict[str, rates.Bucket],

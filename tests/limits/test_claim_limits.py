@@ -113,16 +113,31 @@ def test_a_key_over_its_rate_is_passed_over_for_the_keys_behind_it() -> None:
     djqueue.send_batch(queue, [{"n": i} for i in range(100)], group_key="flood")
     for key in ("a", "b", "c"):
         djqueue.send_batch(queue, [{"n": i} for i in range(3)], group_key=key)
+    # One claim takes each key's bucket (2) and no more of it: the flood's 100 messages
+    # ahead do not fill the claim's candidates.
     got = djqueue.receive("l.keyrate", max_messages=10)
-    assert sorted(m.group_key for m in got) == ["flood", "flood"]  # the flood's burst
+    assert sorted(m.group_key for m in got) == ["a", "a", "b", "b", "c", "c", "flood", "flood"]
     assert MessageGroup.objects.get(queue=queue, key="flood").throttled_until is not None
-    got = djqueue.receive("l.keyrate", max_messages=10)  # the flood is passed over now
-    assert sorted(m.group_key for m in got) == ["a", "a", "b", "b", "c", "c"]
     assert djqueue.receive("l.keyrate", max_messages=10) == []  # every key is marked
     # A new per-key rate forgets the old marks, and the keys' buckets fill at it.
     djqueue.set_limits(queue, group_rate_limit="1000/s", group_rate_burst=100)
     got = djqueue.receive("l.keyrate", max_messages=200)
     assert len(got) == 98 + 3
+
+
+def test_keys_sent_one_after_another_are_claimed_side_by_side() -> None:
+    """Twenty keys of ten messages each, one token a key: a claim of ten takes one
+    message of each of ten keys, and the next the other ten keys (the keys of the
+    first are marked), in claim order within each."""
+    queue = djqueue.create_queue("l.keyrate", group_rate_limit="1/h", group_rate_burst=1)
+    for key in range(20):
+        djqueue.send_batch(queue, [{"n": i} for i in range(10)], group_key=f"k{key:02}")
+    first = djqueue.receive("l.keyrate", max_messages=10)
+    second = djqueue.receive("l.keyrate", max_messages=10)
+    assert [m.group_key for m in first] == [f"k{key:02}" for key in range(10)]
+    assert [m.group_key for m in second] == [f"k{key:02}" for key in range(10, 20)]
+    assert all(m.payload == {"n": 0} for m in first + second)
+    assert djqueue.receive("l.keyrate", max_messages=10) == []
 
 
 def test_concurrent_claimers_keep_each_keys_rate() -> None:

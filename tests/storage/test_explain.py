@@ -6,7 +6,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import djqueue
-from djqueue.models import History, Message, Outcome, State
+from djqueue.models import History, Message, MessageGroup, Outcome, State
+from djqueue.storage import claim_limits
 from djqueue.storage.statements import claim_statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -94,3 +95,22 @@ def test_hot_queries_use_their_indexes(backlog):
         plan = explain(query.order_by("visible_at").values("pk")[:500])
         print(plan)
         assert_uses_index(plan, "djqueue_msg_due")
+
+
+def test_a_per_key_rate_claims_scan_uses_the_claim_index(backlog):
+    """The ids and keys a claim under a per-key rate chooses from (claim_limits.key_scan),
+    with its filter of keys waiting for a token: 5,000 keys, a tenth of them marked."""
+    MessageGroup.objects.bulk_create(
+        MessageGroup(queue=backlog, key=f"k{n}", throttled_until=4e9 if n % 10 == 0 else None)
+        for n in range(5000))
+    with connection.cursor() as cursor:
+        cursor.execute({"postgresql": "ANALYZE djqueue_messagegroup",
+                        "mysql": "ANALYZE TABLE djqueue_messagegroup"}.get(connection.vendor,
+                                                                           "ANALYZE"))
+        if connection.vendor == "mysql":
+            cursor.fetchall()
+    scan = claim_limits.key_scan("default", backlog,
+                                  claim_limits.unthrottled_keys("default", backlog))
+    plan = explain(scan[:claim_limits.KEY_SCAN])
+    print(plan)
+    assert_uses_index(plan, "djqueue_msg_claim")
