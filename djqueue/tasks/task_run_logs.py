@@ -64,12 +64,12 @@ def recheck() -> None:
 
 
 def stop_following() -> None:
-    """Leave the logger as the project configured it (the level back off if this
-    module had set it)."""
+    """Leave the logger as the project configured it: the level back off if this
+    module set it and nothing has set another since."""
     global _following, _raised
     with _lock:
         _following = False
-        if _raised:
+        if _raised and task_run_logger.level == logging.WARNING:
             task_run_logger.setLevel(logging.NOTSET)
             _raised = False
 

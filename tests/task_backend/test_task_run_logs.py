@@ -138,6 +138,14 @@ def test_following_raises_the_level_and_takes_it_back_off_once_a_handler_would_w
         task_run_logs.recheck()
         assert task_run_logger.level == logging.INFO
         task_run_logger.setLevel(logging.NOTSET)
+        task_run_logs.recheck()
+        assert task_run_logger.level == logging.WARNING  # raised again
+        # Configured again within the second before the stop: the project's level stands.
+        task_run_logger.setLevel(logging.ERROR)
+        task_run_logs.stop_following()
+        assert task_run_logger.level == logging.ERROR
+        task_run_logger.setLevel(logging.NOTSET)
+        task_run_logs.follow()
         task_run_logs.stop_following()
         assert task_run_logger.level == logging.NOTSET
 
