@@ -78,11 +78,13 @@ class AckBatches:
 
     def add(self, done: Done) -> bool:
         """Keep ``done`` (from any thread). True when the loop thread should be woken:
-        at the count it waits for, for the first result, and for anything not acked
-        in a batch (a failure is recorded at once)."""
+        at the count it waits for, for the first result, and for a failure (recorded
+        at once). A result already settled (acked in its handler's transaction, or
+        lost) waits for the count like one to ack: exactly-once runs woke the loop for
+        every message, whose pass cost more CPU than the run (2026-11-28)."""
         self._done.append(done)  # deque.append is thread-safe
         pending = len(self._done) + len(self.unflushed)
-        return pending >= self.wake_at or pending == 1 or not done.to_ack
+        return pending >= self.wake_at or pending == 1 or done.error is not None
 
     def wait_for(self, more: int) -> bool:
         """Ask to be woken once ``more`` results beyond those collected are in; True if
@@ -106,7 +108,8 @@ class AckBatches:
         a monotonic time (now, for a batch's worth or a failure), or None."""
         if not self.unflushed:
             return None
-        if len(self.unflushed) >= batch_size or any(not d.to_ack for d in self.unflushed):
+        if len(self.unflushed) >= batch_size or any(d.error is not None
+                                                     for d in self.unflushed):
             return time.monotonic()
         return min(d.at for d in self.unflushed) + ACK_DELAY
 
