@@ -224,14 +224,15 @@ def run_and_ack(message: Message, call) -> None:
     handler's writes with it, and the message is delivered again.
     """
     db = _database(message)
-    with dialects.using(db), transaction.atomic(using=db):
-        owned = (Message.objects.using(db).select_for_update()
-                 .filter(pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token)
-                 .values_list("pk", flat=True).first())
-        if owned is None:
+    with dialects.using(db), dialects.short_transaction(db):
+        locked = claim_statements.lock_leases(db, [message.pk])
+        if not locked or (locked[0][1], locked[0][2]) != (State.CLAIMED, message.lease_token):
             raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
         call()
-        ack_many([message])
+        owned = ack_locked(db, [message], timezone.now())
+        if owned:
+            transaction.on_commit(
+                lambda: signals.messages_acked.send(sender=Message, messages=owned), using=db)
 
 
 def _database(message: Message) -> str:
