@@ -16,6 +16,8 @@ Every database gets a child process (Django is set up once a process) that runs,
 - ``djqueue_worker`` at its defaults, and at ``-b 100`` and ``-b 500``, draining a
   backlog of ``--messages`` messages (100,000) with a no-op handler;
 - the django.tasks worker the same way (defaults and ``-b 100``);
+- the worker at its defaults on an ``exactly_once`` queue (20,000 messages), where
+  each handler runs in its message's own transaction with the ack;
 - handlers that wait 10 ms (``time.sleep``) under ``-c 32``: the limit is 3,200/s;
 - an idle worker at its defaults: the statements (MariaDB) or transactions
   (PostgreSQL) it costs a second, and how soon it picks up a send.
@@ -194,6 +196,8 @@ LABELS = {
     "tasks_b100": "django.tasks worker, `-b 100`",
     "tasks_defaults_cpu_us": "django.tasks worker CPU per task, µs",
     "tasks_quiet_log": "django.tasks worker, default options, `django.tasks` logger at WARNING",
+    "exactly_once_defaults": "worker on an `exactly_once` queue, default options",
+    "exactly_once_defaults_cpu_us": "the same: worker CPU per message, µs",
     "io_c32": "10 ms handlers, `-c 32` (limit 3,200)",
     "io_c32_cpu_us": "10 ms handlers: worker CPU per message, µs",
     "pickup_p50_ms": "pickup p50, ms", "pickup_p95_ms": "pickup p95, ms",
@@ -242,6 +246,7 @@ def one_database(name: str, args: argparse.Namespace) -> list[dict[str, float]]:
         run.update(bench.raw_claim_ack(args.messages))
         run.update(bench.workers(args.messages))
         run.update(bench.tasks(args.messages // 5 if args.quick else args.messages))
+        run.update(bench.exactly_once(2_000 if args.quick else 20_000))
         run.update(bench.io_handlers(2_000 if args.quick else 10_000))
         runs.append(run)
     latency = bench.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)

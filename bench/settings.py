@@ -16,6 +16,7 @@ for _alias in PARTITIONS:
                          "NAME": f"{DATABASES['default']['NAME']}_{_alias}"}
 DJQUEUE = {**DJQUEUE, "HANDLERS": {"bench": "bench.handlers.noop",
                                    "bench.io": "bench.handlers.wait_10ms",
+                                   "bench.once": "bench.handlers.noop",
                                    "bench.limited": "bench.handlers.noop",
                                    "bench.parted": "bench.handlers.noop"},
            "QUEUE_DATABASES": {"bench.parted": PARTITIONS} if PARTITIONS else {}}

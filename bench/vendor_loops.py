@@ -161,6 +161,16 @@ class VendorBench(VendorDatabase):
                                        "tasks_quiet_log": ()}, enqueue,
                            env={"tasks_quiet_log": {"DJQUEUE_BENCH_TASKS_LOG": "WARNING"}})
 
+    def exactly_once(self, count: int) -> dict[str, float]:
+        """``djqueue_worker bench.once`` at its defaults on an ``exactly_once`` queue: each
+        handler runs inside its message's own transaction, with the ack (no target; a
+        commit a message is what bounds it)."""
+        import djqueue
+
+        djqueue.create_queue("bench.once", exactly_once=True, exist_ok=True)
+        return self.drains("bench.once", {"exactly_once_defaults": ()},
+                           lambda: self.fill(count, "bench.once"))
+
     def io_handlers(self, count: int) -> dict[str, float]:
         """Handlers that wait 10 ms, one worker with ``-c 32``: the limit is 3,200/s."""
         return self.drains("bench.io", {"io_c32": ("-c", "32")},
