@@ -12,6 +12,6 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddIndex(
             model_name='messagegroup',
-            index=models.Index(fields=['queue', 'throttled_until'], name='djqueue_group_throttled'),
+            index=models.Index(fields=['throttled_until'], name='djqueue_group_throttled'),
         ),
     ]

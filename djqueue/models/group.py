@@ -28,10 +28,12 @@ class MessageGroup(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["queue", "key"],
                                                name="djqueue_group_unique")]
-        #: A claim under a per-key rate passes over a queue's marked keys; MariaDB reads
-        #: them once a claim (a materialised anti-join) by this index, not the whole table.
-        indexes = [models.Index(fields=["queue", "throttled_until"],
-                                name="djqueue_group_throttled")]
+        #: A claim under a per-key rate passes over the keys marked until later; MariaDB
+        #: reads them once a claim (a materialised anti-join) by this index, not the
+        #: whole table. Not (queue, throttled_until): MariaDB then chose that index for
+        #: an ack's UPDATE ... WHERE queue_id = ? AND key IN (...), locked every key of
+        #: the queue, and two acks deadlocked (tests/storage/test_ordered_groups.py).
+        indexes = [models.Index(fields=["throttled_until"], name="djqueue_group_throttled")]
 
     def __str__(self) -> str:
         return f"{self.queue_id}/{self.key}"
