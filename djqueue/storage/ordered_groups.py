@@ -26,15 +26,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from django.db import transaction
-from django.db.models import BigIntegerField, Case, Count, F, Min, Value, When
-from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from djqueue.models import GROUP_HOLDING_STATES, Message, MessageGroup, State
 from djqueue.polling import local_wakeup
 from djqueue.storage import dialects, fastpath
 from djqueue.storage.queue_lookup import get_queue_by_id
-from djqueue.storage.statements import vendor_sql
+from djqueue.storage.statements import group_statements, vendor_sql
 
 GroupId = tuple[int, str]
 
@@ -91,11 +89,8 @@ def holders(db: str, groups: Iterable[GroupId]) -> dict[GroupId, int]:
         by_queue[queue_id].add(key)
     held: dict[GroupId, int] = {}
     for queue_id, keys in by_queue.items():
-        rows = (Message.objects.using(db)
-                .filter(queue_id=queue_id, group_key__in=sorted(keys),
-                        state__in=GROUP_HOLDING_STATES)
-                .values("group_key").annotate(n=Count("id")).values_list("group_key", "n"))
-        held.update(((queue_id, key), n) for key, n in rows)
+        rows = group_statements.holders(db, queue_id, sorted(keys))
+        held.update(((queue_id, key), n) for key, n in rows.items())
     return held
 
 
@@ -146,10 +141,7 @@ def _raise_last_acked(db: str, acked_top: dict[GroupId, int]) -> None:
     for (queue_id, key), top in acked_top.items():
         by_queue[queue_id][key] = top
     for queue_id, tops in by_queue.items():
-        newest = Case(*[When(key=k, then=Value(v)) for k, v in sorted(tops.items())],
-                      default=Value(0), output_field=BigIntegerField())
-        MessageGroup.objects.using(db).filter(queue_id=queue_id, key__in=sorted(tops)).update(
-            last_acked_id=Greatest(Coalesce(F("last_acked_id"), Value(0)), newest))
+        group_statements.raise_last_acked(db, queue_id, tops)
 
 
 def _promote_next(db: str, free: dict[GroupId, int]) -> int:
@@ -166,19 +158,10 @@ def _promote_next(db: str, free: dict[GroupId, int]) -> int:
                       .filter(queue_id=queue_id, group_key=key, state=State.WAITING)
                       .order_by("id").values_list("id", flat=True)[:room])
     for queue_id, keys in by_queue.items():
-        heads += (Message.objects.using(db)
-                  .filter(queue_id=queue_id, group_key__in=sorted(keys), state=State.WAITING)
-                  .values("group_key").annotate(head=Min("id")).values_list("head", flat=True))
+        heads += group_statements.waiting_heads(db, queue_id, sorted(keys))
     if not heads:
         return 0
-    now = timezone.now()
-    later = list(Message.objects.using(db).filter(pk__in=heads, visible_at__gt=now)
-                 .values_list("pk", flat=True))
-    promoted = Message.objects.using(db).filter(pk__in=heads, state=State.WAITING).exclude(
-        pk__in=later).update(state=State.READY)
-    if later:
-        promoted += Message.objects.using(db).filter(pk__in=later, state=State.WAITING).update(
-            state=State.SCHEDULED)
+    promoted = group_statements.promote(db, heads, timezone.now())
     if promoted:
         # Receivers in this process that found the group busy look again at once.
         transaction.on_commit(local_wakeup.notify, using=db)

@@ -3,7 +3,9 @@
 Owns: the message inserts of send (``message_inserts``), the claim and ack
 statements (``claim_statements``), the values prepared and escaped as the ORM
 and the driver would (``prepared_values``), the statistics counters
-(``stat_counters``), the copy of finished task records (``task_record_copy``),
+(``stat_counters``), the hand-on of ordered groups and keys under
+``group_concurrency`` (``group_statements``), the copy of finished task records
+(``task_record_copy``),
 a batch of rows passed to PostgreSQL as one JSON document (``json_rows``),
 the SQL functions of the condition language (``condition_functions``), and the
 SQL fragments that differ per database vendor (``vendor_sql``).

@@ -1,0 +1,106 @@
+"""The statements that hand an ordered group (or a key under ``group_concurrency``) on
+to its next message: djqueue.storage.ordered_groups calls them with the groups'
+rows locked.
+
+Why not the ORM: an ack of an ordered queue's message runs all of them, and an
+exactly-once run acks one message a transaction, so their compilation was most
+of such a run's CPU (about 1.9 ms of it a keyed message on MariaDB, 2026-11-28).
+They are plain SQL every vendor runs alike; keys are always parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from djqueue.models import GROUP_HOLDING_STATES, Message, MessageGroup, State
+from djqueue.storage.statements.claim_statements import built_sql
+
+
+def raise_last_acked(db: str, queue_id: int, tops: dict[str, int]) -> None:
+    """Move each key's ``last_acked_id`` up to its newest acked message (never down)."""
+    conn = connections[db]
+    keys = sorted(tops)
+    table, column = _group_names(conn)
+    last, key = column["last_acked_id"], column["key"]
+    newest = " ".join(
+        f"WHEN %s THEN CASE WHEN COALESCE({last}, 0) < %s THEN %s ELSE {last} END"
+        for _ in keys)
+    params: list[object] = []
+    for k in keys:
+        params += [k, tops[k], tops[k]]
+    with conn.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET {last} = CASE {key} {newest} ELSE {last} END "
+                       f"WHERE {column['queue_id']} = %s AND {key} IN ({_marks(keys)})",
+                       [*params, queue_id, *keys])
+
+
+def holders(db: str, queue_id: int, keys: Sequence[str]) -> dict[str, int]:
+    """How many messages hold each of ``keys`` (ready, scheduled or claimed); absent:
+    none."""
+    conn = connections[db]
+    with conn.cursor() as cursor:
+        cursor.execute(built_sql(conn, "group_holders", _holders_sql)
+                       .replace("{keys}", _marks(keys)), [queue_id, *keys])
+        return dict(cursor.fetchall())
+
+
+def waiting_heads(db: str, queue_id: int, keys: Sequence[str]) -> list[int]:
+    """The oldest waiting message of each of ``keys`` that has one."""
+    conn = connections[db]
+    with conn.cursor() as cursor:
+        cursor.execute(built_sql(conn, "group_waiting_heads", _heads_sql)
+                       .replace("{keys}", _marks(keys)), [queue_id, *keys])
+        return [head for (head,) in cursor.fetchall()]
+
+
+def promote(db: str, ids: Sequence[int], now: datetime) -> int:
+    """Let the waiting messages ``ids`` hold their groups: READY, or SCHEDULED while
+    their delay runs. Returns how many were still waiting."""
+    conn = connections[db]
+    with conn.cursor() as cursor:
+        cursor.execute(built_sql(conn, "group_promote", _promote_sql)
+                       .replace("{ids}", ", ".join(str(int(i)) for i in ids)),
+                       [conn.ops.adapt_datetimefield_value(now)])
+        return cursor.rowcount
+
+
+def _marks(values: Sequence[object]) -> str:
+    return ", ".join(["%s"] * len(values))
+
+
+def _group_names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
+    quote = conn.ops.quote_name
+    return quote(MessageGroup._meta.db_table), {
+        f.attname: quote(f.column) for f in MessageGroup._meta.concrete_fields}
+
+
+def _message_names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
+    quote = conn.ops.quote_name
+    return quote(Message._meta.db_table), {
+        f.attname: quote(f.column) for f in Message._meta.concrete_fields}
+
+
+def _holders_sql(conn: BaseDatabaseWrapper) -> str:
+    table, c = _message_names(conn)
+    states = ", ".join(str(int(s)) for s in GROUP_HOLDING_STATES)
+    return (f"SELECT {c['group_key']}, COUNT(*) FROM {table} WHERE {c['queue_id']} = %s "
+            f"AND {c['group_key']} IN ({{keys}}) AND {c['state']} IN ({states}) "
+            f"GROUP BY {c['group_key']}")
+
+
+def _heads_sql(conn: BaseDatabaseWrapper) -> str:
+    table, c = _message_names(conn)
+    return (f"SELECT MIN({c['id']}) FROM {table} WHERE {c['queue_id']} = %s "
+            f"AND {c['group_key']} IN ({{keys}}) AND {c['state']} = {int(State.WAITING)} "
+            f"GROUP BY {c['group_key']}")
+
+
+def _promote_sql(conn: BaseDatabaseWrapper) -> str:
+    table, c = _message_names(conn)
+    return (f"UPDATE {table} SET {c['state']} = CASE WHEN {c['visible_at']} > %s "
+            f"THEN {int(State.SCHEDULED)} ELSE {int(State.READY)} END "
+            f"WHERE {c['id']} IN ({{ids}}) AND {c['state']} = {int(State.WAITING)}")
