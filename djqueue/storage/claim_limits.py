@@ -297,10 +297,10 @@ def _claim_within_key_budgets(db: str, queue: Queue, allowed: int, engine: Claim
 def unthrottled_keys(db: str, queue: Queue) -> Q:
     """``queue``'s messages whose key is not marked as waiting for its next token.
 
-    The queue is named in the subquery, not only matched to the outer row: MariaDB
-    turns the NOT EXISTS into an anti-join against the marked keys read once, and
-    with the queue named it reads them by index djqueue_group_throttled rather than
-    every key of every queue (tests/storage/test_explain.py).
+    MariaDB turns the NOT EXISTS into an anti-join against the marked keys, read
+    once a claim: by index djqueue_group_throttled, the keys marked until later (a
+    range), not every key of every queue (tests/storage/test_explain.py). The queue
+    is named as a constant so that the read keeps to its keys.
     """
     throttled = MessageGroup.objects.using(db).filter(
         queue_id=queue.pk, key=OuterRef("group_key"), throttled_until__gt=clock(db))
