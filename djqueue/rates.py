@@ -16,7 +16,9 @@ worker processes at 50/s, a burst of 1 drained 1,000 messages at 41/s. A
 small bucket lets the next claim catch up.
 
 The arithmetic here is pure; the rows the bucket lives in, and the locks that
-make it exact across processes, are djqueue.storage.claim_limits'.
+make it exact across processes, are djqueue.storage.claim_limits' (a queue's)
+and djqueue.storage.key_rate_claims' (a key's). ``LimitWait`` carries what a
+claim learnt of the soonest token to the worker's sleep.
 """
 
 from __future__ import annotations
@@ -121,3 +123,21 @@ def seconds_to_next_token(bucket: Bucket, rate: Rate) -> float:
     if rate.count == 0:
         return math.inf
     return missing / rate.per_second
+
+
+class LimitWait:
+    """What a claim learnt of its queues' limits: the soonest one may let more start.
+
+    A worker whose claim came up short sleeps no longer than this, so a rate
+    limit is used to the full without polling faster than its tokens arrive.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: float | None = None
+
+    def clear(self) -> None:
+        self.seconds = None
+
+    def note(self, seconds: float) -> None:
+        if math.isfinite(seconds) and (self.seconds is None or seconds < self.seconds):
+            self.seconds = max(0.0, seconds)

@@ -18,8 +18,8 @@ from djqueue.api.condition_parser import compile_condition
 from djqueue.exceptions import InvalidMessage, NotOwner
 from djqueue.models import Message, Queue
 from djqueue.polling import Backoff
+from djqueue.rates import LimitWait
 from djqueue.storage import partitions
-from djqueue.storage.claim_limits import LimitWait
 from djqueue.storage.queue_lookup import QueueRef, get_queue
 from djqueue.storage.receiver_claims import PromotionClock, claim_ready
 from djqueue.storage.transitions import fail, release, validate_delay

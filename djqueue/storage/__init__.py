@@ -3,15 +3,16 @@
 Owns: the database differences with their reasons (``dialects``), session
 locks, the two claim engines (row-locking, serial) and the claim transaction
 (``claims``) and a receiver's round of claims over its queues and databases
-(``receiver_claims``), the resume point of a draining claim and the one path that makes
-messages ready again (``claim_resume``), the state transitions of claimed
-messages (``transitions``), claims returned and scheduled messages made ready
-by the reaper (``requeueing``), the copy of finished messages into history, ordered
-groups, dedup keys, the trace, what handlers report (progress and log records,
-``handler_reports``), queue lookup, payload encoding, the hand-written
-statements of the hot path (``statements/``), and every use of Django's or a
-driver's private internals (``fastpath``, quarantined there with a plain path
-each).
+(``receiver_claims``), the resume point of a draining claim and the one path that
+makes messages ready again (``claim_resume``), the limits decided inside a claim
+(``claim_limits``: a queue's rate and concurrency; ``key_rate_claims``: a rate per
+group key), the state transitions of claimed messages (``transitions``), claims
+returned and scheduled messages made ready by the reaper (``requeueing``), the
+copy of finished messages into history, ordered groups, dedup keys, the trace,
+what handlers report (progress and log records, ``handler_reports``), queue
+lookup, payload encoding, the hand-written statements of the hot path
+(``statements/``), and every use of Django's or a driver's private internals
+(``fastpath``, quarantined there with a plain path each).
 
 May import: djqueue.models and the modules below them (conf, exceptions,
 signals, polling, types, histograms). Never api, processes, worker,

@@ -19,9 +19,10 @@ from django.utils import timezone
 
 from djqueue import signals
 from djqueue.models import Body, Event, Message, Queue, State
+from djqueue.rates import LimitWait
 from djqueue.storage import dialects, fastpath, trace
 from djqueue.storage.claim_engines import ROW_LOCKING, ClaimEngine, engine_for
-from djqueue.storage.claim_limits import LimitWait, claim_limited
+from djqueue.storage.claim_limits import claim_limited
 from djqueue.storage.claim_resume import ResumePoint, resume_points
 from djqueue.storage.statements.claim_statements import lock_ready, lock_ready_after, stamp_claimed
 from djqueue.storage.transitions import ack_locked

@@ -20,8 +20,8 @@ from django.db.models import Q
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import Message, Queue, State
+from djqueue.rates import LimitWait
 from djqueue.storage import dialects, partitions
-from djqueue.storage.claim_limits import LimitWait
 from djqueue.storage.claims import ack_and_claim, by_database
 from djqueue.storage.requeueing import promote_due
 from djqueue.types import AckHook

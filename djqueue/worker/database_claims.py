@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from django.db.models import Q
 
 from djqueue.models import Message, Queue
-from djqueue.storage.claim_limits import LimitWait
+from djqueue.rates import LimitWait
 from djqueue.storage.claims import by_database
 from djqueue.storage.receiver_claims import PromotionClock, claim_ready
 from djqueue.types import AckHook

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 import djqueue
 from djqueue.models import History, Message, MessageGroup, Outcome, State
-from djqueue.storage import claim_limits
+from djqueue.storage import key_rate_claims
 from djqueue.storage.statements import claim_statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -98,7 +98,7 @@ def test_hot_queries_use_their_indexes(backlog):
 
 
 def test_a_per_key_rate_claims_scan_uses_the_claim_index(backlog):
-    """The ids and keys a claim under a per-key rate chooses from (claim_limits.key_scan),
+    """The ids and keys a claim under a per-key rate chooses from (key_rate_claims.key_scan),
     with its filter of keys waiting for a token: 5,000 keys, a tenth of them marked."""
     MessageGroup.objects.bulk_create(
         MessageGroup(queue=backlog, key=f"k{n}", throttled_until=4e9 if n % 10 == 0 else None)
@@ -109,8 +109,8 @@ def test_a_per_key_rate_claims_scan_uses_the_claim_index(backlog):
                                                                            "ANALYZE"))
         if connection.vendor == "mysql":
             cursor.fetchall()
-    scan = claim_limits.key_scan("default", backlog,
-                                  claim_limits.unthrottled_keys("default", backlog))
-    plan = explain(scan[:claim_limits.KEY_SCAN])
+    scan = key_rate_claims.key_scan("default", backlog,
+                                    key_rate_claims.unthrottled_keys("default", backlog))
+    plan = explain(scan[:key_rate_claims.KEY_SCAN])
     print(plan)
     assert_uses_index(plan, "djqueue_msg_claim")
