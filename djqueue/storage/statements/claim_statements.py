@@ -170,7 +170,8 @@ def built_sql(conn: BaseDatabaseWrapper, name: str,
     return _built[key]
 
 
-def _names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
+def message_names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
+    """The message table's name and its columns' names by attribute, quoted."""
     quote = conn.ops.quote_name
     return quote(Message._meta.db_table), {f.attname: quote(f.column) for f in _COLUMNS}
 
@@ -183,7 +184,7 @@ def _in_ids(template: str, ids: Sequence[int]) -> str:
 def _claim_select(conn: BaseDatabaseWrapper) -> str:
     """``SELECT`` every column ``FROM`` the table, datetimes as text where the vendor
     reads them so (see load_messages)."""
-    table, c = _names(conn)
+    table, c = message_names(conn)
     if dialects.reads_datetimes_as_text(conn):
         c = {name: f"CAST({column} AS CHAR)" if name in _DATETIMES else column
              for name, column in c.items()}
@@ -192,19 +193,19 @@ def _claim_select(conn: BaseDatabaseWrapper) -> str:
 
 
 def _lock_ready_sql(conn: BaseDatabaseWrapper) -> str:
-    _, c = _names(conn)
+    _, c = message_names(conn)
     return (f"{_claim_select(conn)}WHERE {c['queue_id']} = %s AND {c['state']} = %s "
             f"ORDER BY {c['priority']} DESC, {c['id']} ASC LIMIT %s FOR UPDATE SKIP LOCKED")
 
 
 def _lock_ready_after_sql(conn: BaseDatabaseWrapper) -> str:
-    _, c = _names(conn)
+    _, c = message_names(conn)
     return (f"{_claim_select(conn)}WHERE {c['queue_id']} = %s AND {c['state']} = %s AND {c['priority']} = %s "
             f"AND {c['id']} > %s ORDER BY {c['id']} ASC LIMIT %s FOR UPDATE SKIP LOCKED")
 
 
 def _stamp_claimed_sql(conn: BaseDatabaseWrapper) -> str:
-    table, c = _names(conn)
+    table, c = message_names(conn)
     return (f"UPDATE {table} SET {c['attempts']} = {c['attempts']} + 1, {c['state']} = %s, "
             f"{c['owner']} = %s, {c['lease_token']} = %s, {c['visible_at']} = %s, "
             f"{c['claimed_at']} = %s WHERE {c['id']} IN ({{ids}})")
@@ -212,26 +213,26 @@ def _stamp_claimed_sql(conn: BaseDatabaseWrapper) -> str:
 
 def _stamp_first_ready_sql(conn: BaseDatabaseWrapper) -> str:
     """:func:`_stamp_claimed_sql` with the first ready ids chosen by a subquery."""
-    table, c = _names(conn)
+    table, c = message_names(conn)
     first_ready = (f"SELECT {c['id']} FROM {table} WHERE {c['queue_id']} = %s "
                    f"AND {c['state']} = %s ORDER BY {c['priority']} DESC, {c['id']} ASC LIMIT %s")
     return _stamp_claimed_sql(conn).replace("{ids}", first_ready, 1)
 
 
 def _stamp_first_ready_returning_sql(conn: BaseDatabaseWrapper) -> str:
-    _, c = _names(conn)
+    _, c = message_names(conn)
     return (f"{_stamp_first_ready_sql(conn)} "
             f"RETURNING {', '.join(c[name] for name in _ATTNAMES)}")
 
 
 def _stamped_by_token_sql(conn: BaseDatabaseWrapper) -> str:
-    _, c = _names(conn)
+    _, c = message_names(conn)
     return (f"{_claim_select(conn)}WHERE {c['state']} = %s AND {c['lease_token']} = %s "
             f"AND {c['queue_id']} = %s ORDER BY {c['priority']} DESC, {c['id']} ASC")
 
 
 def _lock_leases_sql(conn: BaseDatabaseWrapper) -> str:
-    table, c = _names(conn)
+    table, c = message_names(conn)
     # SQLite has no FOR UPDATE (the ORM drops it there too): its writers are serialised.
     lock = " FOR UPDATE" if conn.features.has_select_for_update else ""
     return (f"SELECT {c['id']}, {c['state']}, {c['lease_token']} FROM {table} "
@@ -239,5 +240,5 @@ def _lock_leases_sql(conn: BaseDatabaseWrapper) -> str:
 
 
 def _delete_sql(conn: BaseDatabaseWrapper) -> str:
-    table, c = _names(conn)
+    table, c = message_names(conn)
     return f"DELETE FROM {table} WHERE {c['id']} IN ({{ids}})"

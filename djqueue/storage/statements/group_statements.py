@@ -16,8 +16,9 @@ from datetime import datetime
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from djqueue.models import GROUP_HOLDING_STATES, Message, MessageGroup, State
-from djqueue.storage.statements.claim_statements import built_sql
+from djqueue.models import GROUP_HOLDING_STATES, MessageGroup, State
+from djqueue.storage.statements import prepared_values
+from djqueue.storage.statements.claim_statements import built_sql, message_names
 
 
 def raise_last_acked(db: str, queue_id: int, tops: dict[str, int]) -> None:
@@ -63,7 +64,7 @@ def promote(db: str, ids: Sequence[int], now: datetime) -> int:
     conn = connections[db]
     with conn.cursor() as cursor:
         cursor.execute(built_sql(conn, "group_promote", _promote_sql)
-                       .replace("{ids}", ", ".join(str(int(i)) for i in ids)),
+                       .replace("{ids}", prepared_values.id_list(ids)),
                        [conn.ops.adapt_datetimefield_value(now)])
         return cursor.rowcount
 
@@ -78,14 +79,8 @@ def _group_names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
         f.attname: quote(f.column) for f in MessageGroup._meta.concrete_fields}
 
 
-def _message_names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
-    quote = conn.ops.quote_name
-    return quote(Message._meta.db_table), {
-        f.attname: quote(f.column) for f in Message._meta.concrete_fields}
-
-
 def _holders_sql(conn: BaseDatabaseWrapper) -> str:
-    table, c = _message_names(conn)
+    table, c = message_names(conn)
     states = ", ".join(str(int(s)) for s in GROUP_HOLDING_STATES)
     return (f"SELECT {c['group_key']}, COUNT(*) FROM {table} WHERE {c['queue_id']} = %s "
             f"AND {c['group_key']} IN ({{keys}}) AND {c['state']} IN ({states}) "
@@ -93,14 +88,14 @@ def _holders_sql(conn: BaseDatabaseWrapper) -> str:
 
 
 def _heads_sql(conn: BaseDatabaseWrapper) -> str:
-    table, c = _message_names(conn)
+    table, c = message_names(conn)
     return (f"SELECT MIN({c['id']}) FROM {table} WHERE {c['queue_id']} = %s "
             f"AND {c['group_key']} IN ({{keys}}) AND {c['state']} = {int(State.WAITING)} "
             f"GROUP BY {c['group_key']}")
 
 
 def _promote_sql(conn: BaseDatabaseWrapper) -> str:
-    table, c = _message_names(conn)
+    table, c = message_names(conn)
     return (f"UPDATE {table} SET {c['state']} = CASE WHEN {c['visible_at']} > %s "
             f"THEN {int(State.SCHEDULED)} ELSE {int(State.READY)} END "
             f"WHERE {c['id']} IN ({{ids}}) AND {c['state']} = {int(State.WAITING)}")
