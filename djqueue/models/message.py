@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Protocol
 from django.db import models
 from django.utils import timezone
 
+from djqueue.models.indexes import NonNullIndex
+
 
 class State(models.IntegerChoices):
     READY = 1, "ready"
@@ -68,7 +70,9 @@ class MessageQuerySet(models.QuerySet["Message"]):
 
 class Message(models.Model):
     id = models.BigAutoField(primary_key=True)
-    queue = models.ForeignKey("djqueue.Queue", on_delete=models.PROTECT, related_name="messages")
+    # No index of its own: djqueue_msg_claim and djqueue_msg_group both begin with it.
+    queue = models.ForeignKey("djqueue.Queue", on_delete=models.PROTECT, related_name="messages",
+                              db_index=False)
     state = models.PositiveSmallIntegerField(choices=State.choices, default=State.READY)
     priority = models.SmallIntegerField(default=0)
     visible_at = models.DateTimeField(
@@ -77,6 +81,7 @@ class Message(models.Model):
     body = models.TextField(help_text="The payload, JSON-encoded (empty for a topic delivery).")
     stored_body = models.ForeignKey(
         "djqueue.Body", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+",
+        db_index=False,  # djqueue_msg_body, of the rows that have one
         help_text="A topic delivery's body, stored once for all its deliveries.")
     # NULL, not "": "no group" must never match a group key, in SQL or in Python.
     group_key = models.CharField(  # noqa: DJ001
@@ -94,6 +99,7 @@ class Message(models.Model):
                               help_text="One entry per failed delivery.")
     origin_queue = models.ForeignKey(
         "djqueue.Queue", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        db_index=False,  # djqueue_msg_origin, of the rows that have one
         help_text="For a dead-lettered message: the queue it failed in.")
 
     objects = MessageQuerySet.as_manager()
@@ -107,6 +113,8 @@ class Message(models.Model):
             models.Index(fields=["queue", "state", "-priority", "id"], name="djqueue_msg_claim"),
             models.Index(fields=["state", "visible_at"], name="djqueue_msg_due"),
             models.Index(fields=["queue", "group_key", "state", "id"], name="djqueue_msg_group"),
+            NonNullIndex(fields=["stored_body"], name="djqueue_msg_body"),
+            NonNullIndex(fields=["origin_queue"], name="djqueue_msg_origin"),
         ]
 
     def __str__(self) -> str:

@@ -114,3 +114,60 @@ def test_a_per_key_rate_claims_scan_uses_the_claim_index(backlog):
     plan = explain(scan[:key_rate_claims.KEY_SCAN])
     print(plan)
     assert_uses_index(plan, "djqueue_msg_claim")
+
+
+def message_indexes() -> dict[str, list[str]]:
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, Message._meta.db_table)
+    return {name: info["columns"] for name, info in found.items()
+            if info["index"] and not info["primary_key"]}
+
+
+def index_definition(name: str) -> str:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [name])
+        else:
+            cursor.execute("SELECT sql FROM sqlite_master WHERE name = %s", [name])
+        return cursor.fetchone()[0]
+
+
+def test_a_message_is_in_no_index_it_does_not_need():
+    """Each index costs an entry per message sent and acked: none repeats another's
+    columns or leading columns, and on PostgreSQL and SQLite the indexes of a
+    dead letter's origin and a delivery's stored body hold only rows that have one."""
+    indexes = message_indexes()
+    assert set(indexes) == {"djqueue_msg_claim", "djqueue_msg_due", "djqueue_msg_group",
+                            "djqueue_msg_body", "djqueue_msg_origin"}, indexes
+    for name, columns in indexes.items():
+        for other, longer in indexes.items():
+            assert other == name or longer[:len(columns)] != columns, (name, other)
+    if connection.features.supports_partial_indexes:
+        for name, column in (("djqueue_msg_body", "stored_body_id"),
+                             ("djqueue_msg_origin", "origin_queue_id")):
+            definition = index_definition(name).replace('"', "").replace("(", "").replace(
+                ")", "")
+            assert f"WHERE {column} IS NOT NULL" in definition, definition
+
+
+def test_a_message_s_foreign_keys_are_read_by_their_indexes(backlog):
+    """What deleting a queue or a stored body looks up, and a queue's dead letters,
+    among 200,000 messages that have neither."""
+    other = djqueue.create_queue("other", exist_ok=True)
+    Message.objects.bulk_create(Message(queue=other, origin_queue=backlog, body="{}",
+                                        state=State.DEAD) for _ in range(50))
+    with connection.cursor() as cursor:
+        cursor.execute({"postgresql": "ANALYZE djqueue_message",
+                        "mysql": "ANALYZE TABLE djqueue_message"}.get(connection.vendor,
+                                                                      "ANALYZE"))
+        if connection.vendor == "mysql":
+            cursor.fetchall()
+    plan = explain(Message.objects.filter(origin_queue=backlog).values("pk"))
+    print(plan)
+    assert_uses_index(plan, "djqueue_msg_origin")
+    plan = explain(Message.objects.filter(origin_queue__in=[backlog.pk, other.pk]).values("pk"))
+    print(plan)
+    assert_uses_index(plan, "djqueue_msg_origin")
+    plan = explain(Message.objects.filter(stored_body_id=12345).values("pk"))
+    print(plan)
+    assert_uses_index(plan, "djqueue_msg_body")
