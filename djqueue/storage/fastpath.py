@@ -233,6 +233,31 @@ def insert_returning_id(conn: BaseDatabaseWrapper, sql: str, params: Sequence[ob
         return cursor.fetchone()[0]
 
 
+@async_unsafe
+def insert_lastrowid(conn: BaseDatabaseWrapper, sql: str, params: Sequence[object]) -> int:
+    """Run a one-row INSERT on SQLite with ``params`` and return the new row's id.
+
+    Why: a plain send is one such statement, and on SQLite, where the insert itself
+    takes 50 µs, Django's cursor layers took 30 µs more: its wrappers and hooks, and
+    the backend's rewrite of every ``%s`` to ``?`` by a regular expression on each
+    call. When nothing observes queries (:func:`_straight_to_driver`) the statement,
+    rewritten once, goes to the sqlite3 connection itself, with the same error
+    translation. Plain path: a cursor."""
+    if not _straight_to_driver(conn):
+        with conn.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.lastrowid
+    with conn.wrap_database_errors:
+        return conn.connection.execute(_qmark(sql), params).lastrowid
+
+
+@functools.lru_cache(maxsize=64)
+def _qmark(sql: str) -> str:
+    """``sql`` with sqlite3's parameter marker, as Django's SQLite cursor rewrites it
+    (a statement of djqueue's own, without ``%%`` or named parameters)."""
+    return sql.replace("%s", "?")
+
+
 def driver_literal(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:
     """On MySQL/MariaDB, the driver's escaping of one value into SQL text; else None.
 

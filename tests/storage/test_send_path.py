@@ -1,7 +1,7 @@
 """The one-message send path: what it stores equals what the ORM would store, on every
 database; on MariaDB its statement is written out from a cached row template, on
-PostgreSQL its values are bound by the server, and on both it goes to the driver
-directly, observed by execute wrappers and with Django's exceptions."""
+PostgreSQL its values are bound by the server, and on all three it goes to the
+driver directly, observed by execute wrappers and with Django's exceptions."""
 
 import json
 import math
@@ -108,13 +108,19 @@ def test_a_written_out_insert_raises_djangos_exceptions():
     assert Message.objects.filter(queue=queue).count() == 1
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's insert")
-def test_a_server_bound_insert_raises_djangos_exceptions_and_joins_the_transaction():
-    """fastpath.insert_returning_id: the driver's errors as Django's, the connection usable
-    after them, and the row part of the caller's transaction."""
-    from django.db import transaction
+@pytest.mark.skipif(connection.vendor == "mysql", reason="MySQL's insert is written out")
+def test_a_driver_insert_raises_djangos_exceptions_and_joins_the_transaction():
+    """fastpath.insert_returning_id (PostgreSQL) and insert_lastrowid (SQLite): the
+    driver's errors as Django's, the connection usable after them, and the row part of
+    the caller's transaction."""
+    from django.db import OperationalError, transaction
 
-    sql = message_inserts._insert_sql(connection, 1, True)
+    if connection.vendor == "postgresql":
+        sql, insert = message_inserts._insert_sql(connection, 1, True), fastpath.insert_returning_id
+        bad_statement = ProgrammingError
+    else:
+        sql, insert = message_inserts._insert_sql(connection, 1, False), fastpath.insert_lastrowid
+        bad_statement = OperationalError  # what sqlite3 raises for a syntax error
     queue = djqueue.create_queue("sp.bound")
     good = djqueue.send(queue, {"n": 1})
     params = message_inserts._params([good], connection)
@@ -122,14 +128,14 @@ def test_a_server_bound_insert_raises_djangos_exceptions_and_joins_the_transacti
     missing_queue = [999999999 if n == "queue_id" else v for n, v in zip(at, params, strict=True)]
     null_state = [None if n == "state" else v for n, v in zip(at, params, strict=True)]
     with pytest.raises(IntegrityError):
-        fastpath.insert_returning_id(connection, sql, missing_queue)
+        insert(connection, sql, missing_queue)
     with pytest.raises(IntegrityError):
-        fastpath.insert_returning_id(connection, sql, null_state)
-    with pytest.raises(ProgrammingError):
-        fastpath.insert_returning_id(connection, sql.replace("VALUES", "VALUE"), params)
-    second = fastpath.insert_returning_id(connection, sql, params)
+        insert(connection, sql, null_state)
+    with pytest.raises(bad_statement):
+        insert(connection, sql.replace("VALUES", "VALUE"), params)
+    second = insert(connection, sql, params)
     with transaction.atomic():
-        rolled_back = fastpath.insert_returning_id(connection, sql, params)
+        rolled_back = insert(connection, sql, params)
         assert Message.objects.filter(pk=rolled_back).exists()
         transaction.set_rollback(True)
     assert set(Message.objects.filter(queue=queue).values_list("pk", flat=True)) == {

@@ -71,7 +71,8 @@ def _insert_one(db: str, conn: BaseDatabaseWrapper, message: Message) -> None:
     """One row. On MySQL/MariaDB and SQLite the id comes with the OK packet
     (lastrowid), where RETURNING would cost a result set; on MySQL/MariaDB every
     value is escaped into the text by the driver, so no parameter pass follows. On
-    PostgreSQL the values are bound by the server (fastpath.insert_returning_id)."""
+    PostgreSQL the values are bound by the server (fastpath.insert_returning_id),
+    and on SQLite the statement goes to the driver itself (fastpath.insert_lastrowid)."""
     if conn.vendor == "postgresql":
         pk = fastpath.insert_returning_id(conn, _insert_sql(conn, 1, True),
                                           _params([message], conn))
@@ -82,6 +83,10 @@ def _insert_one(db: str, conn: BaseDatabaseWrapper, message: Message) -> None:
             conn, message, _INSERT_ATTNAMES, _message_preparers(conn),
             dialects.literal_client_side(conn))
         pk = fastpath.insert_written_out(conn, _insert_sql(conn, 0, False) + text)
+        fastpath.mark_saved(message, pk, db)
+        return
+    if conn.vendor == "sqlite":
+        pk = fastpath.insert_lastrowid(conn, _insert_sql(conn, 1, False), _params([message], conn))
         fastpath.mark_saved(message, pk, db)
         return
     with conn.cursor() as cursor:
