@@ -144,6 +144,29 @@ def test_a_driver_insert_raises_djangos_exceptions_and_joins_the_transaction():
         **field_values(good), "id": second}
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's kept cursor")
+def test_the_kept_driver_cursor_follows_the_connection():
+    """fastpath._driver_cursor: one cursor for each of Django's connections to the
+    server, a new one once Django has connected again, and none kept while the
+    connection is shared between threads."""
+    queue = djqueue.create_queue("sp.cursor")
+    first = djqueue.send(queue, {"n": 1})
+    kept = fastpath._driver_cursor(connection)
+    assert fastpath._driver_cursor(connection) is kept
+    connection.close()
+    second = djqueue.send(queue, {"n": 2})
+    renewed = fastpath._driver_cursor(connection)
+    assert renewed is not kept and renewed.connection is connection.connection
+    connection.inc_thread_sharing()
+    try:
+        assert fastpath._driver_cursor(connection) is not fastpath._driver_cursor(connection)
+        third = djqueue.send(queue, {"n": 3})
+    finally:
+        connection.dec_thread_sharing()
+    assert [m.payload for m in Message.objects.filter(
+        pk__in=[first.pk, second.pk, third.pk]).order_by("pk")] == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+
 PAYLOADS = [{"to": "someone@example.com", "subject": "x" * 60}, "plain text", TRICKY,
             {"nested": [{"a": [1, 2, {"b": None}]}, (3, 4)], "ü": "Ωμέγα ✓ 𝄞"},
             [0.1, -0.0, 1e100, 2**70, -3, True, False, None], 7, 2.5, None, "", [], {}]
