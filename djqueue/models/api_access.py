@@ -79,7 +79,9 @@ class ApiGrant(models.Model):
     ``orders`` names one queue; ``orders.*`` every name that starts with ``orders.``;
     ``*`` every queue."""
 
-    client = models.ForeignKey(ApiClient, on_delete=models.CASCADE, related_name="grants")
+    # No index of its own: djqueue_api_grant_unique begins with it (migration 0018).
+    client = models.ForeignKey(ApiClient, on_delete=models.CASCADE, related_name="grants",
+                               db_index=False)
     queue_pattern = models.CharField(
         max_length=100, validators=[validate_pattern],
         help_text="A queue or topic name, or a pattern where * stands for any characters.")

@@ -10,7 +10,9 @@ class DedupKey(models.Model):
     """A taken key. It is free again once ``expires_at`` passed (queues with a
     dedup window) or, without a window, once ``message_id`` is no longer pending."""
 
-    queue = models.ForeignKey("djqueue.Queue", on_delete=models.CASCADE, related_name="+")
+    # No index of its own: djqueue_dedup_unique begins with it (migration 0018).
+    queue = models.ForeignKey("djqueue.Queue", on_delete=models.CASCADE, related_name="+",
+                              db_index=False)
     key = models.CharField(max_length=200)
     message_id = models.BigIntegerField()
     created_at = models.DateTimeField(default=timezone.now)

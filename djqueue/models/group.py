@@ -14,7 +14,9 @@ class MessageGroup(models.Model):
     consumer-side guard (``Queue.skip_stale``) compares deliveries against it.
     """
 
-    queue = models.ForeignKey("djqueue.Queue", on_delete=models.CASCADE, related_name="+")
+    # No index of its own: djqueue_group_unique begins with it (migration 0018).
+    queue = models.ForeignKey("djqueue.Queue", on_delete=models.CASCADE, related_name="+",
+                              db_index=False)
     key = models.CharField(max_length=200)
     last_acked_id = models.BigIntegerField(null=True, blank=True)
     touched_at = models.DateTimeField(default=timezone.now)

@@ -36,7 +36,9 @@ class QueueStat(models.Model):
     that hours and days are exact merges of their minutes.
     """
 
-    queue = models.ForeignKey("djqueue.Queue", on_delete=models.CASCADE, related_name="+")
+    # No index of its own: djqueue_stat_unique begins with it (migration 0018).
+    queue = models.ForeignKey("djqueue.Queue", on_delete=models.CASCADE, related_name="+",
+                              db_index=False)
     period = models.CharField(max_length=1, choices=Period.choices)
     start = models.DateTimeField()
     sent = models.PositiveBigIntegerField(default=0)
@@ -82,7 +84,9 @@ class QueueStat(models.Model):
 class TopicStat(models.Model):
     """Bodies published to a topic in one minute, hour or day (the topic volume ranking)."""
 
-    topic = models.ForeignKey("djqueue.Topic", on_delete=models.CASCADE, related_name="+")
+    # No index of its own: djqueue_topicstat_unique begins with it (migration 0018).
+    topic = models.ForeignKey("djqueue.Topic", on_delete=models.CASCADE, related_name="+",
+                              db_index=False)
     period = models.CharField(max_length=1, choices=Period.choices)
     start = models.DateTimeField()
     published = models.PositiveBigIntegerField(default=0)

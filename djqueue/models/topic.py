@@ -48,7 +48,8 @@ class Body(models.Model):
     """A published message, stored once and referenced by its deliveries."""
 
     id = models.BigAutoField(primary_key=True)
-    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: djqueue_body_published begins with it (migration 0018).
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="+", db_index=False)
     body = models.TextField()
     headers = models.JSONField(null=True, blank=True)
     priority = models.SmallIntegerField(default=0)
@@ -69,7 +70,9 @@ class GroupMode(models.TextChoices):
 
 
 class ConsumerGroup(models.Model):
-    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="groups")
+    # No index of its own: djqueue_group_name_unique begins with it (migration 0018).
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="groups",
+                              db_index=False)
     name = models.CharField(max_length=20, validators=[validate_queue_name])
     mode = models.CharField(max_length=10, choices=GroupMode.choices, default=GroupMode.CLUSTER)
     queue_options = models.JSONField(
@@ -88,8 +91,9 @@ class ConsumerGroup(models.Model):
 class Subscription(models.Model):
     """Where a group's deliveries go: its queue (cluster), or one consumer's queue (broadcast)."""
 
+    # No index of its own: djqueue_subscription_unique begins with it (migration 0018).
     group = models.ForeignKey(ConsumerGroup, on_delete=models.CASCADE,
-                              related_name="subscriptions")
+                              related_name="subscriptions", db_index=False)
     consumer = models.CharField(max_length=36, blank=True, default="")
     queue = models.OneToOneField("djqueue.Queue", on_delete=models.PROTECT, related_name="+")
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="+")

@@ -150,6 +150,29 @@ def test_a_message_is_in_no_index_it_does_not_need():
             assert f"WHERE {column} IS NOT NULL" in definition, definition
 
 
+def test_no_table_has_an_index_another_index_begins_with():
+    """A plain index whose columns another index (or unique constraint) of its table
+    begins with serves no read the other does not, and costs an entry per row written.
+    (PostgreSQL's ``_like`` indexes, for LIKE on text keys, are left aside.)"""
+    from django.apps import apps
+
+    found = []
+    with connection.cursor() as cursor:
+        for model in apps.get_app_config("djqueue").get_models():
+            table = model._meta.db_table
+            indexes = {name: info for name, info in connection.introspection.get_constraints(
+                cursor, table).items() if info["index"] or info["unique"]}
+            for name, info in indexes.items():
+                if info["unique"] or info["primary_key"] or name.endswith("_like"):
+                    continue
+                columns = info["columns"]
+                for other, longer in indexes.items():
+                    if (other != name and not other.endswith("_like")
+                            and longer["columns"][:len(columns)] == columns):
+                        found.append(f"{table}.{name} {columns} (in {other})")
+    assert not found, found
+
+
 def test_a_message_s_foreign_keys_are_read_by_their_indexes(backlog):
     """What deleting a queue or a stored body looks up, and a queue's dead letters,
     among 200,000 messages that have neither."""
