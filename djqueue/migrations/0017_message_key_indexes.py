@@ -40,7 +40,8 @@ def create_old_indexes(apps, schema_editor):
     quote = schema_editor.quote_name
     for name, column in OLD_INDEXES.items():
         schema_editor.execute(
-            f"CREATE INDEX {quote(name)} ON {quote('djqueue_message')} ({quote(column)})")
+            f"CREATE INDEX IF NOT EXISTS {quote(name)} "
+            f"ON {quote('djqueue_message')} ({quote(column)})")
 
 
 class Migration(migrations.Migration):

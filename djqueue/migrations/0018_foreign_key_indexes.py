@@ -38,7 +38,8 @@ def create_indexes(apps, schema_editor):
         return
     quote = schema_editor.quote_name
     for name, (table, column) in DROPPED.items():
-        schema_editor.execute(f"CREATE INDEX {quote(name)} ON {quote(table)} ({quote(column)})")
+        schema_editor.execute(
+            f"CREATE INDEX IF NOT EXISTS {quote(name)} ON {quote(table)} ({quote(column)})")
 
 
 class Migration(migrations.Migration):
