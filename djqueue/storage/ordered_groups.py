@@ -32,7 +32,7 @@ from djqueue.models import GROUP_HOLDING_STATES, Message, MessageGroup, State
 from djqueue.polling import local_wakeup
 from djqueue.storage import dialects, fastpath
 from djqueue.storage.queue_lookup import get_queue_by_id
-from djqueue.storage.statements import group_statements, vendor_sql
+from djqueue.storage.statements import group_statements
 
 GroupId = tuple[int, str]
 
@@ -66,20 +66,12 @@ def places(group: GroupId) -> int:
 
 
 def lock_groups(db: str, groups: Iterable[GroupId]) -> None:
-    """Create-or-lock the group rows, in a fixed order, until the transaction ends.
-
-    Why an upsert: it takes the row's exclusive lock in one statement whether
-    or not the row existed. Insert-then-select-for-update would, on InnoDB,
-    take a shared lock on the duplicate first and deadlock with a second
-    sender upgrading the same way.
-    """
+    """Create-or-lock the group rows, in a fixed order (so that two transactions
+    never wait for each other's), until the transaction ends (see
+    group_statements.lock_rows)."""
     keys = sorted(set(groups))
-    if not keys:
-        return
-    now = timezone.now()
-    MessageGroup.objects.using(db).bulk_create(
-        [MessageGroup(queue_id=q, key=k, touched_at=now) for q, k in keys],
-        **vendor_sql.upsert_options(["queue", "key"], ["touched_at"]))
+    if keys:
+        group_statements.lock_rows(db, keys, timezone.now())
 
 
 def holders(db: str, groups: Iterable[GroupId]) -> dict[GroupId, int]:

@@ -45,3 +45,26 @@ def test_holders_heads_and_promotion():
     assert states == {first_odd.pk: State.SCHEDULED, first_b.pk: State.READY,
                       ready.pk: State.READY}
     assert Message.objects.filter(state=State.WAITING).count() == 3
+
+
+def test_lock_rows_creates_missing_groups_and_keeps_what_the_others_hold():
+    """group_statements.lock_rows: a missing key gets a row with the model's defaults;
+    an existing one keeps its last ack and tokens and gets the new touch time."""
+    queue = djqueue.create_queue("gs.lock", ordered=True)
+    other = djqueue.create_queue("gs.lock.other", ordered=True)
+    earlier = timezone.now() - timedelta(hours=1)
+    MessageGroup.objects.create(queue=queue, key="a", last_acked_id=9, tokens=2.5,
+                                refilled_at=100.0, touched_at=earlier)
+    now = timezone.now()
+    group_statements.lock_rows("default", [(queue.pk, "a"), (queue.pk, ODD), (other.pk, "a")],
+                               now)
+    rows = {(g.queue_id, g.key): g for g in MessageGroup.objects.all()}
+    assert set(rows) == {(queue.pk, "a"), (queue.pk, ODD), (other.pk, "a")}
+    kept = rows[(queue.pk, "a")]
+    assert (kept.last_acked_id, kept.tokens, kept.refilled_at) == (9, 2.5, 100.0)
+    assert kept.touched_at == now
+    made = rows[(queue.pk, ODD)]
+    defaults = MessageGroup(queue=queue, key=ODD)
+    assert (made.last_acked_id, made.tokens, made.refilled_at, made.throttled_until) == (
+        defaults.last_acked_id, defaults.tokens, defaults.refilled_at, defaults.throttled_until)
+    assert made.touched_at == now

@@ -17,8 +17,26 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import GROUP_HOLDING_STATES, MessageGroup, State
-from djqueue.storage.statements import prepared_values
+from djqueue.storage.statements import prepared_values, vendor_sql
 from djqueue.storage.statements.claim_statements import built_sql, message_names
+
+
+def lock_rows(db: str, groups: Sequence[tuple[int, str]], now: datetime) -> None:
+    """Create-or-lock the rows of ``groups`` ((queue id, key) pairs, locked in this
+    order) until the transaction ends, stamping their ``touched_at`` with ``now``.
+
+    Why an upsert: it takes the row's exclusive lock in one statement whether or not
+    the row existed. Insert-then-select-for-update would, on InnoDB, take a shared
+    lock on the duplicate first and deadlock with a second sender upgrading the
+    same way. A new row starts with no tokens, as the model's defaults say."""
+    conn = connections[db]
+    touched = conn.ops.adapt_datetimefield_value(now)
+    params: list[object] = []
+    for queue_id, key in groups:
+        params += [queue_id, key, touched]
+    with conn.cursor() as cursor:
+        cursor.execute(built_sql(conn, "group_lock_rows", _lock_rows_sql).replace(
+            "{rows}", ", ".join(["(%s, %s, %s, 0, 0)"] * len(groups))), params)
 
 
 def raise_last_acked(db: str, queue_id: int, tops: dict[str, int]) -> None:
@@ -77,6 +95,15 @@ def _group_names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
     quote = conn.ops.quote_name
     return quote(MessageGroup._meta.db_table), {
         f.attname: quote(f.column) for f in MessageGroup._meta.concrete_fields}
+
+
+def _lock_rows_sql(conn: BaseDatabaseWrapper) -> str:
+    table, c = _group_names(conn)
+    columns = ["queue_id", "key", "touched_at", "tokens", "refilled_at"]
+    unique = [MessageGroup._meta.get_field(name).column for name in ("queue", "key")]
+    return (f"INSERT INTO {table} ({', '.join(c[n] for n in columns)}) VALUES {{rows}} "
+            + vendor_sql.upsert_clause(conn, unique, [MessageGroup._meta.get_field(
+                "touched_at").column]))
 
 
 def _holders_sql(conn: BaseDatabaseWrapper) -> str:

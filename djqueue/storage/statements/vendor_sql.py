@@ -5,6 +5,8 @@ Connection, locking and transaction differences are in djqueue.storage.dialects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.storage import dialects
@@ -99,14 +101,16 @@ def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
     return options
 
 
-def upsert_clause(conn: BaseDatabaseWrapper, key: str, columns: list[str]) -> str:
-    """What follows an INSERT so that a row whose ``key`` exists gets ``columns`` from
-    the inserted row instead. Why per vendor: MySQL says ON DUPLICATE KEY UPDATE
-    (applying to every unique key, see :func:`upsert_options`), the others ON CONFLICT."""
+def upsert_clause(conn: BaseDatabaseWrapper, key: str | Sequence[str], columns: list[str]) -> str:
+    """What follows an INSERT so that a row whose ``key`` (a column, or the columns of a
+    unique constraint) exists gets ``columns`` from the inserted row instead. Why per
+    vendor: MySQL says ON DUPLICATE KEY UPDATE (applying to every unique key, see
+    :func:`upsert_options`), the others ON CONFLICT."""
     q = conn.ops.quote_name
     if conn.vendor == "mysql":
         return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{q(c)} = VALUES({q(c)})" for c in columns)
-    return (f"ON CONFLICT ({q(key)}) DO UPDATE SET "
+    keys = [key] if isinstance(key, str) else key
+    return (f"ON CONFLICT ({', '.join(q(k) for k in keys)}) DO UPDATE SET "
             + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in columns))
 
 
