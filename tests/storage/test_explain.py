@@ -173,6 +173,18 @@ def test_no_table_has_an_index_another_index_begins_with():
     assert not found, found
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's pattern indexes")
+def test_task_records_have_no_pattern_indexes():
+    """Django's ``varchar_pattern_ops`` indexes beside a text key serve only
+    ``LIKE 'prefix%'``, which nothing runs on task records (migration 0019)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = %s",
+                       ["djqueue_taskrecord"])
+        names = {row[0] for row in cursor.fetchall()}
+    assert not [name for name in names if name.endswith("_like")], names
+    assert "djqueue_task_status" in names
+
+
 def test_a_message_s_foreign_keys_are_read_by_their_indexes(backlog):
     """What deleting a queue or a stored body looks up, and a queue's dead letters,
     among 200,000 messages that have neither."""
