@@ -25,6 +25,7 @@ from django.db import DatabaseError, IntegrityError, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
+from django.dispatch import Signal
 from django.utils.asyncio import async_unsafe
 
 logger = logging.getLogger("djqueue")
@@ -376,6 +377,25 @@ def frozen_dataclass(cls: type, values: dict[str, object]) -> Any:
     for name, value in values.items():
         object.__setattr__(instance, name, value)
     return instance
+
+
+# Signals
+
+def receivers_among(signal: Signal, sender: object, known: tuple[Callable, ...]) -> bool:
+    """Whether every receiver ``signal`` would call for ``sender`` is one of ``known``.
+
+    Why: Django's public API tells only whether a signal has receivers at all. A
+    django.tasks worker sends ``task_started`` and ``task_finished`` for every run,
+    and where only the framework's own logging receivers would get them and their
+    records are held back (djqueue.tasks.task_run_logs), the sends do nothing but
+    cost a tenth of a task's time. ``Signal._live_receivers`` (Django 5.0 and later)
+    gives the receivers as ``send`` would find them. Plain path: False (the caller
+    sends)."""
+    if not enabled:
+        return False
+    synchronous, asynchronous = signal._live_receivers(sender)
+    return not asynchronous and all(
+        any(receiver is mine for mine in known) for receiver in synchronous)
 
 
 # Calls

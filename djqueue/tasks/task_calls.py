@@ -14,10 +14,13 @@ from djqueue.tasks.backend import QueueTask
 from djqueue.tasks.compat import Task, TaskContext, TaskResult, normalize_json
 
 
-def call(task: Task, args: list[Any], kwargs: dict[str, Any], result: TaskResult) -> Any:
+def call(task: Task, args: list[Any], kwargs: dict[str, Any], result: TaskResult | None) -> Any:
     """Run ``task`` (with its context first if it takes one, within its QueueTask
-    timeout); its return value as JSON keeps it."""
+    timeout); its return value as JSON keeps it. ``result``: the run's TaskResult,
+    which may be None only for a task that takes no context."""
     if task.takes_context:
+        if result is None:
+            raise TypeError(f"{task.module_path} takes a context: its run needs its result.")
         args.insert(0, TaskContext(task_result=result))
     timeout = task.timeout if isinstance(task, QueueTask) else None
     func = fastpath.sync_function(task.func) or task.call

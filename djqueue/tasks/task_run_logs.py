@@ -34,7 +34,8 @@ import time
 from django.conf import settings
 from django.utils.log import RequireDebugFalse, RequireDebugTrue
 
-from djqueue.tasks.compat import task_run_logger
+from djqueue.storage import fastpath
+from djqueue.tasks.compat import run_log_receivers, task_finished, task_run_logger, task_started
 from djqueue.worker import handler_logs
 
 #: Seconds between two checks of the logging configuration while following.
@@ -44,6 +45,9 @@ _lock = threading.Lock()
 _following = False
 _raised = False  # the level is WARNING because of this module
 _checked_at = 0.0
+#: By sender: whether a successful run's signals reach only the framework's own
+#: receivers (see :func:`runs_unheard`); forgotten at every check.
+_unheard: dict[object, bool] = {}
 
 
 def follow() -> None:
@@ -63,6 +67,27 @@ def recheck() -> None:
             _apply(now)
 
 
+def runs_unheard(sender: object) -> bool:
+    """Whether a successful run's ``task_started`` and ``task_finished`` from ``sender``
+    would do nothing: this module holds the INFO records back, and only the
+    framework's own receivers, which make those records, would get the signals.
+    Then a worker need not send them (nor build the finished run's TaskResult).
+
+    Like the records' level, this is judged again within a second of a change (a
+    receiver connected while the worker runs). A failed run's ``task_finished``
+    logs at ERROR and is always sent."""
+    if not _raised:
+        return False
+    found = _unheard.get(sender)
+    if found is None:
+        started, finished = run_log_receivers
+        found = _unheard[sender] = (
+            started is not None and finished is not None
+            and fastpath.receivers_among(task_started, sender, (started,))
+            and fastpath.receivers_among(task_finished, sender, (finished,)))
+    return found
+
+
 def stop_following() -> None:
     """Leave the logger as the project configured it: the level back off if this
     module set it and nothing has set another since."""
@@ -78,6 +103,7 @@ def _apply(now: float) -> None:
     global _raised, _checked_at
     with _lock:
         _checked_at = now
+        _unheard.clear()
         if not _following:
             return
         if _raised:

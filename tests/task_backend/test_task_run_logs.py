@@ -177,3 +177,115 @@ def test_a_worker_process_makes_the_records_exactly_where_a_handler_takes_them(
     for result in results:
         mine = [line for line in lines if f"id={result.id} " in line]
         assert [line.rsplit("state=", 1)[1] for line in mine] == ["RUNNING", "SUCCESSFUL"]
+
+
+@pytest.fixture
+def only_djangos_receivers():
+    """The test project's own receivers of the task signals (tests.signal_log) left out
+    for a while, so that only the framework's logging receivers listen."""
+    from djqueue.tasks.compat import task_enqueued, task_finished, task_started
+    from tests import signal_log
+
+    for name, sent in (("enqueued", task_enqueued), ("started", task_started),
+                       ("finished", task_finished)):
+        sent.disconnect(dispatch_uid=f"tests-{name}")
+    yield
+    signal_log.connect()
+
+
+class Sends:
+    """Counts the sends of a signal, keeping them (an attribute on the signal object)."""
+
+    def __init__(self, signal, monkeypatch) -> None:
+        self.count, self._send = 0, signal.send
+        monkeypatch.setattr(signal, "send", self)
+
+    def __call__(self, *args, **kwargs):
+        self.count += 1
+        return self._send(*args, **kwargs)
+
+
+def test_a_runs_signals_are_unheard_only_while_held_back_and_only_djangos_receivers_listen(
+        settings, monkeypatch, only_djangos_receivers):
+    from djqueue.storage import fastpath
+    from djqueue.tasks.backend import QueueBackend
+    from djqueue.tasks.compat import task_finished
+
+    settings.DEBUG = False
+    with project_logging():
+        monkeypatch.setattr(task_run_logs, "RECHECK", 0.0)
+        assert not task_run_logs.runs_unheard(QueueBackend)  # not following: sent
+        task_run_logs.follow()
+        assert task_run_logs.runs_unheard(QueueBackend)
+
+        heard = []
+
+        def listener(sender, task_result, **kwargs):
+            heard.append(task_result)
+
+        task_finished.connect(listener, sender=QueueBackend)
+        try:
+            task_run_logs.recheck()
+            assert not task_run_logs.runs_unheard(QueueBackend)
+            assert task_run_logs.runs_unheard(object)  # a receiver of another sender only
+        finally:
+            task_finished.disconnect(listener, sender=QueueBackend)
+        task_run_logs.recheck()
+        assert task_run_logs.runs_unheard(QueueBackend)
+
+        handler = Collected()  # a handler that writes the INFO records: they are sent
+        task_run_logger.addHandler(handler)
+        try:
+            task_run_logs.recheck()
+            assert not task_run_logs.runs_unheard(QueueBackend)
+        finally:
+            task_run_logger.removeHandler(handler)
+        task_run_logs.recheck()
+        assert task_run_logs.runs_unheard(QueueBackend)
+
+        monkeypatch.setattr(fastpath, "enabled", False)  # an unverified Django: sent
+        task_run_logs.recheck()
+        assert not task_run_logs.runs_unheard(QueueBackend)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("as_under_a_worker", [True, False])
+def test_unheard_runs_are_recorded_as_before_and_a_failure_still_logs_its_error(
+        settings, monkeypatch, only_djangos_receivers, as_under_a_worker):
+    """A successful run sends neither signal and its record is the same; a failed run's
+    ``task_finished`` still goes out, and Django's receiver logs it at ERROR."""
+    from djqueue.api.receiving import receive
+    from djqueue.storage.claims import ack_and_claim
+    from djqueue.tasks.compat import TaskResultStatus, task_finished, task_started
+    from djqueue.tasks.task_handler import in_claim_transaction, run_task
+    from djqueue.worker import registry
+
+    settings.DEBUG = False
+    with project_logging():
+        task_run_logs.follow()
+        errors = Collected(logging.ERROR)  # takes no INFO record: they stay held back
+        task_run_logger.addHandler(errors)
+        try:
+            task_run_logs.recheck()
+            started, finished = Sends(task_started, monkeypatch), Sends(task_finished, monkeypatch)
+            added, failing, aware = (tasks.add.enqueue(2, 3), tasks.explode.enqueue(),
+                                     tasks.which_attempt.enqueue("m"))
+            held = receive("default", max_messages=3, owner="w1")
+            assert len(held) == 3
+            for message in held:
+                with registry.hook_runs_after() if as_under_a_worker else contextlib.nullcontext():
+                    run_task(message)
+            if as_under_a_worker:
+                ack_and_claim(held, [], 0, owner="w1", hook=in_claim_transaction)
+        finally:
+            task_run_logger.removeHandler(errors)
+    assert (started.count, finished.count) == (0, 1)  # only the failure's end
+    assert [m for m in errors.messages if "state=FAILED" in m] == [
+        next(m for m in errors.messages if f"id={failing.id} " in m)]
+    done = tasks.add.get_result(added.id)
+    assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
+    context_run = tasks.which_attempt.get_result(aware.id)  # its context had its result
+    assert context_run.status == TaskResultStatus.SUCCESSFUL
+    assert context_run.return_value["marker"] == "m"
+    assert context_run.return_value["id"] == aware.id
+    assert tasks.explode.get_result(failing.id).status == TaskResultStatus.FAILED
