@@ -59,15 +59,17 @@ def backlog():
             + [Message(queue=other, body="{}", visible_at=now) for _ in range(5000)]
             + [Message(queue=jobs, body="{}", state=State.CLAIMED, visible_at=now)
                for _ in range(500)])
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("ANALYZE djqueue_message")
-        elif connection.vendor == "mysql":
-            cursor.execute("ANALYZE TABLE djqueue_message")
-            cursor.fetchall()
-        else:
-            cursor.execute("ANALYZE")
+    analyze("djqueue_message")
     return jobs
+
+
+def analyze(table: str) -> None:
+    """Bring the planner's statistics of ``table`` up to date (SQLite: of every table)."""
+    with connection.cursor() as cursor:
+        cursor.execute({"postgresql": f"ANALYZE {table}",
+                        "mysql": f"ANALYZE TABLE {table}"}.get(connection.vendor, "ANALYZE"))
+        if connection.vendor == "mysql":
+            cursor.fetchall()
 
 
 def assert_uses_index(plan: str, index: str) -> None:
@@ -103,12 +105,7 @@ def test_a_per_key_rate_claims_scan_uses_the_claim_index(backlog):
     MessageGroup.objects.bulk_create(
         MessageGroup(queue=backlog, key=f"k{n}", throttled_until=4e9 if n % 10 == 0 else None)
         for n in range(5000))
-    with connection.cursor() as cursor:
-        cursor.execute({"postgresql": "ANALYZE djqueue_messagegroup",
-                        "mysql": "ANALYZE TABLE djqueue_messagegroup"}.get(connection.vendor,
-                                                                           "ANALYZE"))
-        if connection.vendor == "mysql":
-            cursor.fetchall()
+    analyze("djqueue_messagegroup")
     scan = key_rate_claims.key_scan("default", backlog,
                                     key_rate_claims.unthrottled_keys("default", backlog))
     plan = explain(scan[:key_rate_claims.KEY_SCAN])
@@ -191,12 +188,7 @@ def test_a_message_s_foreign_keys_are_read_by_their_indexes(backlog):
     other = djqueue.create_queue("other", exist_ok=True)
     Message.objects.bulk_create(Message(queue=other, origin_queue=backlog, body="{}",
                                         state=State.DEAD) for _ in range(50))
-    with connection.cursor() as cursor:
-        cursor.execute({"postgresql": "ANALYZE djqueue_message",
-                        "mysql": "ANALYZE TABLE djqueue_message"}.get(connection.vendor,
-                                                                      "ANALYZE"))
-        if connection.vendor == "mysql":
-            cursor.fetchall()
+    analyze("djqueue_message")
     plan = explain(Message.objects.filter(origin_queue=backlog).values("pk"))
     print(plan)
     assert_uses_index(plan, "djqueue_msg_origin")
