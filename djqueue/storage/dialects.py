@@ -218,7 +218,7 @@ def writes_values_into_sql(conn: BaseDatabaseWrapper) -> bool:
     """Whether hot-path statements carry their values escaped into their text by the
     driver (MySQL/MariaDB, on the fast path: see fastpath.driver_literal); otherwise
     every value is a parameter."""
-    return conn.vendor == "mysql" and fastpath.enabled
+    return conn.vendor == "mysql" and fastpath.verified.enabled
 
 
 def literal_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:

@@ -175,7 +175,7 @@ def _run_end(record: TaskRecord) -> dict[str, Any]:
 
 def result_from(values: dict[str, Any], *, from_json: bool = False) -> TaskResult:
     """A TaskResult of :func:`result_values` (see :func:`to_task_result`)."""
-    if from_json and fastpath.enabled and values.keys() == _RESULT_FIELDS:
+    if from_json and fastpath.verified.enabled and values.keys() == _RESULT_FIELDS:
         return fastpath.frozen_dataclass(TaskResult, values)
     values = dict(values)
     return_value = values.pop("_return_value")

@@ -31,7 +31,7 @@ def test_the_wheel_installs_in_a_fresh_venv_and_a_bare_project_passes_check(tmp_
     assert wheel.name.startswith("django_djqueue-")
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("djqueue/apps.py", "djqueue/migrations/0001_initial.py",
-                   "djqueue/storage/fastpath.py", "djqueue/fixtures/djqueue_admin_theme.json",
+                   "djqueue/storage/fastpath/__init__.py", "djqueue/fixtures/djqueue_admin_theme.json",
                    "djqueue/templates/admin/djqueue/dashboard.html"):
         assert needed in names
     assert not any(n.startswith(("tests/", "project/", "bench/")) for n in names)

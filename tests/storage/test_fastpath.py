@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def paths(request, monkeypatch):
     """Run the test once with the fast paths and once with the plain ones (the switch
     djqueue itself turns off on an unverified Django version)."""
-    monkeypatch.setattr(fastpath, "enabled", request.param)
+    monkeypatch.setattr(fastpath.verified, "enabled", request.param)
     return request.param
 
 
@@ -34,7 +34,7 @@ def columns(instance) -> dict:
 def test_the_verified_versions_include_the_running_django():
     import django
 
-    assert fastpath.enabled == (django.VERSION[:2] in fastpath.VERIFIED_DJANGO)
+    assert fastpath.verified.enabled == (django.VERSION[:2] in fastpath.verified.VERIFIED_DJANGO)
 
 
 def test_built_instances_equal_model_init(paths):

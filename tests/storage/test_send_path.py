@@ -68,8 +68,8 @@ def test_template_rows_equal_the_driver_escaping_every_value():
 
 
 def test_a_single_send_is_seen_by_wrappers_and_query_logging():
-    """On MariaDB and PostgreSQL a single send skips the cursor layers only while
-    nothing observes queries (fastpath._straight_to_driver); SQLite always uses a cursor."""
+    """A single send skips the cursor layers only while nothing observes queries
+    (fastpath.driver_statements._straight_to_driver), on every database."""
     queue = djqueue.create_queue("sp.observed")
     seen = []
 
@@ -146,20 +146,21 @@ def test_a_driver_insert_raises_djangos_exceptions_and_joins_the_transaction():
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's kept cursor")
 def test_the_kept_driver_cursor_follows_the_connection():
-    """fastpath._driver_cursor: one cursor for each of Django's connections to the
+    """The driver cursor a send uses: one for each of Django's connections to the
     server, a new one once Django has connected again, and none kept while the
     connection is shared between threads."""
+    kept_cursor = fastpath.driver_statements._driver_cursor
     queue = djqueue.create_queue("sp.cursor")
     first = djqueue.send(queue, {"n": 1})
-    kept = fastpath._driver_cursor(connection)
-    assert fastpath._driver_cursor(connection) is kept
+    kept = kept_cursor(connection)
+    assert kept_cursor(connection) is kept
     connection.close()
     second = djqueue.send(queue, {"n": 2})
-    renewed = fastpath._driver_cursor(connection)
+    renewed = kept_cursor(connection)
     assert renewed is not kept and renewed.connection is connection.connection
     connection.inc_thread_sharing()
     try:
-        assert fastpath._driver_cursor(connection) is not fastpath._driver_cursor(connection)
+        assert kept_cursor(connection) is not kept_cursor(connection)
         third = djqueue.send(queue, {"n": 3})
     finally:
         connection.dec_thread_sharing()

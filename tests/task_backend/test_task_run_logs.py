@@ -243,7 +243,7 @@ def test_a_runs_signals_are_unheard_only_while_held_back_and_only_djangos_receiv
         task_run_logs.recheck()
         assert task_run_logs.runs_unheard(QueueBackend)
 
-        monkeypatch.setattr(fastpath, "enabled", False)  # an unverified Django: sent
+        monkeypatch.setattr(fastpath.verified, "enabled", False)  # an unverified Django: sent
         task_run_logs.recheck()
         assert not task_run_logs.runs_unheard(QueueBackend)
 
