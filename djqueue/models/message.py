@@ -11,7 +11,8 @@ Two indexes serve every hot query:
   is its lease expiry).
 
 A third, ``djqueue_msg_group (queue_id, group_key, state, id)``, serves ordered
-groups: is a group busy, and which message of it is next.
+groups and per-key limits: is a group busy, and which message of it is next. On
+PostgreSQL and SQLite it holds only messages that have a group key.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ class Message(models.Model):
         indexes = [
             models.Index(fields=["queue", "state", "-priority", "id"], name="djqueue_msg_claim"),
             models.Index(fields=["state", "visible_at"], name="djqueue_msg_due"),
-            models.Index(fields=["queue", "group_key", "state", "id"], name="djqueue_msg_group"),
+            NonNullIndex(fields=["queue", "group_key", "state", "id"], name="djqueue_msg_group",
+                         non_null="group_key"),
             NonNullIndex(fields=["stored_body"], name="djqueue_msg_body"),
             NonNullIndex(fields=["origin_queue"], name="djqueue_msg_origin"),
         ]
