@@ -15,28 +15,11 @@ indexes only").
 
 from django.db import migrations, models
 
-import djqueue.models.indexes
+from djqueue.models.indexes import NonNullIndex, rebuilt_where_partial
 
 NAME = "djqueue_msg_group"
 FIELDS = ["queue", "group_key", "state", "id"]
-PLAIN = models.Index(fields=FIELDS, name=NAME)
-PARTIAL = djqueue.models.indexes.NonNullIndex(fields=FIELDS, name=NAME, non_null="group_key")
-
-
-def _replace(apps, schema_editor, old: models.Index, new: models.Index) -> None:
-    if not schema_editor.connection.features.supports_partial_indexes:
-        return  # MySQL/MariaDB: the two are the same plain index
-    model = apps.get_model("djqueue", "Message")
-    schema_editor.remove_index(model, old)
-    schema_editor.add_index(model, new)
-
-
-def to_partial(apps, schema_editor):
-    _replace(apps, schema_editor, PLAIN, PARTIAL)
-
-
-def to_plain(apps, schema_editor):
-    _replace(apps, schema_editor, PARTIAL, PLAIN)
+PARTIAL = NonNullIndex(fields=FIELDS, name=NAME, non_null="group_key")
 
 
 class Migration(migrations.Migration):
@@ -47,7 +30,8 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.SeparateDatabaseAndState(
-            database_operations=[migrations.RunPython(to_partial, to_plain)],
+            database_operations=[rebuilt_where_partial(
+                "Message", models.Index(fields=FIELDS, name=NAME), PARTIAL)],
             state_operations=[
                 migrations.RemoveIndex(model_name="message", name=NAME),
                 migrations.AddIndex(model_name="message", index=PARTIAL),

@@ -9,26 +9,62 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from django.db import models
+from django.db import migrations, models
 
 
-class NonNullIndex(models.Index):
-    """An index that holds only the rows where one nullable column is set, where the
-    database has partial indexes (PostgreSQL, SQLite); a plain index elsewhere.
+class PartialOrPlainIndex(models.Index):
+    """An index of the rows ``rows`` matches, where the database has partial indexes
+    (PostgreSQL, SQLite); a plain index of every row elsewhere (MySQL/MariaDB).
+
+    Why: an index entry costs a write when a message is sent and another when it is
+    acked, and on SQLite each index a send touches is one more page written to the
+    WAL at commit. Where every read of an index names rows that ``rows`` matches,
+    the other rows need no entry.
+
+    ``rows`` must be written so that both databases see a query's filter implies it:
+    SQLite proves only that a query term appears among ``rows``' OR-connected terms
+    (``state = 3`` among ``state = 2 OR state = 3``), or that ``column = value``
+    implies ``column IS NOT NULL``. tests/storage/test_explain.py checks each read.
+
+    It declares no ``condition``: that is Django's own attribute, which would make
+    the model check warn on MySQL (models.W037) and leave the index out there.
+    """
+
+    def __init__(self, *args: Any, rows: models.Q | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rows = rows
+
+    def deconstruct(self) -> tuple[str, tuple, dict[str, Any]]:
+        path, args, kwargs = super().deconstruct()
+        if self.rows is not None:
+            kwargs["rows"] = self.rows
+        return path, args, kwargs
+
+    def rows_condition(self) -> models.Q:
+        if self.rows is None:
+            raise ValueError(f"Index {self.name!r} names no rows.")
+        return self.rows
+
+    def create_sql(self, model: type[models.Model], schema_editor: Any, using: str = "",
+                   **kwargs: Any) -> Any:
+        if not schema_editor.connection.features.supports_partial_indexes:
+            return super().create_sql(model, schema_editor, using=using, **kwargs)
+        partial = copy.copy(self)
+        partial.condition = self.rows_condition()
+        return models.Index.create_sql(partial, model, schema_editor, using=using, **kwargs)
+
+
+class NonNullIndex(PartialOrPlainIndex):
+    """A :class:`PartialOrPlainIndex` of the rows where one nullable column is set.
     ``non_null`` names that column; by default the index's only field.
 
     Why: a message's ``stored_body`` and ``origin_queue`` are NULL on almost every
     row (only topic deliveries and dead letters have them), and so is its
-    ``group_key`` outside ordered queues and per-key limits; yet a plain index gets
-    an entry for each row sent and loses one for each row acked. They are read only
-    by value (a foreign key's check when a body or queue is deleted, a queue's dead
+    ``group_key`` outside ordered queues and per-key limits. They are read only by
+    value (a foreign key's check when a body or queue is deleted, a queue's dead
     letters, a group's messages: ``column = value`` or ``column IN (...)``), which
-    implies the column is set, so both PostgreSQL and SQLite use the partial index
-    for those reads. On MySQL/MariaDB, which has no partial indexes, InnoDB needs an
-    index on a foreign key's column anyway.
-
-    It declares no ``condition``: that is Django's own attribute, which would make
-    the model check warn on MySQL (models.W037) and leave the index out there.
+    implies the column is set. On MySQL/MariaDB InnoDB needs an index on a foreign
+    key's column anyway.
     """
 
     def __init__(self, *args: Any, non_null: str | None = None, **kwargs: Any) -> None:
@@ -44,11 +80,24 @@ class NonNullIndex(models.Index):
             kwargs["non_null"] = self.non_null
         return path, args, kwargs
 
-    def create_sql(self, model: type[models.Model], schema_editor: Any, using: str = "",
-                   **kwargs: Any) -> Any:
+    def rows_condition(self) -> models.Q:
+        return models.Q(**{f"{self.non_null or self.fields[0]}__isnull": False})
+
+
+def rebuilt_where_partial(model_name: str, plain: models.Index,
+                          partial: PartialOrPlainIndex) -> migrations.RunPython:
+    """A migration's database operation that turns the index ``plain`` into ``partial``
+    (same name) and back, on databases with partial indexes; on MySQL/MariaDB, where
+    the two are the same plain index, it does nothing. Pair it with the state
+    operations RemoveIndex and AddIndex in a SeparateDatabaseAndState."""
+
+    def replace(apps: Any, schema_editor: Any, old: models.Index, new: models.Index) -> None:
         if not schema_editor.connection.features.supports_partial_indexes:
-            return super().create_sql(model, schema_editor, using=using, **kwargs)
-        field = self.non_null or self.fields[0]
-        partial = copy.copy(self)
-        partial.condition = models.Q(**{f"{field}__isnull": False})
-        return models.Index.create_sql(partial, model, schema_editor, using=using, **kwargs)
+            return
+        model = apps.get_model("djqueue", model_name)
+        schema_editor.remove_index(model, old)
+        schema_editor.add_index(model, new)
+
+    return migrations.RunPython(
+        lambda apps, schema_editor: replace(apps, schema_editor, plain, partial),
+        lambda apps, schema_editor: replace(apps, schema_editor, partial, plain))

@@ -8,7 +8,8 @@ Two indexes serve every hot query:
   ``WHERE queue_id = ? AND state = READY ORDER BY priority DESC, id LIMIT n``.
 * ``djqueue_msg_due (state, visible_at)``: promotion of due scheduled messages
   and the reaper's scan for expired leases (a claimed message's ``visible_at``
-  is its lease expiry).
+  is its lease expiry). On PostgreSQL and SQLite it holds only scheduled,
+  claimed and dead messages (``DUE_INDEX_ROWS``).
 
 A third, ``djqueue_msg_group (queue_id, group_key, state, id)``, serves ordered
 groups and per-key limits: is a group busy, and which message of it is next. On
@@ -24,7 +25,7 @@ from typing import Any, ClassVar, Protocol
 from django.db import models
 from django.utils import timezone
 
-from djqueue.models.indexes import NonNullIndex
+from djqueue.models.indexes import NonNullIndex, PartialOrPlainIndex
 
 
 class State(models.IntegerChoices):
@@ -39,6 +40,14 @@ class State(models.IntegerChoices):
 PENDING_STATES = (State.READY, State.SCHEDULED, State.CLAIMED, State.WAITING)
 #: The states in which a message holds its ordered group.
 GROUP_HOLDING_STATES = (State.READY, State.SCHEDULED, State.CLAIMED)
+
+
+#: The messages djqueue_msg_due holds on PostgreSQL and SQLite: those read by state and
+#: time (due scheduled messages, expired leases, dead letters by age), not the ready
+#: ones that are most rows and are claimed by djqueue_msg_claim. Written as OR-ed
+#: equalities, the form SQLite proves a query's ``state = …`` implies.
+DUE_INDEX_ROWS = (models.Q(state=State.SCHEDULED) | models.Q(state=State.CLAIMED)
+                  | models.Q(state=State.DEAD))
 
 
 class MessageQuerySet(models.QuerySet["Message"]):
@@ -112,7 +121,8 @@ class Message(models.Model):
         ]
         indexes = [
             models.Index(fields=["queue", "state", "-priority", "id"], name="djqueue_msg_claim"),
-            models.Index(fields=["state", "visible_at"], name="djqueue_msg_due"),
+            PartialOrPlainIndex(fields=["state", "visible_at"], name="djqueue_msg_due",
+                                rows=DUE_INDEX_ROWS),
             NonNullIndex(fields=["queue", "group_key", "state", "id"], name="djqueue_msg_group",
                          non_null="group_key"),
             NonNullIndex(fields=["stored_body"], name="djqueue_msg_body"),

@@ -2,6 +2,7 @@
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import Min
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -93,10 +94,19 @@ def test_hot_queries_use_their_indexes(backlog):
     print(plan)
     assert_uses_index(plan, "djqueue_msg_claim")
     now = timezone.now()
-    for query in (Message.objects.due(now), Message.objects.expired(now)):
+    for query in (Message.objects.due(now), Message.objects.expired(now),
+                  Message.objects.due(now).filter(queue_id__in=[backlog.pk])):
         plan = explain(query.order_by("visible_at").values("pk")[:500])
         print(plan)
         assert_uses_index(plan, "djqueue_msg_due")
+    # Dead letters by age (the export) and the claimed messages' ages (the roll-ups).
+    plan = explain(Message.objects.dead().filter(visible_at__lt=now).values("pk"))
+    print(plan)
+    assert_uses_index(plan, "djqueue_msg_due")
+    plan = explain(Message.objects.claimed().values("queue_id").annotate(
+        oldest=Min("claimed_at")).order_by())
+    print(plan)
+    assert "djqueue_msg_due" in plan, plan
 
 
 def test_a_per_key_rate_claims_scan_uses_the_claim_index(backlog):
@@ -133,7 +143,7 @@ def test_a_message_is_in_no_index_it_does_not_need():
     """Each index costs an entry per message sent and acked: none repeats another's
     columns or leading columns, and on PostgreSQL and SQLite the indexes of a
     dead letter's origin, a delivery's stored body and the ordered groups hold only
-    rows that have one."""
+    rows that have one, and the due index no ready message."""
     indexes = message_indexes()
     assert set(indexes) == {"djqueue_msg_claim", "djqueue_msg_due", "djqueue_msg_group",
                             "djqueue_msg_body", "djqueue_msg_origin"}, indexes
@@ -141,6 +151,10 @@ def test_a_message_is_in_no_index_it_does_not_need():
         for other, longer in indexes.items():
             assert other == name or longer[:len(columns)] != columns, (name, other)
     if connection.features.supports_partial_indexes:
+        definition = index_definition("djqueue_msg_due")
+        for mark in '"()':
+            definition = definition.replace(mark, "")
+        assert "WHERE state = 2 OR state = 3 OR state = 4" in definition, definition
         for name, column in (("djqueue_msg_body", "stored_body_id"),
                              ("djqueue_msg_origin", "origin_queue_id"),
                              ("djqueue_msg_group", "group_key")):
