@@ -1,4 +1,5 @@
-"""Index kinds the queue's tables need beyond Django's own.
+"""Index kinds the queue's tables need beyond Django's own, and the migration
+operation that turns a plain index into one of them.
 
 Kept in the models layer because migrations refer to them by path
 (``djqueue.models.indexes``); they change only how an index is created.

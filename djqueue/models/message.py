@@ -44,8 +44,9 @@ GROUP_HOLDING_STATES = (State.READY, State.SCHEDULED, State.CLAIMED)
 
 #: The messages djqueue_msg_due holds on PostgreSQL and SQLite: those read by state and
 #: time (due scheduled messages, expired leases, dead letters by age), not the ready
-#: ones that are most rows and are claimed by djqueue_msg_claim. Written as OR-ed
-#: equalities, the form SQLite proves a query's ``state = …`` implies.
+#: ones that are most rows and are claimed by djqueue_msg_claim, nor the waiting ones,
+#: read by queue and group. Written as OR-ed equalities, the form SQLite proves a
+#: query's ``state = …`` implies.
 DUE_INDEX_ROWS = (models.Q(state=State.SCHEDULED) | models.Q(state=State.CLAIMED)
                   | models.Q(state=State.DEAD))
 
