@@ -30,12 +30,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.SeparateDatabaseAndState(
-            database_operations=[rebuilt_where_partial(
-                "Message", models.Index(fields=FIELDS, name=NAME), PARTIAL)],
-            state_operations=[
-                migrations.RemoveIndex(model_name="message", name=NAME),
-                migrations.AddIndex(model_name="message", index=PARTIAL),
-            ],
-        ),
+        rebuilt_where_partial("message", models.Index(fields=FIELDS, name=NAME), PARTIAL),
     ]

@@ -86,11 +86,11 @@ class NonNullIndex(PartialOrPlainIndex):
 
 
 def rebuilt_where_partial(model_name: str, plain: models.Index,
-                          partial: PartialOrPlainIndex) -> migrations.RunPython:
-    """A migration's database operation that turns the index ``plain`` into ``partial``
-    (same name) and back, on databases with partial indexes; on MySQL/MariaDB, where
-    the two are the same plain index, it does nothing. Pair it with the state
-    operations RemoveIndex and AddIndex in a SeparateDatabaseAndState."""
+                          partial: PartialOrPlainIndex) -> migrations.SeparateDatabaseAndState:
+    """A migration operation that turns the index ``plain`` of ``model_name`` into
+    ``partial`` (same name) and back: in the migration state always, in the database
+    only where it has partial indexes. On MySQL/MariaDB the two are the same plain
+    index, so the table is not touched."""
 
     def replace(apps: Any, schema_editor: Any, old: models.Index, new: models.Index) -> None:
         if not schema_editor.connection.features.supports_partial_indexes:
@@ -99,6 +99,9 @@ def rebuilt_where_partial(model_name: str, plain: models.Index,
         schema_editor.remove_index(model, old)
         schema_editor.add_index(model, new)
 
-    return migrations.RunPython(
-        lambda apps, schema_editor: replace(apps, schema_editor, plain, partial),
-        lambda apps, schema_editor: replace(apps, schema_editor, partial, plain))
+    return migrations.SeparateDatabaseAndState(
+        database_operations=[migrations.RunPython(
+            lambda apps, schema_editor: replace(apps, schema_editor, plain, partial),
+            lambda apps, schema_editor: replace(apps, schema_editor, partial, plain))],
+        state_operations=[migrations.RemoveIndex(model_name=model_name, name=plain.name),
+                          migrations.AddIndex(model_name=model_name, index=partial)])
