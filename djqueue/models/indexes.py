@@ -31,33 +31,31 @@ class PartialOrPlainIndex(models.Index):
     the model check warn on MySQL (models.W037) and leave the index out there.
     """
 
-    def __init__(self, *args: Any, rows: models.Q | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, rows: models.Q, **kwargs: Any) -> None:
+        if not isinstance(rows, models.Q):
+            raise TypeError(f"{type(self).__name__} needs rows=Q(...), the rows it indexes "
+                            f"where the database has partial indexes; got {rows!r}.")
         super().__init__(*args, **kwargs)
         self.rows = rows
 
     def deconstruct(self) -> tuple[str, tuple, dict[str, Any]]:
         path, args, kwargs = super().deconstruct()
-        if self.rows is not None:
-            kwargs["rows"] = self.rows
+        kwargs["rows"] = self.rows
         return path, args, kwargs
-
-    def rows_condition(self) -> models.Q:
-        if self.rows is None:
-            raise ValueError(f"Index {self.name!r} names no rows.")
-        return self.rows
 
     def create_sql(self, model: type[models.Model], schema_editor: Any, using: str = "",
                    **kwargs: Any) -> Any:
         if not schema_editor.connection.features.supports_partial_indexes:
             return super().create_sql(model, schema_editor, using=using, **kwargs)
         partial = copy.copy(self)
-        partial.condition = self.rows_condition()
+        partial.condition = self.rows
         return models.Index.create_sql(partial, model, schema_editor, using=using, **kwargs)
 
 
 class NonNullIndex(PartialOrPlainIndex):
     """A :class:`PartialOrPlainIndex` of the rows where one nullable column is set.
-    ``non_null`` names that column; by default the index's only field.
+    ``non_null`` names that column; by default the index's only field. Its rows
+    follow from that, so it takes no ``rows`` of its own.
 
     Why: a message's ``stored_body`` and ``origin_queue`` are NULL on almost every
     row (only topic deliveries and dead letters have them), and so is its
@@ -69,20 +67,23 @@ class NonNullIndex(PartialOrPlainIndex):
     """
 
     def __init__(self, *args: Any, non_null: str | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if non_null is None and len(self.fields) != 1:
-            raise ValueError("NonNullIndex of several fields needs non_null: the column "
-                             "a row must have set to be in the index.")
+        if "rows" in kwargs:
+            raise TypeError("NonNullIndex indexes the rows where non_null is set; "
+                            "it takes no rows=.")
+        fields = kwargs.get("fields", ())
+        if non_null is None and len(fields) != 1:
+            raise ValueError("NonNullIndex of several fields (or of expressions) needs "
+                             "non_null: the column a row must have set to be in the index.")
+        column = non_null if non_null is not None else fields[0].lstrip("-")
+        super().__init__(*args, rows=models.Q(**{f"{column}__isnull": False}), **kwargs)
         self.non_null = non_null
 
     def deconstruct(self) -> tuple[str, tuple, dict[str, Any]]:
         path, args, kwargs = super().deconstruct()
+        del kwargs["rows"]  # derived from non_null (or the field) when rebuilt
         if self.non_null is not None:
             kwargs["non_null"] = self.non_null
         return path, args, kwargs
-
-    def rows_condition(self) -> models.Q:
-        return models.Q(**{f"{self.non_null or self.fields[0]}__isnull": False})
 
 
 def rebuilt_where_partial(model_name: str, plain: models.Index,
