@@ -4,8 +4,10 @@ Owns: the handler registry and its handler sources (``registry``), the
 worker's options, the worker (``message_worker.Worker``: claims in batches,
 runs handlers on threads, acks in batches), the calls of handlers
 (``handler_calls``) on handler threads with their time limit
-(``handler_threads``), the acks that wait to ride with the next claim
-(``ack_batches``), prefetch pacing (``prefetch``), and the supervisor of
+(``handler_threads``), the messages claimed and not yet settled
+(``held_messages``), the acks that wait to ride with the next claim
+(``ack_batches``), handlers' hooks in that transaction (``claim_hooks``),
+prefetch pacing (``prefetch``), and the supervisor of
 several worker processes (``djqueue_worker --processes``).
 
 May import: djqueue.processes and below. Never djqueue.tasks: the django.tasks

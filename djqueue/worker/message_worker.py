@@ -15,7 +15,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 
 from django.db import DatabaseError
 
@@ -30,13 +29,13 @@ from djqueue.processes.registration import Registration
 from djqueue.processes.thread_switch import switch_interval
 from djqueue.storage import partitions, placement
 from djqueue.storage.queue_lookup import get_queue
-from djqueue.storage.transitions import release
-from djqueue.types import AckHook
 from djqueue.worker import handler_logs, registry
 from djqueue.worker.ack_batches import AckBatches, Done, WorkerStats
+from djqueue.worker.claim_hooks import ClaimHooks
 from djqueue.worker.database_claims import DatabaseClaims
 from djqueue.worker.handler_calls import HandlerCalls, reset_connection
 from djqueue.worker.handler_threads import HandlerThreads
+from djqueue.worker.held_messages import HeldMessages
 from djqueue.worker.options import WorkerOptions
 from djqueue.worker.prefetch import Prefetch
 
@@ -59,17 +58,9 @@ class Worker(ProcessBase):
         #: Set when stuck handler threads made the worker stop to be started afresh.
         self.recycle = False
         self.max_stuck = options.max_stuck or max(4, 2 * options.concurrency)
-        #: Claimed and not yet settled, by the message object's identity (ids are per
-        #: database, and the queues served may live on several); only the loop thread
-        #: touches it.
-        self._held: dict[int, Message] = {}
-        #: Each handler's in_claim_transaction hook, with the queues it serves.
-        self._hooks: dict[AckHook, set[str]] = {}
-        for name, entry in self.handlers.items():
-            if entry.in_claim_transaction is not None:
-                self._hooks.setdefault(entry.in_claim_transaction, set()).add(name)
-        self._hook = self._in_claim_transaction if self._hooks else None
-        self._acks = AckBatches(self.id, self.stats, self._forget, self._hook)
+        self._held = HeldMessages(self.id)
+        self._hook = ClaimHooks(self.handlers, options.queues).hook()
+        self._acks = AckBatches(self.id, self.stats, self._held.forget, self._hook)
         self._prefetch = Prefetch(options.concurrency, options.batch_size)
         self._calls = HandlerCalls(self.id, self.handlers, self._prefetch)
         self._threads: HandlerThreads[Message, Done] = HandlerThreads(
@@ -79,7 +70,7 @@ class Worker(ProcessBase):
         self.wake_socket = WakeSocket(wake_host) if wake_host is not None else None
         self.registration = Registration(
             self.id, self.lock_key, queues=options.queues, concurrency=options.concurrency,
-            held=lambda: [m.pk for m in list(self._held.values())],
+            held=self._held.pks,
             wake_address=self.wake_socket.address if self.wake_socket else "",
             databases=list(dict.fromkeys(
                 db for q in self.queues for db in (partitions.served(q) if q.partitions
@@ -201,8 +192,7 @@ class Worker(ProcessBase):
         self._prefetch.claimed(time.monotonic() - started, limit, len(messages))
         if claimed.tried:
             self._acks.acked(claimed.tried, claimed.acked)
-        for message in messages:
-            self._held[id(message)] = message
+        self._held.hold(messages)
         for message in messages:
             self._threads.submit(message)
         self.stats.claimed += len(messages)
@@ -211,16 +201,7 @@ class Worker(ProcessBase):
     def _claim_failed(self, db: str, exc: Exception) -> None:
         self.stats.claim_errors += 1
         if isinstance(exc, DatabaseError):
-            self._reset_connection()
-
-    def _in_claim_transaction(self, db: str, acks: Sequence[Message],
-                              acked: Sequence[Message]) -> None:
-        everything = set(self.options.queues)
-        for hook, names in self._hooks.items():
-            if names >= everything:  # the usual case: one hook for all the worker's queues
-                hook(db, acks, acked)
-                continue
-            hook(db, *([m for m in group if m.queue.name in names] for group in (acks, acked)))
+            reset_connection()
 
     def _left(self) -> int:
         """How many more messages ``--max-messages`` lets this worker claim."""
@@ -269,17 +250,14 @@ class Worker(ProcessBase):
         except Exception as exc:  # kept, and tried again: nothing finished is lost
             logger.exception("Recording results failed; retrying", extra={"worker": self.id})
             if isinstance(exc, DatabaseError):
-                self._reset_connection()
+                reset_connection()
             self.stop_signals.stop.wait(0.5)
-
-    def _forget(self, message: Message) -> None:
-        self._held.pop(id(message), None)
 
     # Shutdown
 
     def shutdown(self) -> None:
         """Release unstarted work at once, let running handlers finish within the grace period."""
-        self._release(self._drain_unstarted())
+        self._release(self._threads.unstarted())
         grace = (self.options.shutdown_grace if self.options.shutdown_grace is not None
                  else self.settings.SHUTDOWN_GRACE)
         deadline = time.monotonic() + grace
@@ -291,32 +269,16 @@ class Worker(ProcessBase):
             if busy <= 0 or self.stop_signals.force.is_set() or time.monotonic() >= deadline:
                 break
             local_wakeup.wait(local_wakeup.generation, 0.05)
-        self._release(self._drain_unstarted())
-        unflushed = {id(d.message) for d in self._acks.unflushed}
-        still_running = [m for key, m in self._held.items() if key not in unflushed]
+        self._release(self._threads.unstarted())
+        still_running = self._held.other_than([d.message for d in self._acks.unflushed])
         if still_running:
             logger.warning("Releasing %d message(s) whose handlers did not finish in time",
                            len(still_running), extra={"worker": self.id})
             self._release(still_running)
         self._threads.stop()
 
-    def _drain_unstarted(self) -> list[Message]:
-        return self._threads.unstarted()
-
     def _release(self, messages: list[Message]) -> None:
-        if not messages:
-            return
-        try:
-            self.stats.released += release(messages)
-        except DatabaseError:
-            logger.exception("Could not release %d message(s); their leases will expire",
-                             len(messages), extra={"worker": self.id})
-        for message in messages:
-            self._forget(message)
-
-    @staticmethod
-    def _reset_connection() -> None:
-        reset_connection()
+        self.stats.released += self._held.release(messages)
 
 
 def _soonest(deadline: float | None, seconds: float | None) -> float | None:
