@@ -118,6 +118,10 @@ class Settings:
     #: Why shorter: the loop thread returns from each database round trip needing the
     #: GIL while a handler thread computes; with Python's 5 ms it could wait that long.
     WORKER_SWITCH_INTERVAL: float | None = 0.0005
+    #: Net allocations between two collections of Python's young generation in worker
+    #: processes, which also freeze the objects they hold once started (see
+    #: djqueue.processes.garbage_collection); None leaves Python's (2,000) alone.
+    WORKER_GC_THRESHOLD: int | None = 20_000
 
     @classmethod
     def from_django(cls) -> Settings:
@@ -142,6 +146,11 @@ class Settings:
             raise ConfigurationError("DJQUEUE['BACKOFF'] must be a non-empty list of seconds")
         _check_seconds(overrides, "WORKER_SWITCH_INTERVAL", "None or a number of seconds in "
                        "(0, 1]", lambda v: v is None or 0 < v <= 1)
+        threshold = overrides.get("WORKER_GC_THRESHOLD")
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(
+                threshold, int) or not 100 <= threshold <= 10**7):
+            raise ConfigurationError("DJQUEUE['WORKER_GC_THRESHOLD'] must be None or a whole "
+                                     f"number from 100 to 10,000,000, got {threshold!r}")
         _check_seconds(overrides, "CLAIM_RESCAN", "a number of seconds in [0, 60]",
                        lambda v: v is not None and 0 <= v <= 60)
         token = overrides.get("METRICS_TOKEN")

@@ -1,5 +1,6 @@
 """Handlers the tests' worker processes run. Each leaves an Effect row per execution."""
 
+import gc
 import logging
 import os
 import random
@@ -16,6 +17,13 @@ def record(message: Message) -> None:
 
 def noop(message: Message) -> None:
     """Does nothing (the adaptive claim size's test: no handler time to bound a claim)."""
+
+
+def garbage_collection(message: Message) -> None:
+    """Records the collector's settings in the worker process: ``key`` the message's n,
+    ``attempt`` the young generation's threshold, ``pid`` how many objects are frozen."""
+    Effect.objects.create(key=message.payload["n"], attempt=gc.get_threshold()[0],
+                          pid=gc.get_freeze_count())
 
 
 def partition_record(message: Message) -> None:

@@ -88,6 +88,7 @@ DJQUEUE = {
         "t.exactly": "tests.handlers.exactly_once_record",
         "t.flaky": "tests.handlers.fail_then_succeed",
         "t.report": "tests.handlers.reporting",
+        "t.gc": "tests.handlers.garbage_collection",
         "news:all": "tests.handlers.record",
         # the placement tests (tests/placement): queues on the second database
         "placed.work": "tests.handlers.record",
@@ -181,5 +182,8 @@ if os.environ.get("DJQUEUE_TEST_PERIODIC"):
     DJQUEUE["PERIODIC"] = {
         "beat": {"task": "tests.tasks.add", "cron": "* * * * *", "args": [1, 1]}}
 
+if os.environ.get("DJQUEUE_TEST_GC_THRESHOLD"):  # tests/worker/test_garbage_collection.py
+    _threshold = os.environ["DJQUEUE_TEST_GC_THRESHOLD"]
+    DJQUEUE["WORKER_GC_THRESHOLD"] = None if _threshold == "none" else int(_threshold)
 if os.environ.get("DJQUEUE_TEST_POLL"):  # a worker that polls this rarely (the doorbell test)
     DJQUEUE["POLL_MIN"] = DJQUEUE["POLL_MAX"] = float(os.environ["DJQUEUE_TEST_POLL"])

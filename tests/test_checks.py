@@ -49,6 +49,28 @@ def test_worker_switch_interval_applies_while_the_worker_runs():
         assert sys.getswitchinterval() == before
 
 
+@pytest.mark.parametrize("threshold", [0, 99, 10**8, 2.5, "often", True])
+def test_bad_worker_gc_threshold_is_e001(threshold):
+    with override_settings(DJQUEUE={"WORKER_GC_THRESHOLD": threshold}):
+        messages = run_checks(tags=["djqueue"], databases=[])
+    assert [m.id for m in messages] == ["djqueue.E001"]
+    assert "WORKER_GC_THRESHOLD" in messages[0].msg
+
+
+def test_collected_less_freezes_and_gives_everything_back():
+    import gc
+
+    from djqueue.processes.garbage_collection import collected_less
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with collected_less(50_000):
+        assert gc.get_threshold() == (50_000, *before[1:])
+        assert gc.get_freeze_count() > frozen
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+    with collected_less(None):
+        assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
 def test_unknown_database_alias_is_e002():
     with override_settings(DJQUEUE={"DATABASE": "elsewhere"}):
         assert ids() == {"djqueue.E002"}

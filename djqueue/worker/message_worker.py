@@ -25,6 +25,7 @@ from djqueue.conf import get_settings
 from djqueue.models import Message
 from djqueue.polling import Backoff, local_wakeup
 from djqueue.processes.base import ProcessBase
+from djqueue.processes.garbage_collection import collected_less
 from djqueue.processes.registration import Registration
 from djqueue.processes.thread_switch import switch_interval
 from djqueue.storage import partitions, placement
@@ -83,7 +84,8 @@ class Worker(ProcessBase):
 
     def run(self) -> int:
         """Work until stopped or a limit is reached; returns the process exit code."""
-        with switch_interval(self.settings.WORKER_SWITCH_INTERVAL):
+        with switch_interval(self.settings.WORKER_SWITCH_INTERVAL), collected_less(
+                self.settings.WORKER_GC_THRESHOLD):
             return super().run()
 
     def register(self) -> None:
