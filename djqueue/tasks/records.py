@@ -32,7 +32,7 @@ def record_id(message: Message) -> str:
     if given:
         return given
     db = fastpath.database_of(message)
-    return str(message.pk) if db is None or db == placement.home() else f"{message.pk}@{db}"
+    return str(message.id) if db is None or db == placement.home() else f"{message.id}@{db}"
 
 
 def result_locations(result_id: str) -> list[tuple[str, int | None]]:
@@ -87,17 +87,24 @@ def running_record(message: Message, record: TaskRecord | None = None) -> TaskRe
     return record
 
 
-def first_run_values(message: Message) -> dict[str, Any]:
+def first_run_task(message: Message) -> Task:
+    """The Task a claimed first delivery runs, as :func:`first_run_values` holds it."""
+    payload = message.payload
+    return _task(payload["task"], message.priority, message.queue.name, None,
+                 payload["backend"])
+
+
+def first_run_values(message: Message, task: Task | None = None) -> dict[str, Any]:
     """:func:`result_values` of the RUNNING record of a claimed first delivery whose
     record id is its message's own, straight from the message: what
     :func:`running_record` of :func:`record_from_message` would hold, without the
-    model instance, which a run whose record the ack copies never writes."""
+    model instance, which a run whose record the ack copies never writes. ``task``:
+    :func:`first_run_task` of the message, when the caller has it."""
     payload = message.payload
     claimed_at = message.claimed_at
     return {
-        "task": _task(payload["task"], message.priority, message.queue.name, None,
-                      payload["backend"]),
-        "id": str(message.pk), "enqueued_at": message.sent_at, "started_at": claimed_at,
+        "task": task or first_run_task(message),
+        "id": str(message.id), "enqueued_at": message.sent_at, "started_at": claimed_at,
         "last_attempted_at": claimed_at, "args": payload["args"], "kwargs": payload["kwargs"],
         "backend": payload["backend"], "status": TaskStatus.RUNNING, "finished_at": None,
         "errors": [], "worker_ids": [message.owner], "_return_value": None}

@@ -13,6 +13,9 @@ from djqueue.storage import fastpath
 from djqueue.tasks.backend import QueueTask
 from djqueue.tasks.compat import Task, TaskContext, TaskResult, normalize_json
 
+#: Types whose values normalize_json returns unchanged.
+_JSON_SCALARS = frozenset({type(None), str, int, float, bool})
+
 
 def call(task: Task, args: list[Any], kwargs: dict[str, Any], result: TaskResult | None) -> Any:
     """Run ``task`` (with its context first if it takes one, within its QueueTask
@@ -24,7 +27,9 @@ def call(task: Task, args: list[Any], kwargs: dict[str, Any], result: TaskResult
         args.insert(0, TaskContext(task_result=result))
     timeout = task.timeout if isinstance(task, QueueTask) else None
     func = fastpath.sync_function(task.func) or task.call
-    return normalize_json(call_with_timeout(lambda: func(*args, **kwargs), timeout))
+    value = call_with_timeout(lambda: func(*args, **kwargs), timeout)
+    # normalize_json returns these as they are (None, most tasks' value, saves a call).
+    return value if type(value) in _JSON_SCALARS else normalize_json(value)
 
 
 def call_with_timeout(call: Callable[[], Any], timeout: float | None) -> Any:

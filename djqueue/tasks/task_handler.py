@@ -44,6 +44,7 @@ from djqueue.tasks.records import (
     error_entry,
     finish,
     finished_values,
+    first_run_task,
     first_run_values,
     load_task,
     record_from_message,
@@ -94,14 +95,14 @@ def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Messa
     worker retries the same acks after a rollback (a deadlock, a connection lost at
     COMMIT), and their records must be written again then.
     """
-    ids = {m.pk for m in acks}
+    ids = {m.id for m in acks}  # a message's pk is its id (read as a plain attribute)
     with _lock:
         for pk, entry in _carried.items():
             if pk not in ids and _finished.get(pk) is entry:  # committed, or dropped
                 del _finished[pk]
         _carried.clear()
         _carried.update((pk, _finished[pk]) for pk in ids if pk in _finished)
-        done = [_carried[m.pk] for m in acked if m.pk in _carried]
+        done = [entry for entry in map(_carried.get, [m.id for m in acked]) if entry is not None]
     task_record_copy.copy_records(db, [f.copied for f in done if f.copied is not None],
                                   FINISHED_FIELDS)
     written = [f for f in done if f.copied is None]
@@ -171,7 +172,7 @@ def _is_first_run(conn: BaseDatabaseWrapper, message: Message, payload: dict[str
     message's ``task_result_id``, takes the path that looks that record up and checks it."""
     return (message.state == State.CLAIMED and workflow_joins.PAYLOAD_KEY not in payload
             and task_record_copy.copyable_message(conn, message)
-            and record_id(message) == str(message.pk))
+            and record_id(message) == str(message.id))
 
 
 def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, Any]) -> None:
@@ -182,12 +183,12 @@ def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, A
     Why: a record built and finished only to be dropped by the ack was a share of a
     django.tasks worker's time (docs/performance.md), in a process bound by the GIL."""
     sender = task_messages.serving_backend(message, payload["backend"])
-    values = first_run_values(message)
-    task = values["task"]
+    task = first_run_task(message)
     # Where a successful run's signals would do nothing, they are not sent, and the
     # results nobody reads are not made (task_run_logs.runs_unheard).
     unheard = task_run_logs.runs_unheard(sender)
-    result = None if unheard and not task.takes_context else result_from(values, from_json=True)
+    values = None if unheard and not task.takes_context else first_run_values(message, task)
+    result = None if values is None else result_from(values, from_json=True)
     if not unheard:
         task_started.send(sender=sender, task_result=result)
     try:
@@ -195,12 +196,12 @@ def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, A
     except Exception as exc:
         record = running_record(message, record_from_message(message))
         _failed(conn, message, record, True, task, exc)
-        finished = finished_values(values, record)
+        finished = finished_values(values or first_run_values(message, task), record)
     else:
-        run = task_record_copy.RunEnd(message.pk, timezone.now(), value)
+        run = task_record_copy.RunEnd(message.id, timezone.now(), value)
         with _lock:
-            _finished[message.pk] = Finished(copied=run)
-        if unheard:
+            _finished[message.id] = Finished(copied=run)
+        if unheard or values is None:  # (values is None only when unheard)
             return
         finished = {**values, "status": TaskStatus.SUCCESSFUL, "finished_at": run.finished_at,
                     "worker_ids": [message.owner], "_return_value": value}

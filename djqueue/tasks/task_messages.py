@@ -22,10 +22,16 @@ from djqueue.tasks.compat import task_backends
 #: A task message's fields and their types (``task_result_id``: older messages).
 _FIELDS = {"task": str, "backend": str, "args": list, "kwargs": dict, "run_after": str,
            "result_id": str, "task_result_id": str, "workflow": list}
+#: The fields of a task message enqueued with nothing but its arguments.
+_COMMON_FIELDS = {"task", "backend", "args", "kwargs"}
 
 
 def check_shape(message: Message, payload: Any) -> None:
     """Refuse (UntrustedTask) a message whose payload is not a well-formed task message."""
+    if (type(payload) is dict and payload.keys() == _COMMON_FIELDS
+            and type(payload["task"]) is str and type(payload["backend"]) is str
+            and type(payload["args"]) is list and type(payload["kwargs"]) is dict):
+        return  # the common task message, as the backend writes it and JSON reads it back
     if not (isinstance(payload, dict) and ("task" in payload or "task_result_id" in payload)):
         raise UntrustedTask(f"Message {message.pk} on task queue {message.queue.name!r} is "
                             "not a task message.")
