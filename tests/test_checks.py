@@ -71,6 +71,32 @@ def test_collected_less_freezes_and_gives_everything_back():
         assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
 
 
+def test_collected_less_honours_a_threshold_below_pythons():
+    import gc
+
+    from djqueue.processes.garbage_collection import collected_less
+
+    before = gc.get_threshold()
+    with collected_less(500):
+        assert gc.get_threshold() == (500, *before[1:])
+    assert gc.get_threshold() == before
+
+
+def test_collected_less_nested_gives_back_only_when_the_last_stops():
+    """Two workers in one process: the first to stop leaves the second's collector alone."""
+    import gc
+
+    from djqueue.processes.garbage_collection import collected_less
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with collected_less(30_000):
+        with collected_less(40_000):
+            assert gc.get_threshold() == (40_000, *before[1:])
+        assert gc.get_threshold() == (40_000, *before[1:])
+        assert gc.get_freeze_count() > frozen, "still frozen while one worker runs"
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
 def test_unknown_database_alias_is_e002():
     with override_settings(DJQUEUE={"DATABASE": "elsewhere"}):
         assert ids() == {"djqueue.E002"}

@@ -3,25 +3,34 @@
 A worker allocates many short-lived containers a message (a model instance with
 its state, a payload's dict, a task's values), and few of them outlive the
 batch. At CPython's default of a young-generation pass every 2,000 net
-allocations, and an older pass every tenth of those, a django.tasks worker on
-SQLite spent 0.4 s collecting in a 60,000-task drain (7 µs a task, with every
-thread stopped meanwhile), and each full pass walked the tens of thousands of
-objects Django and the project created at start and never free.
+allocations the collector stops every thread many times a second in a drain,
+and each older pass walks the tens of thousands of objects Django and the
+project created at start and never free (docs/performance.md has the figures).
 
 So a worker freezes what exists once it has started (``gc.freeze``: never
-scanned again; those objects live as long as the process anyway) and lets more
-allocations pass between young-generation collections (``gc.set_threshold``).
-Reference counting frees most objects at once either way; the threshold only
-bounds how long cyclic garbage may wait, at the cost of at most that many
-objects' memory. Both are given back when the worker stops (it may run inside
-another process, as the tests do).
+scanned again; those objects live as long as the process anyway) and sets how
+many net allocations pass between young-generation collections
+(``gc.set_threshold``), as WORKER_GC_THRESHOLD says: more than Python's by
+default, fewer if a user asks for fewer. Reference counting frees most objects
+at once either way; the threshold only bounds how long cyclic garbage may wait,
+at the cost of at most that many objects' memory.
+
+Both are given back when the worker stops, since it may run inside another
+process (the tests run workers in threads). When several workers share one
+process, the first to start changes the collector and the last to stop gives it
+back, so one worker's stop never undoes what a still-running one relies on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections.abc import Iterator
+
+_lock = threading.Lock()
+_holders = 0
+_python_threshold: tuple[int, int, int] = gc.get_threshold()
 
 
 @contextlib.contextmanager
@@ -32,11 +41,18 @@ def collected_less(young_threshold: int | None) -> Iterator[None]:
     if young_threshold is None:
         yield
         return
-    before = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(max(young_threshold, before[0]), *before[1:])
+    global _holders, _python_threshold
+    with _lock:
+        if _holders == 0:
+            _python_threshold = gc.get_threshold()
+            gc.freeze()
+        _holders += 1
+        gc.set_threshold(young_threshold, *_python_threshold[1:])
     try:
         yield
     finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
+        with _lock:
+            _holders -= 1
+            if _holders == 0:
+                gc.set_threshold(*_python_threshold)
+                gc.unfreeze()
