@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import djqueue
-from djqueue.models import History, Message, MessageGroup, Outcome, State
+from djqueue.models import Message, MessageGroup, Outcome, State
 from djqueue.storage import key_rate_claims
 from djqueue.storage.statements import claim_statements
 
@@ -42,26 +42,44 @@ def explain(queryset) -> str:
 
 @pytest.fixture
 def backlog():
-    """100,000 ready and 100,000 finished messages, plus scheduled and claimed neighbours."""
+    """100,000 ready and 100,000 finished messages, plus scheduled and claimed neighbours.
+
+    Written by INSERT ... SELECT over a sequence of numbers in the database: 210,500 rows
+    built as model instances took 36 s on MariaDB, this takes a few."""
     jobs, other = djqueue.create_queue("jobs"), djqueue.create_queue("other")
-    now = timezone.now()
-    batch = 5000
     with transaction.atomic():
-        for start in range(0, ROWS, batch):
-            Message.objects.bulk_create(
-                Message(queue=jobs, body="{}", priority=i % 3, sent_at=now, visible_at=now)
-                for i in range(start, start + batch))
-            History.objects.bulk_create(
-                History(id=10**9 + i, queue=jobs, outcome=Outcome.ACKED, attempts=1, size=2,
-                        sent_at=now, finished_at=now) for i in range(start, start + batch))
-        Message.objects.bulk_create(
-            [Message(queue=jobs, body="{}", state=State.SCHEDULED, visible_at=now)
-             for _ in range(5000)]
-            + [Message(queue=other, body="{}", visible_at=now) for _ in range(5000)]
-            + [Message(queue=jobs, body="{}", state=State.CLAIMED, visible_at=now)
-               for _ in range(500)])
+        insert_numbered("djqueue_message", MESSAGE_COLUMNS,
+                        "%s, %s, n %% 3, '{}', %s, 0, '', '', %s", ROWS, (jobs.pk, State.READY))
+        insert_numbered("djqueue_history", HISTORY_COLUMNS,
+                        "1000000000 + n, %s, %s, 0, 1, 2, '', %s, %s", ROWS,
+                        (jobs.pk, Outcome.ACKED))
+        for queue, state, count in ((jobs, State.SCHEDULED, 5000), (other, State.READY, 5000),
+                                    (jobs, State.CLAIMED, 500)):
+            insert_numbered("djqueue_message", MESSAGE_COLUMNS,
+                            "%s, %s, 0, '{}', %s, 0, '', '', %s", count, (queue.pk, state))
     analyze("djqueue_message")
     return jobs
+
+
+MESSAGE_COLUMNS = "queue_id, state, priority, body, visible_at, attempts, owner, lease_token, sent_at"
+HISTORY_COLUMNS = "id, queue_id, outcome, priority, attempts, size, worker, sent_at, finished_at"
+
+
+def insert_numbered(table: str, columns: str, values: str, count: int, params: tuple) -> None:
+    """INSERT ``count`` rows of ``values`` into ``table``: ``n`` is the row's number
+    (from 1), the placeholders take ``params`` and then the current time twice."""
+    now = timezone.now()
+    if connection.vendor == "mysql":
+        prefix, source = "", f"(SELECT seq AS n FROM seq_1_to_{count}) AS numbers"
+    elif connection.vendor == "postgresql":
+        prefix, source = "", f"generate_series(1, {count}) AS numbers(n)"
+    else:
+        prefix = (f"WITH RECURSIVE numbers(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM "
+                  f"numbers WHERE n < {count}) ")
+        source = "numbers"
+    with connection.cursor() as cursor:
+        cursor.execute(f"{prefix}INSERT INTO {table} ({columns}) SELECT {values} FROM {source}",
+                       (*params, now, now))
 
 
 def analyze(table: str) -> None:
