@@ -17,8 +17,9 @@ at the cost of at most that many objects' memory.
 
 Both are given back when the worker stops, since it may run inside another
 process (the tests run workers in threads). When several workers share one
-process, the first to start changes the collector and the last to stop gives it
-back, so one worker's stop never undoes what a still-running one relies on.
+process, the first to start freezes, each sets the threshold it was given, and
+only the last to stop gives both back, so one worker's stop never undoes what a
+still-running one relies on.
 """
 
 from __future__ import annotations
