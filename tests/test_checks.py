@@ -1,8 +1,12 @@
 """System checks report configuration mistakes with stable ids."""
 
+import gc
+
 import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
+
+from djqueue.processes.garbage_collection import collected_less
 
 
 def ids(**kwargs) -> set[str]:
@@ -58,10 +62,6 @@ def test_bad_worker_gc_threshold_is_e001(threshold):
 
 
 def test_collected_less_freezes_and_gives_everything_back():
-    import gc
-
-    from djqueue.processes.garbage_collection import collected_less
-
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
     with collected_less(50_000):
         assert gc.get_threshold() == (50_000, *before[1:])
@@ -72,10 +72,6 @@ def test_collected_less_freezes_and_gives_everything_back():
 
 
 def test_collected_less_honours_a_threshold_below_pythons():
-    import gc
-
-    from djqueue.processes.garbage_collection import collected_less
-
     before = gc.get_threshold()
     with collected_less(500):
         assert gc.get_threshold() == (500, *before[1:])
@@ -84,10 +80,6 @@ def test_collected_less_honours_a_threshold_below_pythons():
 
 def test_collected_less_nested_gives_back_only_when_the_last_stops():
     """Two workers in one process: the first to stop leaves the second's collector alone."""
-    import gc
-
-    from djqueue.processes.garbage_collection import collected_less
-
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
     with collected_less(30_000):
         with collected_less(40_000):

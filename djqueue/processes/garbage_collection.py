@@ -31,7 +31,8 @@ from collections.abc import Iterator
 
 _lock = threading.Lock()
 _holders = 0
-_python_threshold: tuple[int, int, int] = gc.get_threshold()
+#: Python's thresholds, read by the first holder and given back by the last.
+_python_threshold: tuple[int, int, int] | None = None
 
 
 @contextlib.contextmanager
@@ -48,12 +49,12 @@ def collected_less(young_threshold: int | None) -> Iterator[None]:
             _python_threshold = gc.get_threshold()
             gc.freeze()
         _holders += 1
-        gc.set_threshold(young_threshold, *_python_threshold[1:])
+        gc.set_threshold(young_threshold, *gc.get_threshold()[1:])
     try:
         yield
     finally:
         with _lock:
             _holders -= 1
-            if _holders == 0:
+            if _holders == 0 and _python_threshold is not None:
                 gc.set_threshold(*_python_threshold)
                 gc.unfreeze()
