@@ -185,5 +185,5 @@ if os.environ.get("DJQUEUE_TEST_PERIODIC"):
 if os.environ.get("DJQUEUE_TEST_GC_THRESHOLD"):  # tests/worker/test_garbage_collection.py
     _threshold = os.environ["DJQUEUE_TEST_GC_THRESHOLD"]
     DJQUEUE["WORKER_GC_THRESHOLD"] = None if _threshold == "none" else int(_threshold)
-if os.environ.get("DJQUEUE_TEST_POLL"):  # a worker that polls this rarely (the doorbell test)
+if os.environ.get("DJQUEUE_TEST_POLL"):  # a worker that polls this rarely (the wake-up tests)
     DJQUEUE["POLL_MIN"] = DJQUEUE["POLL_MAX"] = float(os.environ["DJQUEUE_TEST_POLL"])

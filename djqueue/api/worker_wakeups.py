@@ -3,8 +3,10 @@
 A worker binds a UDP socket on ``WAKE_HOST`` (an ephemeral port) and records
 the address in its worker row. A process whose send commits looks up the
 addresses of the workers serving that queue (cached for ``WAKE_REFRESH``
-seconds) and sends each an empty datagram; the worker's listener thread wakes
-its loop, which claims at once instead of at its next poll.
+seconds) and sends each a datagram holding the alias of the database the messages
+were stored on; the worker's listener thread wakes its loop, which claims there at
+once instead of at its next poll (a worker whose queues live on several databases
+claims on the named one only: djqueue.worker.database_pacing).
 
 Why UDP, and not PostgreSQL's LISTEN/NOTIFY: it works the same on all three
 databases, costs the sender one ``sendto()`` per worker and the database
@@ -21,7 +23,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from django.db import DatabaseError
 
@@ -33,27 +35,47 @@ from djqueue.storage import dialects
 logger = logging.getLogger("djqueue.worker")
 
 
-class WakeSocket:
-    """A worker's listening end."""
+#: The longest database alias a datagram names, in bytes; a longer one is cut short,
+#: so names none.
+LONGEST_NAME = 200
 
-    def __init__(self, host: str) -> None:
+
+class WakeSocket:
+    """A worker's listening end. ``named`` hears the database each datagram names (None
+    for an empty one, or one that is not a database alias) before the loop is woken."""
+
+    def __init__(self, host: str, named: Callable[[str | None], None] | None = None) -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._socket.bind((host, 0))
         self._socket.settimeout(0.5)
         self.address = "{}:{}".format(*self._socket.getsockname())
+        self._named = named
 
     def listen_until(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                self._socket.recv(16)
+                data = self._socket.recv(LONGEST_NAME + 1)
             except TimeoutError:
                 continue
             except OSError:
                 return  # closed
+            if self._named is not None:
+                self._named(database_named(data))
             local_wakeup.notify()
 
     def close(self) -> None:
         self._socket.close()
+
+
+def database_named(data: bytes) -> str | None:
+    """The alias a datagram names; None for an empty or cut one, or one that is not text.
+    A name that is not one of the worker's databases wakes them all, as None does."""
+    if not data or len(data) > LONGEST_NAME:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 class _WakeAddresses:
@@ -75,13 +97,14 @@ class _WakeAddresses:
         addresses = {a for name in queue_names for a in by_queue.get(name, ())}
         if not addresses:
             return
+        database = dialects.alias().encode()
         with self._lock:
             if self._socket is None:
                 self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 self._socket.setblocking(False)
             for address in addresses:
                 with contextlib.suppress(OSError):  # a full buffer or a gone worker: it polls
-                    self._socket.sendto(b"", address)
+                    self._socket.sendto(database, address)
 
     def forget(self) -> None:
         self._by_database = {}

@@ -7,7 +7,8 @@ runs handlers on threads, acks in batches), the calls of handlers
 (``handler_threads``), the messages claimed and not yet settled
 (``held_messages``), the acks that wait to ride with the next claim
 (``ack_batches``), handlers' hooks in that transaction (``claim_hooks``),
-prefetch pacing (``prefetch``), and the supervisor of
+the claims on each database (``database_claims``) and when each is next due
+(``database_pacing``), prefetch pacing (``prefetch``), and the supervisor of
 several worker processes (``djqueue_worker --processes``).
 
 May import: djqueue.processes and below. Never djqueue.tasks: the django.tasks

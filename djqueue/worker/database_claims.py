@@ -6,7 +6,9 @@ acks that ride along commit where their rows are. A database that fails its
 claim (its server is down, a failover is under way) is left alone for a
 growing pause while the others go on; its finished messages wait, unacked, for
 its return, and its claims come back to whoever serves it once their leases
-end.
+end. Which databases a round visits, when there are several, is their pacing's
+(djqueue.worker.database_pacing): those named by a wake-up, those with acks to
+settle, and those whose own backoff has run out.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from djqueue.rates import LimitWait
 from djqueue.storage.claims import by_database
 from djqueue.storage.receiver_claims import PromotionClock, claim_ready
 from djqueue.types import AckHook
+from djqueue.worker.database_pacing import DatabasePacing
 
 logger = logging.getLogger("djqueue.worker")
 #: Seconds a failed database is left alone: the first pause, and the longest.
@@ -49,6 +52,7 @@ class DatabaseClaims:
         self.promotion = PromotionClock()
         #: How soon a limited queue may let more start (claim_limits): the idle sleep's cap.
         self.limit_wait = LimitWait()
+        self.pacing = DatabasePacing()
         #: database -> (monotonic time it may be tried again, the pause that set it)
         self._paused: dict[str, tuple[float, float]] = {}
 
@@ -59,13 +63,16 @@ class DatabaseClaims:
         self.limit_wait.clear()
         round_ = Claimed()
         now = time.monotonic()
-        for db, (on_db, acks_on_db) in by_database(queues, acks).items():
-            if self._paused.get(db, (0.0, 0.0))[0] > now:
+        found = by_database(queues, acks)
+        due = self.pacing.due(found.keys())
+        for db, (on_db, acks_on_db) in found.items():
+            if self._paused.get(db, (0.0, 0.0))[0] > now or (db not in due and not acks_on_db):
                 continue
             wait = LimitWait()
+            asked = max(limit - len(round_.messages), 0)
             try:
                 acked, messages = claim_ready(
-                    on_db, max(limit - len(round_.messages), 0), owner=self.worker_id,
+                    on_db, asked, owner=self.worker_id,
                     visibility_timeout=self.visibility_timeout, clock=self.promotion,
                     where=self.where, peek=peek, acks=acks_on_db, hook=self.hook, wait=wait)
             except Exception as exc:  # the worker outlives any one failed claim
@@ -73,6 +80,9 @@ class DatabaseClaims:
                 self._pause(db, exc)
                 continue
             self._paused.pop(db, None)
+            if len(found) > 1:
+                self.pacing.claimed(db, asked=asked, found=len(messages),
+                                   acked=bool(acks_on_db))
             if wait.seconds is not None:
                 self.limit_wait.note(wait.seconds)
             round_.acked += acked

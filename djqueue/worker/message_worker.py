@@ -67,8 +67,12 @@ class Worker(ProcessBase):
         self._threads: HandlerThreads[Message, Done] = HandlerThreads(
             self._calls.execute, self._deliver, size=options.concurrency,
             time_limit=options.time_limit, accepting=lambda: not self.stop_signals.stop.is_set())
+        self._claims = DatabaseClaims(self.id, visibility_timeout=options.visibility_timeout,
+                                      where=self.where, hook=self._hook,
+                                      on_error=self._claim_failed)
         wake_host = self.settings.WAKE_HOST
-        self.wake_socket = WakeSocket(wake_host) if wake_host is not None else None
+        self.wake_socket = (WakeSocket(wake_host, named=self._claims.pacing.woken)
+                            if wake_host is not None else None)
         self.registration = Registration(
             self.id, self.lock_key, queues=options.queues, concurrency=options.concurrency,
             held=self._held.pks,
@@ -76,9 +80,6 @@ class Worker(ProcessBase):
             databases=list(dict.fromkeys(
                 db for q in self.queues for db in (partitions.served(q) if q.partitions
                                                    is not None else [placement.database_of(q)]))))
-        self._claims = DatabaseClaims(self.id, visibility_timeout=options.visibility_timeout,
-                                      where=self.where, hook=self._hook,
-                                      on_error=self._claim_failed)
 
     # Lifecycle (see ProcessBase.run: register, heartbeat, main, shutdown, deregister)
 
@@ -169,6 +170,7 @@ class Worker(ProcessBase):
                     len(self._held), len(self._acks.unflushed))):
                 continue
             backoff.sleep(_soonest(self._acks.due(self._prefetch.batch_size),
+                                   self._claims.pacing.next_due(),
                                    self._claims.limit_wait.seconds))
 
     def _claim(self, limit: int, peek: bool = False) -> int:
@@ -283,9 +285,10 @@ class Worker(ProcessBase):
         self.stats.released += self._held.release(messages)
 
 
-def _soonest(deadline: float | None, seconds: float | None) -> float | None:
-    """The earlier of a monotonic ``deadline`` and ``seconds`` from now (either may be None)."""
-    if seconds is None:
-        return deadline
-    at = time.monotonic() + seconds
-    return at if deadline is None else min(deadline, at)
+def _soonest(acks_due: float | None, database_due: float | None,
+             seconds: float | None) -> float | None:
+    """The earliest of two monotonic deadlines and ``seconds`` from now (any may be None)."""
+    times = [at for at in (acks_due, database_due) if at is not None]
+    if seconds is not None:
+        times.append(time.monotonic() + seconds)
+    return min(times, default=None)

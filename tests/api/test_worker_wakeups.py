@@ -1,4 +1,4 @@
-"""Senders wake idle workers of other processes through the doorbell (djqueue.api.worker_wakeups)."""
+"""Senders wake idle workers of other processes by a datagram (djqueue.api.worker_wakeups)."""
 
 from __future__ import annotations
 
@@ -26,33 +26,42 @@ def fresh_directory():
     worker_wakeups.wake_addresses.forget()
 
 
-def test_ring_reaches_the_workers_of_that_queue_only():
-    bell = WakeSocket("127.0.0.1")
+def test_a_wake_up_reaches_the_workers_of_that_queue_only_naming_the_database():
+    named: list[str | None] = []
+    wake_socket = WakeSocket("127.0.0.1", named=named.append)
     stop = threading.Event()
-    listener = threading.Thread(target=bell.listen_until, args=(stop,))
+    listener = threading.Thread(target=wake_socket.listen_until, args=(stop,))
     listener.start()
     try:
         Worker.objects.create(id="w1", hostname="h", pid=1, lock_key="k", queues=["t.record"],
-                              wake_address=bell.address)
+                              wake_address=wake_socket.address)
         seen = local_wakeup.generation
         worker_wakeups.wake_workers({"t.other"})
         assert not local_wakeup.wait(seen, 0.5), "a worker of another queue was woken"
         worker_wakeups.wake_workers({"t.record"})
         assert local_wakeup.wait(seen, 10), "the datagram did not wake the listener"
+        assert named == ["default"], "the datagram names the database the send went to"
     finally:
         stop.set()
         listener.join(5)
-        bell.close()
+        wake_socket.close()
 
 
-def test_ring_with_no_listener_or_an_unusable_address_is_harmless():
+@pytest.mark.parametrize(("data", "name"), [
+    (b"default", "default"), (b"p2", "p2"), ("bäse".encode(), "bäse"),
+    (b"", None), (b"\xff\xfe", None), (b"x" * (worker_wakeups.LONGEST_NAME + 1), None)])
+def test_a_datagram_names_a_database_or_none(data, name):
+    assert worker_wakeups.database_named(data) == name
+
+
+def test_a_wake_up_with_no_listener_or_an_unusable_address_is_harmless():
     Worker.objects.create(id="w1", hostname="h", pid=1, lock_key="k", queues=["t.record"],
                           wake_address="127.0.0.1:9")  # the discard port: nobody listens
     Worker.objects.create(id="w2", hostname="h", pid=2, lock_key="k2", queues=["t.record"],
                           wake_address="not-an-address")
     djqueue.create_queue("t.record")
     worker_wakeups.wake_workers({"t.record"})
-    assert djqueue.send("t.record", {"n": 1}).pk  # a send rings too and still succeeds
+    assert djqueue.send("t.record", {"n": 1}).pk  # a send wakes them too and still succeeds
 
 
 def test_a_send_wakes_a_worker_that_polls_every_two_minutes(spawn):
@@ -61,14 +70,14 @@ def test_a_send_wakes_a_worker_that_polls_every_two_minutes(spawn):
     wait_until(lambda: Worker.objects.exclude(wake_address="").exists(), 60, "the worker")
     djqueue.send("t.record", {"n": 1})
     wait_until(lambda: History.objects.count() == 1, 60, "the first message")
-    # Now idle with a 120 s poll: only the doorbell can bring the next one in sooner.
+    # Now idle with a 120 s poll: only the wake-up can bring the next one in sooner.
     sent = time.monotonic()
     djqueue.send("t.record", {"n": 2})
-    wait_until(lambda: History.objects.count() == 2, 60, f"the doorbell\n{worker.output()}")
+    wait_until(lambda: History.objects.count() == 2, 60, f"the wake-up\n{worker.output()}")
     assert time.monotonic() - sent < 60
 
 
-def test_workers_without_a_doorbell_register_no_address(settings):
+def test_workers_without_wake_ups_register_no_address(settings):
     settings.DJQUEUE = {**settings.DJQUEUE, "WAKE_HOST": None}
     djqueue.create_queue("t.record")
 
