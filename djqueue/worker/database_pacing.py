@@ -53,9 +53,10 @@ class DatabasePacing:
             if self._next:
                 self._next.clear()  # one database: the loop's own backoff paces it
             return databases
-        if self._next.keys() - set(databases):  # a partition no longer served
-            self._next = {db: at for db, at in self._next.items() if db in databases}
-        if all_named or not named <= set(databases):
+        served = set(databases)
+        if self._next.keys() - served:  # a partition no longer served
+            self._next = {db: at for db, at in self._next.items() if db in served}
+        if all_named or not named <= served:
             return databases
         now = time.monotonic()
         return [db for db in databases
@@ -65,9 +66,10 @@ class DatabasePacing:
         """Record a claim on ``database``, one of several, that asked for ``asked``."""
         if found or acked:
             self._next[database] = (0.0, self.shortest)
-        elif asked:  # asked for none (earlier databases filled the batch): still due
+        elif asked:  # asked and found nothing: put off, the delay doubling
             delay = self._next.get(database, (0.0, self.shortest))[1]
             self._next[database] = (time.monotonic() + delay, min(delay * 2, self.longest))
+        # else: asked for none (earlier databases filled the batch), so it stays due
 
     def next_due(self) -> float | None:
         """When the soonest put-off database is next due (monotonic); None when none is

@@ -3,6 +3,8 @@ got the message, not on every partition (djqueue.worker.database_pacing)."""
 
 from __future__ import annotations
 
+import contextlib
+
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
@@ -20,14 +22,10 @@ PARTS = ["queues", "p2", "p3"]
 
 def statements(claims: DatabaseClaims, queues: list) -> tuple[list, dict[str, int]]:
     """One idle round of ``claims``: what it claimed, and the statements on each partition."""
-    captured = {db: CaptureQueriesContext(connections[db]) for db in PARTS}
-    for context in captured.values():
-        context.__enter__()
-    try:
+    with contextlib.ExitStack() as stack:
+        captured = {db: stack.enter_context(CaptureQueriesContext(connections[db]))
+                    for db in PARTS}
         claimed = claims.claim(queues, [], 10, peek=True)
-    finally:
-        for context in captured.values():
-            context.__exit__(None, None, None)
     return claimed.messages, {db: len(context) for db, context in captured.items()}
 
 
