@@ -46,7 +46,7 @@ class Waiter:
         self.turn = asyncio.Event()
 
 
-class WaitingRoom:
+class WaitingReceives:
     """The lines of this process's waiting receives, by the queues they wait on."""
 
     def __init__(self) -> None:
@@ -122,7 +122,7 @@ class WaitingRoom:
         address = ""
         if settings.WAKE_HOST is not None:
             transport, _ = await self._loop.create_datagram_endpoint(
-                lambda: _Doorbell(self), local_addr=(settings.WAKE_HOST, 0), family=socket.AF_INET)
+                lambda: _WakeDatagrams(self), local_addr=(settings.WAKE_HOST, 0), family=socket.AF_INET)
             address = "{}:{}".format(*transport.get_extra_info("sockname")[:2])
         lock_key = uuid.uuid4().hex
         self._registration = Registration(
@@ -161,21 +161,23 @@ class WaitingRoom:
             await asyncio.sleep(QUEUES_WRITE_EVERY)
 
 
-class _Doorbell(asyncio.DatagramProtocol):
-    def __init__(self, room: WaitingRoom) -> None:
-        self.room = room
+class _WakeDatagrams(asyncio.DatagramProtocol):
+    """Hears the wake-up datagrams of sends (their content is not read: any wakes)."""
+
+    def __init__(self, waiting: WaitingReceives) -> None:
+        self.waiting = waiting
 
     def datagram_received(self, data: bytes, addr: tuple) -> None:
-        self.room.wake()
+        self.waiting.wake()
 
 
-#: One room per event loop (an ASGI server runs one).
-_rooms: dict[int, WaitingRoom] = {}
+#: One per event loop (an ASGI server runs one).
+_by_loop: dict[int, WaitingReceives] = {}
 
 
-def room() -> WaitingRoom:
+def waiting_receives() -> WaitingReceives:
     loop = asyncio.get_running_loop()
-    found = _rooms.get(id(loop))
+    found = _by_loop.get(id(loop))
     if found is None:
-        found = _rooms[id(loop)] = WaitingRoom()
+        found = _by_loop[id(loop)] = WaitingReceives()
     return found

@@ -73,7 +73,7 @@ async def _long_poll(request: HttpRequest, name: str, permission_on: str,
             visibility_timeout=wanted.visibility_timeout, owner=wanted.owner,
             where=wanted.where)]
 
-    messages = await long_polls.room().receive(
+    messages = await long_polls.waiting_receives().receive(
         names, wanted.wait, lambda: in_database(claim), wanted.max_messages)
     return json_response({"messages": messages})
 

@@ -19,7 +19,7 @@ class Worker(models.Model):
     heartbeat_at = models.DateTimeField(default=timezone.now, db_index=True)
     holding = models.PositiveIntegerField(default=0, help_text="Messages held at the last beat.")
     wake_address = models.CharField(max_length=100, blank=True, default="",
-                                    help_text="host:port its doorbell listens on, if any.")
+                                    help_text="host:port where it hears wake-up datagrams, if any.")
     held_ids = models.JSONField(default=list, blank=True,
                                 help_text="The first few of them (ids), at the last beat.")
 
