@@ -24,6 +24,8 @@ step() {
   local started=$SECONDS
   if "$@"; then echo "--- $name: ok ($((SECONDS - started))s)"; else failed+=("$name"); echo "--- $name: FAILED"; fi
 }
+# pytest's exit code 5 (nothing selected, e.g. by -k) is not a failure.
+none_selected_ok() { "$@"; local rc=$?; [ $rc -eq 5 ] && return 0; return $rc; }
 # tests/faults/test_faults.py runs once, in its own step: it starts a private MariaDB.
 suite() { DATABASE_URL=$1 "$PY" -m pytest -p no:cacheprovider -q --durations=5 \
   --ignore=tests/faults/test_faults.py --ignore=tests/packaging "${@:2}"; }
@@ -54,27 +56,24 @@ lane2() {
   # At least one line (an empty one when all passed): an empty file means lane 2 died.
   printf '%s\n' "${failed[@]}" > "$lane2_failed"
 }
-server_side_binding() {  # exit code 5 (nothing selected, e.g. by -k) is not a failure
-  DATABASE_URL="$POSTGRES_URL" DJQUEUE_TEST_SERVER_SIDE_BINDING=1 "$PY" -m pytest \
-    -p no:cacheprovider -q -m "not slow" tests/api tests/storage "$@"
-  local rc=$?; [ $rc -eq 5 ] && return 0; return $rc
+server_side_binding() {
+  DATABASE_URL="$POSTGRES_URL" DJQUEUE_TEST_SERVER_SIDE_BINDING=1 none_selected_ok "$PY" -m \
+    pytest -p no:cacheprovider -q -m "not slow" tests/api tests/storage "$@"
 }
 # The wheel, built and installed in a fresh venv, in a bare project (once: no database).
-wheel() {  # exit code 5 (deselected by -k) is not a failure
-  "$PY" -m pytest -p no:cacheprovider -q tests/packaging "$@"
-  local rc=$?; [ $rc -eq 5 ] && return 0; return $rc
-}
+wheel() { none_selected_ok "$PY" -m pytest -p no:cacheprovider -q tests/packaging "$@"; }
 echo; echo "=== lane 2 (PostgreSQL, SQLite, the wheel) started beside lane 1; its output follows lane 1's"
 lane2 "$@" > "$lane2_log" 2>&1 &
 lane2_pid=$!
-trap 'trap - INT TERM; kill 0' INT TERM  # a stopped run stops both lanes
+# A stopped run stops both lanes (bash runs this once the running stage returns).
+trap 'trap - INT TERM; kill 0' INT TERM
+trap 'rm -f "$lane2_log" "$lane2_failed"' EXIT
 
 # Lane 1: MariaDB, the fault scenarios, Django 5.2 LTS.
 step "pytest on MariaDB" suite "$MARIADB_URL" "$@"
-faults() {  # exit code 5 (nothing selected, e.g. by -k) is not a failure
-  DATABASE_URL="$MARIADB_URL" "$PY" -m pytest -p no:cacheprovider -q --durations=10 \
-    tests/faults/test_faults.py "$@"
-  local rc=$?; [ $rc -eq 5 ] && return 0; return $rc
+faults() {
+  DATABASE_URL="$MARIADB_URL" none_selected_ok "$PY" -m pytest -p no:cacheprovider -q \
+    --durations=10 tests/faults/test_faults.py "$@"
 }
 step "fault scenarios (short forms; a private MariaDB on port 3307)" faults "$@"
 
@@ -98,7 +97,6 @@ if [ -s "$lane2_failed" ]; then
 else
   failed+=("lane 2 (it ended before its last step)")
 fi
-rm -f "$lane2_log" "$lane2_failed"
 
 echo
 if [ ${#failed[@]} -gt 0 ]; then
