@@ -6,15 +6,15 @@ acks that ride along commit where their rows are. A database that fails its
 claim (its server is down, a failover is under way) is left alone for a
 growing pause while the others go on; its finished messages wait, unacked, for
 its return, and its claims come back to whoever serves it once their leases
-end. Which databases a round visits, when there are several, is their pacing's
-(djqueue.worker.database_pacing): those named by a wake-up, those with acks to
-settle, and those whose own backoff has run out.
+end. Which databases a round visits is their pacing's
+(djqueue.worker.database_pacing): not one left alone after a failed claim, and,
+when there are several, those named by a wake-up, those with acks to settle, and
+those whose own backoff has run out.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 
 from django.db.models import Q
@@ -27,8 +27,6 @@ from djqueue.types import AckHook
 from djqueue.worker.database_pacing import DatabasePacing
 
 logger = logging.getLogger("djqueue.worker")
-#: Seconds a failed database is left alone: the first pause, and the longest.
-FIRST_PAUSE, LONGEST_PAUSE = 0.5, 5.0
 
 
 class Claimed:
@@ -53,8 +51,6 @@ class DatabaseClaims:
         #: How soon a limited queue may let more start (claim_limits): the idle sleep's cap.
         self.limit_wait = LimitWait()
         self.pacing = DatabasePacing()
-        #: database -> (monotonic time it may be tried again, the pause that set it)
-        self._paused: dict[str, tuple[float, float]] = {}
 
     def claim(self, queues: Sequence[Queue], acks: list[Message], limit: int, *,
               peek: bool) -> Claimed:
@@ -62,11 +58,10 @@ class DatabaseClaims:
         ``acks`` on their databases in the same transactions."""
         self.limit_wait.clear()
         round_ = Claimed()
-        now = time.monotonic()
         found = by_database(queues, acks)
-        due = self.pacing.due(found.keys())
+        due = self.pacing.due(found.keys(), [db for db, (_, on_db) in found.items() if on_db])
         for db, (on_db, acks_on_db) in found.items():
-            if self._paused.get(db, (0.0, 0.0))[0] > now or (db not in due and not acks_on_db):
+            if db not in due:
                 continue
             wait = LimitWait()
             asked = max(limit - len(round_.messages), 0)
@@ -77,12 +72,10 @@ class DatabaseClaims:
                     where=self.where, peek=peek, acks=acks_on_db, hook=self.hook, wait=wait)
             except Exception as exc:  # the worker outlives any one failed claim
                 round_.failed += 1
-                self._pause(db, exc)
+                self._failed(db, exc)
                 continue
-            self._paused.pop(db, None)
-            if len(found) > 1:
-                self.pacing.claimed(db, asked=asked, found=len(messages),
-                                   acked=bool(acks_on_db))
+            self.pacing.claimed(db, several=len(found) > 1, asked=asked, found=len(messages),
+                                acked=bool(acks_on_db))
             if wait.seconds is not None:
                 self.limit_wait.note(wait.seconds)
             round_.acked += acked
@@ -90,9 +83,8 @@ class DatabaseClaims:
             round_.messages += messages
         return round_
 
-    def _pause(self, db: str, exc: Exception) -> None:
-        pause = min(self._paused.get(db, (0.0, FIRST_PAUSE / 2))[1] * 2, LONGEST_PAUSE)
-        self._paused[db] = (time.monotonic() + pause, pause)
+    def _failed(self, db: str, exc: Exception) -> None:
+        pause = self.pacing.failed(db)
         logger.error("Claim on database %s failed; leaving it for %g s", db, pause,
                      exc_info=exc, extra={"worker": self.worker_id, "database": db})
         self.on_error(db, exc)  # the worker counts it, and drops a broken connection
