@@ -22,7 +22,10 @@ step() {
   local name=$1; shift
   echo; echo "=== $name"
   local started=$SECONDS
-  if "$@"; then echo "--- $name: ok ($((SECONDS - started))s)"; else failed+=("$name"); echo "--- $name: FAILED"; fi
+  # In the background and waited for, so that a stopping signal's trap (below) runs at
+  # once: bash runs a trap only after the foreground command it is waiting on returns.
+  "$@" & local pid=$!
+  if wait "$pid"; then echo "--- $name: ok ($((SECONDS - started))s)"; else failed+=("$name"); echo "--- $name: FAILED"; fi
 }
 # pytest's exit code 5 (nothing selected, e.g. by -k) is not a failure.
 none_selected_ok() { "$@"; local rc=$?; [ $rc -eq 5 ] && return 0; return $rc; }
@@ -60,23 +63,23 @@ server_side_binding() {
   DATABASE_URL="$POSTGRES_URL" DJQUEUE_TEST_SERVER_SIDE_BINDING=1 none_selected_ok "$PY" -m \
     pytest -p no:cacheprovider -q -m "not slow" tests/api tests/storage "$@"
 }
+# The fault scenarios' short forms: they start a private MariaDB (lane 1's alone).
+faults() {
+  DATABASE_URL="$MARIADB_URL" none_selected_ok "$PY" -m pytest -p no:cacheprovider -q \
+    --durations=10 tests/faults/test_faults.py "$@"
+}
 # The wheel, built and installed in a fresh venv, in a bare project (once: no database).
 wheel() { none_selected_ok "$PY" -m pytest -p no:cacheprovider -q tests/packaging "$@"; }
 echo; echo "=== lane 2 (PostgreSQL, SQLite, the wheel) started beside lane 1; its output follows lane 1's"
 lane2 "$@" > "$lane2_log" 2>&1 &
 lane2_pid=$!
-# A stopped run stops both lanes (bash runs this once the running stage returns).
+# A stopped run stops both lanes and their running steps at once (see step).
 trap 'trap - INT TERM; kill 0' INT TERM
 trap 'rm -f "$lane2_log" "$lane2_failed"' EXIT
 
 # Lane 1: MariaDB, the fault scenarios, Django 5.2 LTS.
 step "pytest on MariaDB" suite "$MARIADB_URL" "$@"
-faults() {
-  DATABASE_URL="$MARIADB_URL" none_selected_ok "$PY" -m pytest -p no:cacheprovider -q \
-    --durations=10 tests/faults/test_faults.py "$@"
-}
 step "fault scenarios (short forms; a private MariaDB on port 3307)" faults "$@"
-
 
 # Django 5.2 LTS with the django-tasks backport, when a Python 3.11 is at hand
 # and the main venv is not already that fallback.

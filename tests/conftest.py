@@ -28,6 +28,17 @@ mysql_only = pytest.mark.mysql_only
 needs_row_locks = pytest.mark.row_locks
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM (a stopped ``make test``, a CI's time limit) ends the run as Ctrl-C
+    does: pytest then tears the fixtures down, so the servers and worker processes the
+    tests started are stopped rather than left behind."""
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupted)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("mysql_only") and connection.vendor != "mysql":
         pytest.skip("MariaDB/MySQL only")
