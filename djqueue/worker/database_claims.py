@@ -59,7 +59,7 @@ class DatabaseClaims:
         self.limit_wait.clear()
         round_ = Claimed()
         found = by_database(queues, acks)
-        due = self.pacing.due(found.keys(), [db for db, (_, on_db) in found.items() if on_db])
+        due = self.pacing.due(found.keys(), [db for db, (_, settling) in found.items() if settling])
         for db, (on_db, acks_on_db) in found.items():
             if db not in due:
                 continue
