@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
 import urllib.request
@@ -28,32 +28,44 @@ pq = pytest.importorskip("pyarrow.parquet")
 pytestmark = [PLACEMENT_DATABASES, pytest.mark.spark, pytest.mark.mysql_only]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+#: What the master logs once it listens: its URL, then its web UI's port.
+MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
+MASTER_UI = re.compile(r"Successfully started service 'MasterUI' on port (\d+)")
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[str]:
-    """A Spark standalone master and two workers (one core each); yields the master URL."""
+    """A Spark standalone master and two workers (one core each); yields the master URL.
+
+    Every port is the one Spark binds itself (port 0), read back from the master's log:
+    a port picked here and handed over would be free only until the JVM binds it, seconds
+    later, and another lane's server can take it meanwhile (a CI run once found a
+    different server's page at the master's web UI port). The REST submission server,
+    on a fixed port, is off."""
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent),
            "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "SPARK_WORKER_DIR": str(tmp_path / "work")}
-    port, ui = free_port(), free_port()
+           "SPARK_WORKER_DIR": str(tmp_path / "work"),
+           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+    master_log = tmp_path / "master.log"
     processes = [subprocess.Popen(
         [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-         "--port", str(port), "--webui-port", str(ui)], env=env,
-        stdout=(tmp_path / "master.log").open("wb"), stderr=subprocess.STDOUT)]
-    master = f"spark://127.0.0.1:{port}"
-    for n in range(2):
-        processes.append(subprocess.Popen(
-            [str(spark_class), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-             "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()), master],
-            env=env, stdout=(tmp_path / f"worker-{n}.log").open("wb"),
-            stderr=subprocess.STDOUT))
+         "--port", "0", "--webui-port", "0"], env=env,
+        stdout=master_log.open("wb"), stderr=subprocess.STDOUT)]
     try:
+        def logged(pattern: re.Pattern[str]) -> str | None:
+            found = pattern.search(master_log.read_text(errors="replace"))
+            return found.group(1) if found else None
+
+        master = str(wait_until(lambda: logged(MASTER_URL), 120, "the master's URL in its log"))
+        ui = str(wait_until(lambda: logged(MASTER_UI), 60, "the master's web UI port in its log"))
+        for n in range(2):
+            processes.append(subprocess.Popen(
+                [str(spark_class), "org.apache.spark.deploy.worker.Worker", "--host",
+                 "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", "0", master],
+                env=env, stdout=(tmp_path / f"worker-{n}.log").open("wb"),
+                stderr=subprocess.STDOUT))
+
         def alive_workers() -> int:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
@@ -62,7 +74,7 @@ def cluster(tmp_path: Path) -> Iterator[str]:
                 return 0
             return sum(1 for w in found.get("workers", []) if w.get("state") == "ALIVE")
 
-        wait_until(lambda: alive_workers() == 2, 120, "the master and its two workers")
+        wait_until(lambda: alive_workers() == 2, 120, "the master's two workers")
         yield master
     finally:
         for process in processes:
