@@ -110,7 +110,7 @@ def test_sigkilled_workers_claims_are_processed_by_another_within_10s(spawn):
 def test_exactly_once_survives_random_sigkills(spawn):
     djqueue.create_queue("t.exactly", exactly_once=True, visibility_timeout=30,
                          max_attempts=1000)
-    total = 200
+    total = 400
     djqueue.send_batch("t.exactly", [{"n": i} for i in range(total)])
     spawn("djqueue_reaper")
     workers = [spawn("djqueue_worker", "t.exactly", "-c", "2", "-b", "5") for _ in range(2)]
@@ -121,6 +121,12 @@ def test_exactly_once_survives_random_sigkills(spawn):
         assert time.monotonic() < deadline, f"only {History.objects.count()} of {total} done"
         time.sleep(rng.uniform(0.1, 0.5))  # chaos interval, not a synchronisation
         slot = rng.randrange(len(workers))
+        # Killed only once registered, so that each worker gets to claim: on a loaded
+        # machine a process takes seconds to start, longer than a slot's average life
+        # here, and a run once killed every worker before it claimed (0 of 200 done).
+        pid = workers[slot].pid
+        wait_until(lambda pid=pid: Worker.objects.filter(id__contains=f":{pid}:").exists(), 60,
+                   f"worker {pid} to register")
         kill(workers[slot])
         kills += 1
         workers[slot] = spawn("djqueue_worker", "t.exactly", "-c", "2", "-b", "5")
