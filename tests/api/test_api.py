@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 import djqueue
@@ -180,7 +180,10 @@ def test_long_poll_returns_when_a_message_is_sent(queue):
     import threading
 
     def send_later():
-        djqueue.send("jobs", {"n": 1})
+        try:
+            djqueue.send("jobs", {"n": 1})
+        finally:  # this thread's own connection, else it outlives the test database
+            connection.close()
 
     timer = threading.Timer(0.3, send_later)
     timer.start()
