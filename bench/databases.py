@@ -156,6 +156,8 @@ def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str,
             ratio(db, "send vs raw insert", "send_1", "raw_insert_1", 0.8)
             ratio(db, "send vs raw insert unprepared (Django's default)", "send_1",
                   "raw_insert_1_unprepared", 0.8)
+            ratio(db, "send, OPTIONS prepare_threshold, vs raw insert", "send_1_prepared",
+                  "raw_insert_1", 0.8)
         for key, limit in (("pickup_p50_ms", 5.0), ("pickup_p95_ms", 20.0),
                            ("tasks_pickup_p50_ms", 5.0),
                            ("idle_per_s", 20.0), ("admin_p95_ms", 200.0),
@@ -189,6 +191,7 @@ def report(summary: dict[str, dict]) -> list[dict]:
 LABELS = {
     "raw_insert_1": "raw insert, 1 per commit", "send_1": "send, 1 per commit",
     "raw_insert_1_unprepared": "raw insert, 1 per commit, not prepared (Django's default)",
+    "send_1_prepared": "send, 1 per commit, OPTIONS `prepare_threshold: 5`",
     "raw_claim_ack_100": "raw claim+ack loop, 100 per transaction",
     "worker_defaults": "worker, default options", "worker_b100": "worker, `-b 100`",
     "worker_b500": "worker, `-b 500`", "worker_defaults_cpu_us": "worker CPU per message, µs",

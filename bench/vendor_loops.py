@@ -53,20 +53,52 @@ class VendorBench(VendorDatabase):
             other = unprepared.cursor()
             loops["raw_insert_1_unprepared"] = lambda: other.execute(
                 insert, (qid, now, BODY, now))
+            # And send as a project that asks for prepared statements gets it: OPTIONS
+            # ``prepare_threshold`` (djqueue follows Django's setting; see
+            # djqueue.storage.fastpath.driver_statements.insert_returning_id).
+            loops["send_1_prepared"] = lambda: djqueue.send("bench", PAYLOAD)
         seconds = dict.fromkeys(loops, 0.0)
         calls = max(1, count // ROUNDS)
         for _ in range(ROUNDS):
             now = self.now()
             for key, call in loops.items():
-                started = time.perf_counter()
-                for _ in range(calls):
-                    call()
-                seconds[key] += time.perf_counter() - started
+                with self._prepared(key == "send_1_prepared"):
+                    started = time.perf_counter()
+                    for _ in range(calls):
+                        call()
+                    seconds[key] += time.perf_counter() - started
         cursor.execute("DROP TABLE bench_raw")
         conn.close()
         if self.vendor == "postgresql":
             unprepared.close()
         return {key: rate(calls * ROUNDS, spent) for key, spent in seconds.items()}
+
+    @contextlib.contextmanager
+    def _prepared(self, prepared: bool):
+        """With ``prepared``, Django's connection reopened with ``OPTIONS``
+        ``prepare_threshold`` 5 (psycopg's own default), as a project sets it, and warmed
+        past that threshold; after it, reopened as it was."""
+        if not prepared:
+            yield
+            return
+        from django.db import connection
+
+        import djqueue
+
+        options = connection.settings_dict.setdefault("OPTIONS", {})
+        before = options.get("prepare_threshold", "unset")
+        options["prepare_threshold"] = 5
+        connection.close()
+        for _ in range(6):
+            djqueue.send("bench", PAYLOAD)
+        try:
+            yield
+        finally:
+            if before == "unset":
+                del options["prepare_threshold"]
+            else:
+                options["prepare_threshold"] = before
+            connection.close()
 
     def raw_claim_ack(self, count: int) -> dict[str, float]:
         """The driver's loop a worker batch needs, 100 a transaction (see bench/databases.py)."""
