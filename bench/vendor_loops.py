@@ -86,7 +86,7 @@ class VendorBench(VendorDatabase):
         import djqueue
 
         options = connection.settings_dict.setdefault("OPTIONS", {})
-        before = options.get("prepare_threshold", "unset")
+        had, before = "prepare_threshold" in options, options.get("prepare_threshold")
         options["prepare_threshold"] = 5
         connection.close()
         for _ in range(6):
@@ -94,10 +94,10 @@ class VendorBench(VendorDatabase):
         try:
             yield
         finally:
-            if before == "unset":
-                del options["prepare_threshold"]
-            else:
+            if had:
                 options["prepare_threshold"] = before
+            else:
+                del options["prepare_threshold"]
             connection.close()
 
     def raw_claim_ack(self, count: int) -> dict[str, float]:
