@@ -120,7 +120,9 @@ def test_a_flooding_key_keeps_its_rate_and_the_quiet_keys_pass_it(spawn) -> None
                for k in ("q0", "q9", "q18")}
     print(f"5/s a key: quiet keys done in {quiet_done:.2f}s; the flood started {len(flood)} "
           f"meanwhile, at most {most_in_any_window(flood, 1.0)} in a second")
-    assert quiet_done <= 8.0  # 20 a key at 5/s: 3.8 s alone (4.3 measured); behind the flood, minutes
+    # 20 a key at 5/s: 3.8 s alone (4.3 measured; 8.2 once in a loaded two-lane CI on
+    # SQLite). Behind the flood they would wait for its 1,000 at 5/s: 200 s.
+    assert quiet_done <= 20.0
     assert most_in_any_window(flood, 1.0) <= 5 + 1
     assert max(per_key.values()) <= 5 + 1
     assert len(flood) >= 5 * (time.time() - began) * 0.7  # the flood runs at its rate
