@@ -177,8 +177,8 @@ class VendorBench(VendorDatabase):
     def tasks(self, count: int) -> dict[str, float]:
         """The django.tasks worker (``djqueue_worker default``), defaults and ``-b 100``;
         and at defaults in a project whose LOGGING sets the ``django.tasks`` logger to
-        WARNING, which shows what the Tasks framework's own INFO records of each run's
-        start and end cost (made even when no handler writes them)."""
+        WARNING, which should run as fast as the defaults (where the worker holds the
+        Tasks framework's INFO records of each run back itself)."""
         from django.db import transaction
 
         from bench.tasks import noop

@@ -248,6 +248,41 @@ def test_a_runs_signals_are_unheard_only_while_held_back_and_only_djangos_receiv
         assert not task_run_logs.runs_unheard(QueueBackend)
 
 
+@pytest.mark.parametrize("quiet", [
+    lambda: task_run_logger.setLevel(logging.WARNING),
+    lambda: setattr(task_run_logger, "disabled", True),
+], ids=["level", "disabled"])
+def test_a_run_is_unheard_where_the_projects_own_logging_keeps_info_records_unmade(
+        settings, monkeypatch, only_djangos_receivers, quiet):
+    """The project's LOGGING quiets the framework's logger: a worker does not send a
+    successful run's signals even though a handler that would write INFO is there
+    (no record is made for it), and sends them again once the logger takes INFO."""
+    from djqueue.tasks.backend import QueueBackend
+
+    settings.DEBUG = False
+    monkeypatch.setattr(task_run_logger, "disabled", False)
+    with project_logging():
+        monkeypatch.setattr(task_run_logs, "RECHECK", 0.0)
+        handler = Collected()  # would write every record that is made
+        task_run_logger.addHandler(handler)
+        try:
+            quiet()
+            assert not task_run_logs.runs_unheard(QueueBackend)  # not a worker: sent
+            task_run_logs.follow()
+            assert task_run_logger.level in (logging.NOTSET, logging.WARNING)
+            assert task_run_logs.runs_unheard(QueueBackend)
+            task_run_logger.info("Task id=%s state=%s", "x", "RUNNING")
+            assert handler.messages == []
+            task_run_logger.disabled = False
+            task_run_logger.setLevel(logging.INFO)  # configured again: the records are made
+            assert not task_run_logs.runs_unheard(QueueBackend)
+            task_run_logs.stop_following()
+            task_run_logger.setLevel(logging.WARNING)
+            assert not task_run_logs.runs_unheard(QueueBackend)  # no longer a worker
+        finally:
+            task_run_logger.removeHandler(handler)
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("as_under_a_worker", [True, False])
 def test_unheard_runs_are_recorded_as_before_and_a_failure_still_logs_its_error(
