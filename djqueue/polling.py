@@ -64,8 +64,9 @@ class Backoff:
         busy made the next sleep return at once, for a claim that found nothing."""
         self.seen = local_wakeup.generation
 
-    def sleep(self, deadline: float | None = None) -> None:
-        """Wait the current delay (capped at ``deadline``) or until woken, then adapt."""
+    def sleep(self, deadline: float | None = None) -> bool:
+        """Wait the current delay (capped at ``deadline``) or until woken, then adapt.
+        Whether it was woken (a send committed, a handler finished)."""
         timeout = self.delay
         if deadline is not None:
             timeout = max(0.0, min(timeout, deadline - time.monotonic()))
@@ -75,3 +76,4 @@ class Backoff:
             self.reset()
         else:
             self.delay = min(self.delay * 2, self.maximum)
+        return woken

@@ -132,7 +132,7 @@ class Worker(ProcessBase):
     def _claim_and_settle(self) -> None:
         backoff = Backoff()
         stop = self.stop_signals.stop
-        idle = False
+        idle = woken = False
         while not stop.is_set():
             backoff.answered()  # before the results are collected and the claim starts
             self._give_up_overdue()
@@ -152,7 +152,11 @@ class Worker(ProcessBase):
             want = min(room, batch, self._left())
             got = 0
             if want > 0 and (room >= batch or not outstanding):
-                got = self._claim(want, peek=idle)
+                # An idle worker's poll reads before it opens a claim; one woken by a
+                # send (or a finished handler) claims at once: on PostgreSQL the read
+                # was 1.2 ms of an idle worker's 3.3 ms pickup.
+                got = self._claim(want, peek=idle and not woken)
+            woken = False
             due = self._acks.due(self._prefetch.batch_size)
             if due is not None and due <= time.monotonic():
                 self._flush()
@@ -169,9 +173,9 @@ class Worker(ProcessBase):
             if self._acks.wait_for(self._prefetch.finished_awaited(
                     len(self._held), len(self._acks.unflushed))):
                 continue
-            backoff.sleep(_soonest(self._acks.due(self._prefetch.batch_size),
-                                   self._claims.pacing.next_due(),
-                                   self._claims.limit_wait.seconds))
+            woken = backoff.sleep(_soonest(self._acks.due(self._prefetch.batch_size),
+                                           self._claims.pacing.next_due(),
+                                           self._claims.limit_wait.seconds))
 
     def _claim(self, limit: int, peek: bool = False) -> int:
         """Claim up to ``limit``, acking the finished messages in the same transactions
