@@ -80,8 +80,8 @@ def runs_unheard(sender: object) -> bool:
     not send them (nor build the finished run's TaskResult).
 
     Why the project's level counts too: a project that quiets the framework's
-    logger, as many do in production, ran its tasks a third slower than one that
-    left it alone (the bench's "logger at WARNING" row, 2026-11-29).
+    logger, as many do in production, ran its tasks slower than one that left it
+    alone (the bench's "logger at WARNING" row, docs/performance.md).
 
     Like the records' level, this is judged again within a second of a change (a
     receiver connected while the worker runs). A failed run's ``task_finished``

@@ -153,8 +153,8 @@ class Worker(ProcessBase):
             got = 0
             if want > 0 and (room >= batch or not outstanding):
                 # An idle worker's poll reads before it opens a claim; one woken by a
-                # send (or a finished handler) claims at once: on PostgreSQL the read
-                # was 1.2 ms of an idle worker's 3.3 ms pickup.
+                # send (or a finished handler) claims at once: that read was over a
+                # third of an idle worker's pickup (docs/performance.md).
                 got = self._claim(want, peek=idle and not woken)
             woken = False
             due = self._acks.due(self._prefetch.batch_size)
