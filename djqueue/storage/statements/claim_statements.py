@@ -13,14 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from django.conf import settings
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 
 from djqueue.models import Message, State
 from djqueue.storage import dialects, fastpath
-from djqueue.storage.statements import prepared_values
+from djqueue.storage.statements import model_rows, prepared_values
 
 _COLUMNS = Message._meta.concrete_fields
 _ATTNAMES = tuple(f.attname for f in _COLUMNS)
@@ -124,46 +123,15 @@ def delete(db: str, ids: Sequence[int]) -> int:
 def load_messages(db: str, rows: Sequence[Sequence],
                   datetimes_as_text: bool = False) -> list[Message]:
     """Message instances from rows of every column in field order, as ``from_db`` makes
-    them. Without pre/post_init receivers, the instances' dicts are filled directly
-    (what ``Model.__init__`` ends up doing, at a fraction of its cost).
+    them (djqueue.storage.statements.model_rows).
     ``datetimes_as_text``: the datetime columns came as ISO text (dialects.reads_datetimes_as_text)."""
-    if not rows:
-        return []
-    conn = connections[db]
-    converters = []
-    for index, field in enumerate(_COLUMNS):
-        col = field.get_col(Message._meta.db_table)
-        if datetimes_as_text and field.attname in _DATETIMES:
-            functions = [_datetime_from_text]
-        else:
-            functions = conn.ops.get_db_converters(col) + col.get_db_converters(conn)
-        if functions:
-            converters.append((index, functions, col))
-    converted = []
-    for row in rows:
-        values = list(row)
-        for index, functions, col in converters:
-            value = values[index]
-            for function in functions:
-                value = function(value, col, conn)
-            values[index] = value
-        converted.append(values)
-    return fastpath.from_rows(Message, db, _ATTNAMES, converted)
-
-
-def _datetime_from_text(value: str | None, _col: object,
-                        conn: BaseDatabaseWrapper) -> datetime | None:
-    """What the driver's and the ORM's converters make of a DATETIME, from its text."""
-    if value is None:
-        return None
-    parsed = datetime.fromisoformat(value)
-    return parsed.replace(tzinfo=conn.timezone) if settings.USE_TZ else parsed
+    return model_rows.instances(Message, db, _ATTNAMES, rows, datetimes_as_text)
 
 
 def built_sql(conn: BaseDatabaseWrapper, name: str,
               build: Callable[[BaseDatabaseWrapper], str]) -> str:
     """The statement ``name`` for ``conn``'s vendor, built by ``build`` the first time
-    (the hot path's statements here and in limit_statements share the cache)."""
+    (the statements here, in limit_statements and in lookup_statements share the cache)."""
     key = (conn.vendor, name)
     if key not in _built:
         _built[key] = build(conn)
