@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable
 from django.db import DatabaseError
 
 from djqueue.conf import get_settings
-from djqueue.models import Worker
 from djqueue.polling import local_wakeup
 from djqueue.storage import dialects
+from djqueue.storage.statements import lookup_statements
 
 logger = logging.getLogger("djqueue.worker")
 
@@ -116,9 +116,7 @@ class _WakeAddresses:
             return loaded[1]
         by_queue: dict[str, list[tuple[str, int]]] = {}
         try:
-            rows = Worker.objects.using(db).exclude(wake_address="").values_list(
-                "wake_address", "queues")
-            for address, queues in rows:
+            for address, queues in lookup_statements.wake_addresses(db):
                 host, _, port = address.rpartition(":")
                 for name in queues or []:
                     by_queue.setdefault(name, []).append((host, int(port)))

@@ -22,6 +22,7 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, QueueNotFound
 from djqueue.models import Queue
 from djqueue.storage import dialects, placement
+from djqueue.storage.statements import lookup_statements
 
 QueueRef = str | Queue
 logger = logging.getLogger("djqueue")
@@ -62,7 +63,7 @@ def get_queue(ref: QueueRef, *, fresh: bool = False) -> Queue:
 def _find(name: str) -> Queue | None:
     """Queue ``name``'s row from the database it lives on (see djqueue.storage.placement)."""
     for db in placement.candidates(name):
-        queue = Queue.objects.using(db).filter(name=name).first()
+        queue = lookup_statements.queue_named(db, name)
         if queue is not None:
             placement.remember(name, db)
             return queue
@@ -77,7 +78,9 @@ def get_queue_by_id(pk: int, db: str | None = None) -> Queue:
     hit = _cache_by_id.get((db, pk))
     if hit is not None and now - hit[0] < get_settings().QUEUE_CACHE_TTL:
         return hit[1]
-    queue = Queue.objects.using(db).get(pk=pk)
+    queue = lookup_statements.queue_with_id(db, pk)
+    if queue is None:
+        raise Queue.DoesNotExist(f"No queue has id {pk} on database {db!r}.")
     with _cache_lock:
         _cache_by_id[(db, pk)] = (now, queue)
     return queue

@@ -12,9 +12,9 @@ from django.db.models.signals import post_init
 from django.utils import timezone
 
 import djqueue
-from djqueue.models import Message, State, TaskRecord
+from djqueue.models import Message, Queue, State, TaskRecord, Worker
 from djqueue.storage import dialects, fastpath
-from djqueue.storage.statements import message_inserts
+from djqueue.storage.statements import lookup_statements, message_inserts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -111,6 +111,45 @@ def test_a_written_out_insert_stores_what_a_cursor_stores(paths):
     sent = djqueue.send(queue, {"via": "send"})
     row = Message.objects.get(pk=sent.pk)
     assert row.payload == {"via": "send"} and row.state == State.READY
+
+
+def test_a_queues_row_reads_as_the_orm_reads_it(paths):
+    dead = djqueue.create_queue("fp.lookup.dead")
+    djqueue.create_queue("fp.lookup", backoff=[1, 2.5], dead_letter_queue=dead, paused=True,
+                         max_payload_bytes=4096, trace=True, rate_limit="5/s")
+    orm = Queue.objects.get(name="fp.lookup")
+    read = lookup_statements.queue_named("default", "fp.lookup")
+    assert type(read) is Queue and columns(read) == columns(orm)
+    assert (read._state.adding, read._state.db) == (False, "default")
+    assert read.created_at == orm.created_at and read.created_at.tzinfo is not None
+    assert read.backoff == [1, 2.5] and read.paused is True
+    assert columns(lookup_statements.queue_with_id("default", orm.pk)) == columns(orm)
+    assert lookup_statements.queue_named("default", "fp.nowhere") is None
+    assert lookup_statements.queue_with_id("default", orm.pk + 1000) is None
+
+
+def test_the_wake_addresses_read_as_the_orm_reads_them(paths):
+    Worker.objects.create(id="w1", hostname="h", pid=1, lock_key="k1",
+                          queues=["a", "ω"], wake_address="127.0.0.1:4001")
+    Worker.objects.create(id="w2", hostname="h", pid=2, lock_key="k2", queues=["b"])
+    orm = list(Worker.objects.exclude(wake_address="").values_list("wake_address", "queues"))
+    assert lookup_statements.wake_addresses("default") == orm == [("127.0.0.1:4001", ["a", "ω"])]
+
+
+def test_the_reads_a_send_repeats_are_seen_by_query_observers(paths):
+    """Where something observes queries (an execute_wrapper, as tracing and debugging
+    tools install), the reads go through Django's cursor, so that it sees them."""
+    djqueue.create_queue("fp.observed")
+    seen = []
+
+    def observe(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(observe):
+        assert lookup_statements.queue_named("default", "fp.observed").name == "fp.observed"
+        lookup_statements.wake_addresses("default")
+    assert len(seen) == 2
 
 
 def test_the_index_hint_changes_the_plan_not_the_rows(paths):

@@ -15,7 +15,8 @@ Owns, by kind:
 - ``instances``: model instances built, made from rows and marked saved without
   ``Model.__init__``; the django.tasks result dataclass without its ``__init__``;
 - ``driver_statements``: statements past Django's cursor layers (the single send on
-  each driver, mysqlclient's escaping, MySQL's ``BEGIN``, an index hint);
+  each driver, the short reads a send repeats, mysqlclient's escaping, MySQL's
+  ``BEGIN``, an index hint);
 - ``json_values``: the C JSON encoder built once;
 - ``callables``: the receivers a signal would reach, a task's function called
   without django.tasks' per-call inspection.
@@ -33,6 +34,7 @@ from djqueue.storage.fastpath.driver_statements import (
     insert_returning_id,
     insert_written_out,
     mysql_transaction,
+    select_rows,
     with_index_hint,
 )
 from djqueue.storage.fastpath.instances import (
@@ -50,5 +52,5 @@ __all__ = [
     "builder", "database_of", "driver_literal", "from_rows", "frozen_dataclass",
     "insert_lastrowid", "insert_returning_id", "insert_written_out", "json_encoder",
     "mark_saved", "mark_unsaved", "mysql_transaction", "receivers_among", "related_cacher",
-    "sync_function", "verified", "with_index_hint",
+    "select_rows", "sync_function", "verified", "with_index_hint",
 ]

@@ -102,6 +102,37 @@ def insert_returning_id(conn: BaseDatabaseWrapper, sql: str, params: Sequence[ob
         return cursor.fetchone()[0]
 
 
+@async_unsafe
+def select_rows(conn: BaseDatabaseWrapper, sql: str, params: Sequence[object]) -> list[tuple]:
+    """Run a short read written by djqueue (``%s`` parameters) and return its rows as
+    the driver gives them.
+
+    Why: a send after a pause of a second reads its queue's row and the workers' wake
+    addresses again, and a process that sends less often than once a second pays
+    both on every send. On PostgreSQL, sends 1.5 s apart took 4.5 ms against 1.7 ms
+    for sends 50 ms apart; through the ORM the two reads took 2.1 and 1.6 ms, more
+    than the insert. When nothing observes queries (:func:`_straight_to_driver`)
+    the statement goes to the driver's own cursor on the same connection, with the
+    same error translation. Plain path: a cursor."""
+    if not _straight_to_driver(conn):
+        with conn.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    with conn.wrap_database_errors:
+        if conn.vendor == "sqlite":
+            return conn.connection.execute(_qmark(sql), params).fetchall()
+        if conn.vendor == "postgresql":
+            from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+            if is_psycopg3:
+                cursor = _driver_cursor(conn)
+                cursor.execute(sql, params)
+                return cursor.fetchall()
+        with contextlib.closing(conn.connection.cursor()) as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+
 def _driver_cursor(conn: BaseDatabaseWrapper) -> Any:
     """psycopg's own cursor on ``conn``'s connection, made once for each connection.
 
