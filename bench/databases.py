@@ -21,6 +21,8 @@ Every database gets a child process (Django is set up once a process) that runs,
 - handlers that wait 10 ms (``time.sleep``) under ``-c 32``: the limit is 3,200/s;
 - an idle worker at its defaults: the statements (MariaDB) or transactions
   (PostgreSQL) it costs a second, and how soon it picks up a send.
+- ``send`` from a process that sends less often than its caches last (1.2 s
+  apart), against the raw insert at the same pace, with an idle worker waiting.
 
 Prints a table per database and the targets; writes bench/results/databases.json
 and databases.md.
@@ -203,6 +205,8 @@ LABELS = {
     "exactly_once_defaults_cpu_us": "the same: worker CPU per message, µs",
     "io_c32": "10 ms handlers, `-c 32` (limit 3,200)",
     "io_c32_cpu_us": "10 ms handlers: worker CPU per message, µs",
+    "quiet_send_ms": "send 1.2 s after the last (its caches expired), an idle worker waiting, ms",
+    "quiet_raw_insert_ms": "raw insert at the same pace, ms",
     "pickup_p50_ms": "pickup p50, ms", "pickup_p95_ms": "pickup p95, ms",
     "tasks_pickup_p50_ms": "django.tasks pickup p50, ms",
     "tasks_pickup_p95_ms": "django.tasks pickup p95, ms",
@@ -255,6 +259,7 @@ def one_database(name: str, args: argparse.Namespace) -> list[dict[str, float]]:
     latency = bench.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)
     latency.update(bench.pickup(samples=10 if args.quick else 30, window=0, tasks=True))
     latency.update(bench.admin_under_load(seconds=5 if args.quick else 15))
+    latency.update(bench.quiet_sends(samples=3 if args.quick else 10))
     for run in runs:
         run.update(latency)
     bench.drop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,6 +100,45 @@ class VendorBench(VendorDatabase):
             else:
                 del options["prepare_threshold"]
             connection.close()
+
+    def quiet_sends(self, samples: int, pause: float = 1.2) -> dict[str, float]:
+        """A process that sends less often than its caches last (the queue's row,
+        ``QUEUE_CACHE_TTL``, and the workers' wake addresses, ``WAKE_REFRESH``: 1 s
+        each), with an idle worker waiting: ``send`` and the driver's single insert in
+        turns, each ``pause`` seconds after the last; the medians, in ms."""
+        import djqueue
+        from djqueue.models import Worker
+
+        self.clear()
+        conn = self.connect()
+        cursor = conn.cursor()
+        self.copy_table(cursor, "djqueue_message", "bench_raw")
+        qid = djqueue.create_queue("bench", exist_ok=True).pk
+        insert = self.sql(f"INSERT INTO bench_raw ({MESSAGE_COLUMNS}) "
+                          "VALUES (%s, 1, 0, %s, %s, 0, '', '', %s)")
+        process = subprocess.Popen([*WORKER, "bench"], cwd=ROOT, env={**os.environ})
+        sends, inserts = [], []
+        try:
+            wait_for_worker()
+            for _ in range(samples):
+                time.sleep(pause)
+                started = time.perf_counter()
+                djqueue.send("bench", PAYLOAD)
+                sends.append(time.perf_counter() - started)
+                time.sleep(pause)
+                now = self.now()
+                started = time.perf_counter()
+                cursor.execute(insert, (qid, now, BODY, now))
+                inserts.append(time.perf_counter() - started)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+            Worker.objects.all().delete()
+            cursor.execute("DROP TABLE bench_raw")
+            conn.close()
+        self.clear()
+        return {"quiet_send_ms": statistics.median(sends) * 1000,
+                "quiet_raw_insert_ms": statistics.median(inserts) * 1000}
 
     def raw_claim_ack(self, count: int) -> dict[str, float]:
         """The driver's loop a worker batch needs, 100 a transaction (see bench/databases.py)."""
