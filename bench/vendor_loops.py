@@ -32,9 +32,10 @@ HISTORY_COPY = ("INSERT INTO bench_raw_history (id, queue_id, outcome, priority,
 class VendorBench(VendorDatabase):
     # The rows
 
-    def inserts(self, count: int) -> dict[str, float]:
-        """``send`` one per commit against the driver's single-row insert, in turns (on
-        PostgreSQL also the insert unprepared, as Django runs statements by default)."""
+    def _raw_insert(self) -> tuple[object, object, int, str]:
+        """Emptied tables, a raw autocommit connection and its cursor, the ``bench``
+        queue's id, and the driver's single-row insert into ``bench_raw`` (a copy of
+        the message table) that the send rows are measured against."""
         import djqueue
 
         self.clear()
@@ -44,6 +45,14 @@ class VendorBench(VendorDatabase):
         qid = djqueue.create_queue("bench", exist_ok=True).pk
         insert = self.sql(f"INSERT INTO bench_raw ({MESSAGE_COLUMNS}) "
                           "VALUES (%s, 1, 0, %s, %s, 0, '', '', %s)")
+        return conn, cursor, qid, insert
+
+    def inserts(self, count: int) -> dict[str, float]:
+        """``send`` one per commit against the driver's single-row insert, in turns (on
+        PostgreSQL also the insert unprepared, as Django runs statements by default)."""
+        import djqueue
+
+        conn, cursor, qid, insert = self._raw_insert()
         loops = {"raw_insert_1": lambda: cursor.execute(insert, (qid, now, BODY, now)),
                  "send_1": lambda: djqueue.send("bench", PAYLOAD)}
         if self.vendor == "postgresql":
@@ -109,13 +118,7 @@ class VendorBench(VendorDatabase):
         import djqueue
         from djqueue.models import Worker
 
-        self.clear()
-        conn = self.connect()
-        cursor = conn.cursor()
-        self.copy_table(cursor, "djqueue_message", "bench_raw")
-        qid = djqueue.create_queue("bench", exist_ok=True).pk
-        insert = self.sql(f"INSERT INTO bench_raw ({MESSAGE_COLUMNS}) "
-                          "VALUES (%s, 1, 0, %s, %s, 0, '', '', %s)")
+        conn, cursor, qid, insert = self._raw_insert()
         process = subprocess.Popen([*WORKER, "bench"], cwd=ROOT, env={**os.environ})
         sends, inserts = [], []
         try:
