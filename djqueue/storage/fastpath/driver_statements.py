@@ -108,10 +108,9 @@ def select_rows(conn: BaseDatabaseWrapper, sql: str, params: Sequence[object]) -
     the driver gives them.
 
     Why: a send after a pause of a second reads its queue's row and the workers' wake
-    addresses again, and a process that sends less often than once a second pays
-    both on every send. On PostgreSQL, sends 1.5 s apart took 4.5 ms against 1.7 ms
-    for sends 50 ms apart; through the ORM the two reads took 2.1 and 1.6 ms, more
-    than the insert. When nothing observes queries (:func:`_straight_to_driver`)
+    addresses again, so a process that sends less often than once a second pays both
+    on every send; through the ORM each read took longer than the insert itself
+    (docs/performance.md). When nothing observes queries (:func:`_straight_to_driver`)
     the statement goes to the driver's own cursor on the same connection, with the
     same error translation. Plain path: a cursor."""
     if not _straight_to_driver(conn):

@@ -64,8 +64,8 @@ def _converters(model: type[models.Model], conn: BaseDatabaseWrapper,
                 ) -> list[tuple[int, list[Converter], Any]]:
     """The converters of each column that has any, looked up once per connection (the
     backend's are methods of that connection's own operations, and a connection serves
-    one thread). Why kept: a send after a pause spent a fifth of its queue row's read
-    looking them up again."""
+    one thread). Why kept: looking them up again was a share of a quiet process's
+    queue read, on the path of its send (docs/performance.md)."""
     kept = _kept.get(conn)
     if kept is None:
         kept = _kept[conn] = {}
