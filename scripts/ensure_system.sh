@@ -7,6 +7,7 @@
 #   ensure_system.sh browser   Chromium, which the admin's browser tests drive
 #   ensure_system.sh redis     Redis running on 127.0.0.1:6379 (the Celery peer of `make bench`)
 #   ensure_system.sh prometheus  Prometheus's server binary (not started: the tests start their own)
+#   ensure_system.sh pgbouncer   PgBouncer's binary (not started: the tests start their own)
 set -euo pipefail
 log() { echo "djqueue setup: $*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -18,6 +19,18 @@ apt_install() {
   log "installing ${missing[*]} with apt-get"
   if [ $apt_updated -eq 0 ]; then $SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq; apt_updated=1; fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}" >/dev/null
+}
+# A server package whose service must not start: the tests start and stop their own
+# (metrics: Prometheus; tests/maintenance/test_pgbouncer.py: PgBouncer). policy-rc.d
+# forbids starting services while it installs.
+apt_install_stopped() {
+  dpkg -s "$1" >/dev/null 2>&1 && return 0
+  local policy=/usr/sbin/policy-rc.d had_policy=0 status=0
+  [ -e "$policy" ] && had_policy=1
+  [ "$had_policy" = 1 ] || { printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null; $SUDO chmod +x "$policy"; }
+  apt_install "$1" || status=$?
+  [ "$had_policy" = 1 ] || $SUDO rm -f "$policy"
+  return $status
 }
 mariadb_up() { mysqladmin --protocol=tcp -h127.0.0.1 -P3306 -uroot status >/dev/null 2>&1; }
 
@@ -37,16 +50,8 @@ for what in "$@"; do
       command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
       apt_install libmariadb-java libpostgresql-jdbc-java libxerial-sqlite-jdbc-java ;;
     browser) apt_install chromium ;;
-    prometheus)
-      # The package would start a server of its own on :9090; policy-rc.d forbids
-      # starting services while it installs (the metrics tests start and stop theirs).
-      if ! dpkg -s prometheus >/dev/null 2>&1; then
-        policy=/usr/sbin/policy-rc.d
-        [ -e "$policy" ] && had_policy=1 || had_policy=0
-        [ "$had_policy" = 1 ] || { printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null; $SUDO chmod +x "$policy"; }
-        apt_install prometheus
-        [ "$had_policy" = 1 ] || $SUDO rm -f "$policy"
-      fi ;;
+    prometheus) apt_install_stopped prometheus ;;  # it would serve on :9090
+    pgbouncer) apt_install_stopped pgbouncer ;;  # it would pool on :6432
     redis)  # Celery's broker, for the peers in `make bench`
       if ! redis-cli -h 127.0.0.1 ping >/dev/null 2>&1; then
         command -v redis-server >/dev/null 2>&1 || apt_install redis-server

@@ -51,6 +51,14 @@ if (os.environ.get("DJQUEUE_TEST_SERVER_SIDE_BINDING")
     # that leaves a parameter's type to the server's guess fails here only.
     DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}),
                                        "server_side_binding": True, "prepare_threshold": 5}
+if os.environ.get("DJQUEUE_TEST_DB_PORT"):
+    # A process the PgBouncer tests start (tests/maintenance/test_pgbouncer.py): through
+    # a pooler in transaction mode, as Django's docs set such a project up (no
+    # server-side cursors), and without named prepared statements, which PgBouncer
+    # passes on only from 1.21.
+    DATABASES["default"]["PORT"] = os.environ["DJQUEUE_TEST_DB_PORT"]
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["default"].get("OPTIONS", {}).pop("prepare_threshold", None)
 
 
 def _beside(name: object, suffix: str) -> str:

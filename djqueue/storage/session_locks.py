@@ -4,7 +4,9 @@ When the process dies its connection closes and the server frees the lock at
 once, so the reaper learns of the death without waiting for heartbeats (Q4M's
 "a message returns when its owner's connection dies"). MariaDB/MySQL name the
 lock (``GET_LOCK``); PostgreSQL takes an advisory lock on a 64-bit key; SQLite
-has none (its workers are found dead by their heartbeats alone).
+has none (its workers are found dead by their heartbeats alone). Behind a pooler in
+transaction mode a dead worker's lock can live on in a pooled server session; then
+its heartbeat tells (docs/operations.md, "PostgreSQL behind PgBouncer").
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.conf import get_settings
@@ -37,6 +39,12 @@ def _pg_key(key: str) -> int:
     """A signed 64-bit advisory lock key from the first 16 hex digits of ``key``."""
     value = int(key[:16], 16)
     return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _pg_halves(key: str) -> tuple[int, int]:
+    """The two 32-bit halves of :func:`_pg_key`'s key, as ``pg_locks`` shows an advisory
+    lock taken on a 64-bit key: the high half as ``classid``, the low as ``objid``."""
+    return int(key[:8], 16), int(key[8:16], 16)
 
 
 def has_session_locks(conn: BaseDatabaseWrapper | None = None) -> bool:
@@ -110,8 +118,17 @@ def session_lock_free(key: str, conn: BaseDatabaseWrapper | None = None) -> bool
         with conn.cursor() as cursor:
             cursor.execute("SELECT IS_FREE_LOCK(%s)", [_mysql_name(key, conn)])
             return bool(cursor.fetchone()[0])
-    # Why a transaction-level try-lock: it is freed at commit, so probing never
-    # leaves the prober holding the lock.
-    with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_pg_key(key)])
+    # Why the lock table, not a try-lock: advisory locks are re-entrant, so a try by
+    # the very session that holds the lock succeeds. Behind a pooler in transaction
+    # mode (PgBouncer's most common setting) the prober's statement may run on the
+    # server session that took the worker's lock, and a live worker would look dead
+    # to the reaper: 50 probes of 50 did through PgBouncer 1.18 with an idle pool.
+    # pg_locks shows the lock held, whichever session reads it.
+    high, low = _pg_halves(key)
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+            "AND granted AND objsubid = 1 AND classid::bigint = %s AND objid::bigint = %s "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+            [high, low])
         return bool(cursor.fetchone()[0])

@@ -1,0 +1,164 @@
+"""Workers and the reaper behind PgBouncer in transaction mode, the pooler many
+PostgreSQL projects put in front of their server.
+
+In that mode a client's statements run on whichever server session is free, so a
+session's state (an advisory lock among it) outlives the client's statement and is
+seen by the next client the pooler hands that session to. The reaper must still never
+take a live worker for dead (djqueue.storage.session_locks.session_lock_free), and a
+dead one's claims must still come back. Each test starts its own PgBouncer on a
+loopback port in front of the test server, and stops it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.db import connection
+
+import djqueue
+from djqueue.models import History, Message, State, Worker
+from djqueue.storage import session_locks
+from tests.conftest import vendor, wait_until
+from tests.models import Effect
+
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif(vendor() != "postgresql", reason="PostgreSQL only")]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+def pgbouncer() -> Iterator[int]:
+    """A PgBouncer in transaction mode with a pool of two server sessions, in front of
+    the test database's server; yields its port."""
+    binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    if not os.path.exists(binary):
+        pytest.fail("PgBouncer is not installed (scripts/ensure_system.sh pgbouncer, "
+                    "which make test runs, installs it)")
+    settings = connection.settings_dict
+    user = settings["USER"] or "postgres"
+    folder = Path(tempfile.mkdtemp(prefix="djqueue-pgbouncer-"))
+    folder.chmod(0o777)  # PgBouncer will not run as root: it drops to nobody below
+    port = _free_port()
+    (folder / "users.txt").write_text(f'"{user}" ""\n')
+    (folder / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"* = host={settings['HOST'] or '127.0.0.1'} port={settings['PORT'] or 5432}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {folder / 'users.txt'}\n"
+        "pool_mode = transaction\ndefault_pool_size = 2\nmax_client_conn = 200\n"
+        "ignore_startup_parameters = extra_float_digits,options\n")
+    for name in ("users.txt", "pgbouncer.ini"):
+        (folder / name).chmod(0o644)
+    command = [binary, str(folder / "pgbouncer.ini")]
+    if os.geteuid() == 0:
+        command[1:1] = ["-u", "nobody"]
+    with (folder / "pgbouncer.log").open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: process.poll() is not None or _answers(port), 30, "PgBouncer")
+        assert process.poll() is None, (folder / "pgbouncer.log").read_text()
+        yield port
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _pooled(port: int) -> psycopg.Connection:
+    settings = connection.settings_dict
+    return psycopg.connect(host="127.0.0.1", port=port, user=settings["USER"] or "postgres",
+                           dbname=settings["NAME"], autocommit=True)
+
+
+def test_a_lock_taken_through_the_pooler_is_never_seen_free_through_it(pgbouncer):
+    """The reaper's probe, through the pooler, lands on the very server session that
+    holds a worker's lock; advisory locks being re-entrant, a try-lock there succeeded,
+    and the live worker was taken for dead. The probe reads pg_locks instead."""
+    key, other = "d00dfeed" * 4, "feedd00d" * 4
+    holder = _pooled(pgbouncer)  # as a worker's lock connection would be
+    probe = connection.copy()  # Django's connection, through the pooler
+    probe.settings_dict = {**probe.settings_dict, "PORT": str(pgbouncer)}
+    try:
+        assert holder.execute("SELECT pg_try_advisory_lock(%s)",
+                              [session_locks._pg_key(key)]).fetchone()[0] is True
+        # With two server sessions, most probes run on the holder's.
+        assert [session_locks.session_lock_free(key, probe) for _ in range(20)] == [False] * 20
+        # A lock held on a direct connection reads held through the pooler, and free
+        # once released.
+        direct = session_locks.SessionLock(other)
+        assert direct.acquire() is True
+        assert session_locks.session_lock_free(other, probe) is False
+        direct.close()
+        assert session_locks.session_lock_free(other, probe) is True
+    finally:
+        probe.close()
+        holder.close()
+
+
+def _through(port: int) -> dict[str, str]:
+    return {"DJQUEUE_TEST_DB_PORT": str(port)}
+
+
+def test_a_live_worker_behind_the_pooler_keeps_its_claims_while_the_reaper_runs(
+        spawn, pgbouncer):
+    djqueue.create_queue("t.slow", visibility_timeout=300)
+    djqueue.send_batch("t.slow", [{"n": n, "sleep": 0.2} for n in range(1, 41)])
+    reaper = spawn("djqueue_reaper", env=_through(pgbouncer))
+    worker = spawn("djqueue_worker", "t.slow", "-c", "4", "-b", "4", env=_through(pgbouncer))
+    wait_until(lambda: History.objects.count() == 40, 120,
+               f"40 messages done\n{worker.output()}\n{reaper.output()}",
+               progress=History.objects.count)
+    # The reaper cycled (every 0.2 s) all along the drain; had it taken the worker for
+    # dead, it would have returned its claims and deleted its row.
+    attempts = sorted(History.objects.values_list("attempts", flat=True).distinct())
+    assert attempts == [1], f"claims were returned from a live worker: attempts {attempts}"
+    assert not Effect.objects.filter(attempt__gt=1).exists()
+    assert Worker.objects.count() == 1
+    assert "reaped" not in worker.output(), worker.output()
+    assert reaper.popen.poll() is None and worker.popen.poll() is None
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
+
+
+def test_a_killed_workers_claims_come_back_behind_the_pooler(spawn, pgbouncer):
+    djqueue.create_queue("t.slow", visibility_timeout=300)
+    djqueue.send_batch("t.slow", [{"n": n, "sleep": 60} for n in range(1, 5)])
+    spawn("djqueue_reaper", env=_through(pgbouncer))
+    worker = spawn("djqueue_worker", "t.slow", "-c", "4", "-b", "4", env=_through(pgbouncer))
+    wait_until(lambda: Effect.objects.filter(key__lt=0).count() == 4, 60, "four handlers running")
+    worker.popen.send_signal(signal.SIGKILL)
+    worker.popen.wait(10)
+    # Its lock may live on in a pooled server session; the reaper then knows the death
+    # from the process (same host) or, from another host, by the stopped heartbeat
+    # (WORKER_TIMEOUT).
+    wait_until(lambda: Message.objects.filter(state=State.READY).count() == 4, 30,
+               "the killed worker's claims back")
+    assert not Worker.objects.exists()
