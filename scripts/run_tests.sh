@@ -51,6 +51,10 @@ lane2() {
     # The API's and the storage layer's SQL again, with Django's server-side binding.
     step "pytest on PostgreSQL, server-side binding (tests/api, tests/storage)" \
       server_side_binding "$@"
+    # The processes' tests again, every worker, reaper and supervisor they start
+    # connecting through a PgBouncer in transaction mode (tests/pgbouncer.py).
+    step "pytest on PostgreSQL, processes behind PgBouncer (tests/worker, tests/maintenance, tests/task_backend)" \
+      behind_pgbouncer "$@"
   else
     echo "PostgreSQL is not reachable on 127.0.0.1:5432: its run is skipped."
   fi
@@ -62,6 +66,11 @@ lane2() {
 server_side_binding() {
   DATABASE_URL="$POSTGRES_URL" DJQUEUE_TEST_SERVER_SIDE_BINDING=1 none_selected_ok "$PY" -m \
     pytest -p no:cacheprovider -q -m "not slow" tests/api tests/storage "$@"
+}
+behind_pgbouncer() {
+  DATABASE_URL="$POSTGRES_URL" DJQUEUE_TEST_BEHIND_PGBOUNCER=1 none_selected_ok "$PY" -m \
+    pytest -p no:cacheprovider -q -m "not slow" tests/worker tests/maintenance \
+    tests/task_backend "$@"
 }
 # The fault scenarios' short forms: they start a private MariaDB (lane 1's alone).
 faults() {

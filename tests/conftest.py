@@ -47,6 +47,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("SQLite has no row locks: writers are serialised instead")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _processes_behind_pgbouncer(django_db_setup: None) -> Iterator[None]:
+    """With ``DJQUEUE_TEST_BEHIND_PGBOUNCER=1`` on PostgreSQL, the worker, reaper and
+    other processes the tests start connect through a PgBouncer in transaction mode
+    (tests/pgbouncer.py), as many deployments run them; the test process itself, which
+    sets the scene and checks it, connects directly. ``make test`` runs the tests of
+    the processes so (docs/testing.md)."""
+    if not os.environ.get("DJQUEUE_TEST_BEHIND_PGBOUNCER") or connection.vendor != "postgresql":
+        yield
+        return
+    from tests.pgbouncer import PORT_VARIABLE, running
+
+    with running(connection.settings_dict, pool_size=20) as port:
+        os.environ[PORT_VARIABLE] = str(port)
+        try:
+            yield
+        finally:
+            del os.environ[PORT_VARIABLE]
+
+
 @pytest.fixture(autouse=True)
 def _fresh_queue_cache() -> Iterator[None]:
     forget_cached()

@@ -5,20 +5,14 @@ In that mode a client's statements run on whichever server session is free, so a
 session's state (an advisory lock among it) outlives the client's statement and is
 seen by the next client the pooler hands that session to. The reaper must still never
 take a live worker for dead (djqueue.storage.session_locks.session_lock_free), and a
-dead one's claims must still come back. Each test starts its own PgBouncer on a
-loopback port in front of the test server, and stops it.
+dead one's claims must still come back. Each test starts its own PgBouncer
+(tests/pgbouncer.py) on a loopback port in front of the test server, and stops it.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import socket
-import subprocess
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -29,67 +23,18 @@ from djqueue.models import History, Message, State, Worker
 from djqueue.storage import session_locks
 from tests.conftest import vendor, wait_until
 from tests.models import Effect
+from tests.pgbouncer import PORT_VARIABLE, running
 
 pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(vendor() != "postgresql", reason="PostgreSQL only")]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 @pytest.fixture
 def pgbouncer() -> Iterator[int]:
     """A PgBouncer in transaction mode with a pool of two server sessions, in front of
     the test database's server; yields its port."""
-    binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-    if not os.path.exists(binary):
-        pytest.fail("PgBouncer is not installed (scripts/ensure_system.sh pgbouncer, "
-                    "which make test runs, installs it)")
-    settings = connection.settings_dict
-    user = settings["USER"] or "postgres"
-    folder = Path(tempfile.mkdtemp(prefix="djqueue-pgbouncer-"))
-    folder.chmod(0o777)  # PgBouncer will not run as root: it drops to nobody below
-    port = _free_port()
-    (folder / "users.txt").write_text(f'"{user}" ""\n')
-    (folder / "pgbouncer.ini").write_text(
-        "[databases]\n"
-        f"* = host={settings['HOST'] or '127.0.0.1'} port={settings['PORT'] or 5432}\n"
-        "[pgbouncer]\n"
-        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        f"auth_type = trust\nauth_file = {folder / 'users.txt'}\n"
-        "pool_mode = transaction\ndefault_pool_size = 2\nmax_client_conn = 200\n"
-        "ignore_startup_parameters = extra_float_digits,options\n")
-    for name in ("users.txt", "pgbouncer.ini"):
-        (folder / name).chmod(0o644)
-    command = [binary, str(folder / "pgbouncer.ini")]
-    if os.geteuid() == 0:
-        command[1:1] = ["-u", "nobody"]
-    with (folder / "pgbouncer.log").open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
-    try:
-        wait_until(lambda: process.poll() is not None or _answers(port), 30, "PgBouncer")
-        assert process.poll() is None, (folder / "pgbouncer.log").read_text()
+    with running(connection.settings_dict, pool_size=2) as port:
         yield port
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _pooled(port: int) -> psycopg.Connection:
@@ -124,7 +69,7 @@ def test_a_lock_taken_through_the_pooler_is_never_seen_free_through_it(pgbouncer
 
 
 def _through(port: int) -> dict[str, str]:
-    return {"DJQUEUE_TEST_DB_PORT": str(port)}
+    return {PORT_VARIABLE: str(port)}
 
 
 def test_a_live_worker_behind_the_pooler_keeps_its_claims_while_the_reaper_runs(
