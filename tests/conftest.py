@@ -48,7 +48,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _processes_behind_pgbouncer(django_db_setup: None) -> Iterator[None]:
+def _processes_behind_pgbouncer(request: pytest.FixtureRequest) -> Iterator[None]:
     """With ``DJQUEUE_TEST_BEHIND_PGBOUNCER=1`` on PostgreSQL, the worker, reaper and
     other processes the tests start connect through a PgBouncer in transaction mode
     (tests/pgbouncer.py), as many deployments run them; the test process itself, which
@@ -58,6 +58,10 @@ def _processes_behind_pgbouncer(django_db_setup: None) -> Iterator[None]:
         yield
         return
     from tests.pgbouncer import PORT_VARIABLE, running
+
+    # Set up before the pooler, so torn down after it: the test database is dropped
+    # once the pooler's server sessions on it are gone.
+    request.getfixturevalue("django_db_setup")
 
     with running(connection.settings_dict, pool_size=20) as port:
         os.environ[PORT_VARIABLE] = str(port)

@@ -52,8 +52,8 @@ if (os.environ.get("DJQUEUE_TEST_SERVER_SIDE_BINDING")
     DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}),
                                        "server_side_binding": True, "prepare_threshold": 5}
 if os.environ.get("DJQUEUE_TEST_DB_PORT"):
-    # A process the PgBouncer tests start (tests/maintenance/test_pgbouncer.py): through
-    # a pooler in transaction mode, as Django's docs set such a project up (no
+    # A process started behind a PgBouncer by the tests (tests/pgbouncer.py): through a
+    # pooler in transaction mode, as Django's docs set such a project up (no
     # server-side cursors), and without named prepared statements, which PgBouncer
     # passes on only from 1.21.
     DATABASES["default"]["PORT"] = os.environ["DJQUEUE_TEST_DB_PORT"]
