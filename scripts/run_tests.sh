@@ -55,6 +55,9 @@ lane2() {
     # connecting through a PgBouncer in transaction mode (tests/pgbouncer.py).
     step "pytest on PostgreSQL, processes behind PgBouncer (tests/worker, tests/maintenance, tests/task_backend)" \
       behind_pgbouncer "$@"
+    # The storage layer, the API and the workers through Django's own connection pool.
+    step "pytest on PostgreSQL, Django's connection pool (tests/storage, tests/api, tests/worker)" \
+      django_pool "$@"
   else
     echo "PostgreSQL is not reachable on 127.0.0.1:5432: its run is skipped."
   fi
@@ -71,6 +74,10 @@ behind_pgbouncer() {
   DATABASE_URL="$POSTGRES_URL" DJQUEUE_TEST_BEHIND_PGBOUNCER=1 none_selected_ok "$PY" -m \
     pytest -p no:cacheprovider -q -m "not slow" tests/worker tests/maintenance \
     tests/task_backend "$@"
+}
+django_pool() {
+  DATABASE_URL="$POSTGRES_URL" DJQUEUE_TEST_DJANGO_POOL=1 none_selected_ok "$PY" -m \
+    pytest -p no:cacheprovider -q -m "not slow" tests/storage tests/api tests/worker "$@"
 }
 # The fault scenarios' short forms: they start a private MariaDB (lane 1's alone).
 faults() {

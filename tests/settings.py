@@ -59,6 +59,14 @@ if os.environ.get("DJQUEUE_TEST_DB_PORT"):
     DATABASES["default"]["PORT"] = os.environ["DJQUEUE_TEST_DB_PORT"]
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
     DATABASES["default"].get("OPTIONS", {}).pop("prepare_threshold", None)
+if (os.environ.get("DJQUEUE_TEST_DJANGO_POOL")
+        and DATABASES["default"]["ENGINE"].endswith("postgresql")):
+    # Django's own connection pool (psycopg_pool, Django 5.1+): a closed connection goes
+    # back to the pool with its session as it is, and the next thread gets it. Pooling
+    # takes the place of persistent connections, which Django then refuses.
+    DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}),
+                                       "pool": {"min_size": 2, "max_size": 20}}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 
 def _beside(name: object, suffix: str) -> str:
