@@ -21,17 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import free_port, wait_until
 
 #: The name of the variable that sends the processes the tests start through a pooler
 #: (read by tests/settings.py).
 PORT_VARIABLE = "DJQUEUE_TEST_DB_PORT"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _answers(port: int) -> bool:
@@ -53,7 +47,7 @@ def running(settings: dict, pool_size: int) -> Iterator[int]:
     user = settings["USER"] or "postgres"
     folder = Path(tempfile.mkdtemp(prefix="djqueue-pgbouncer-"))
     folder.chmod(0o777)  # PgBouncer will not run as root: it drops to nobody below
-    port = _free_port()
+    port = free_port()
     (folder / "users.txt").write_text(f'"{user}" ""\n')
     (folder / "pgbouncer.ini").write_text(
         "[databases]\n"

@@ -3,7 +3,6 @@ djqueue_http``, uvicorn) on a loopback port, on the test database."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,15 +13,9 @@ import pytest
 
 from djqueue.http import access, schema
 from djqueue.models import ApiClient, ApiPermission
-from tests.conftest import wait_until
+from tests.conftest import free_port, wait_until
 
 MOUNT = "/queue-api/"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

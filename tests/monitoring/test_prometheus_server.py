@@ -15,17 +15,11 @@ from pathlib import Path
 import pytest
 
 import djqueue
-from tests.conftest import wait_until
+from tests.conftest import free_port, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 MESSAGES = 5000
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def query(port: int, expression: str) -> dict[str, float]:
