@@ -29,6 +29,8 @@ step() {
 }
 # pytest's exit code 5 (nothing selected, e.g. by -k) is not a failure.
 none_selected_ok() { "$@"; local rc=$?; [ $rc -eq 5 ] && return 0; return $rc; }
+# env(1) for shell functions too: with_env NAME=VALUE ... command [arguments]
+with_env() ( while [[ $1 == *=* ]]; do export "$1"; shift; done; "$@" )
 # tests/faults/test_faults.py runs once, in its own step: it starts a private MariaDB.
 suite() { DATABASE_URL=$1 "$PY" -m pytest -p no:cacheprovider -q --durations=5 \
   --ignore=tests/faults/test_faults.py --ignore=tests/packaging "${@:2}"; }
@@ -49,15 +51,15 @@ lane2() {
   if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
     step "pytest on PostgreSQL" suite "$POSTGRES_URL" "$@"
     # The API's and the storage layer's SQL again, with Django's server-side binding.
-    step "pytest on PostgreSQL, server-side binding (tests/api, tests/storage)" \
-      server_side_binding "$@"
+    postgres_again "server-side binding" SERVER_SIDE_BINDING "tests/api tests/storage" "$@"
     # The processes' tests again, every worker, reaper and supervisor they start
     # connecting through a PgBouncer in transaction mode (tests/pgbouncer.py).
-    step "pytest on PostgreSQL, processes behind PgBouncer (tests/worker, tests/maintenance, tests/task_backend)" \
-      behind_pgbouncer "$@"
-    # The storage layer, the API and the workers through Django's own connection pool.
-    step "pytest on PostgreSQL, Django's connection pool (tests/storage, tests/api, tests/worker)" \
-      django_pool "$@"
+    postgres_again "processes behind PgBouncer" BEHIND_PGBOUNCER \
+      "tests/worker tests/maintenance tests/task_backend" "$@"
+    # The storage layer, the API, the workers and the reaper through Django's own
+    # connection pool.
+    postgres_again "Django's connection pool" DJANGO_POOL \
+      "tests/storage tests/api tests/worker tests/maintenance" "$@"
   else
     echo "PostgreSQL is not reachable on 127.0.0.1:5432: its run is skipped."
   fi
@@ -66,18 +68,15 @@ lane2() {
   # At least one line (an empty one when all passed): an empty file means lane 2 died.
   printf '%s\n' "${failed[@]}" > "$lane2_failed"
 }
-server_side_binding() {
-  DATABASE_URL="$POSTGRES_URL" DJQUEUE_TEST_SERVER_SIDE_BINDING=1 none_selected_ok "$PY" -m \
-    pytest -p no:cacheprovider -q -m "not slow" tests/api tests/storage "$@"
-}
-behind_pgbouncer() {
-  DATABASE_URL="$POSTGRES_URL" DJQUEUE_TEST_BEHIND_PGBOUNCER=1 none_selected_ok "$PY" -m \
-    pytest -p no:cacheprovider -q -m "not slow" tests/worker tests/maintenance \
-    tests/task_backend "$@"
-}
-django_pool() {
-  DATABASE_URL="$POSTGRES_URL" DJQUEUE_TEST_DJANGO_POOL=1 none_selected_ok "$PY" -m \
-    pytest -p no:cacheprovider -q -m "not slow" tests/storage tests/api tests/worker "$@"
+# A step that runs the PostgreSQL suite's quicker tests of some folders again with one
+# of tests/settings.py's switches on (DJQUEUE_TEST_<SWITCH>=1):
+# postgres_again "what is different" SWITCH "FOLDER ..." [pytest's arguments]
+postgres_again() {
+  local what=$1 switch=$2 folders=$3; shift 3
+  # $folders unquoted: one argument a folder.
+  step "pytest on PostgreSQL, $what (${folders// /, })" with_env DATABASE_URL="$POSTGRES_URL" \
+    "DJQUEUE_TEST_$switch=1" none_selected_ok "$PY" -m pytest -p no:cacheprovider -q \
+    -m "not slow" $folders "$@"
 }
 # The fault scenarios' short forms: they start a private MariaDB (lane 1's alone).
 faults() {
