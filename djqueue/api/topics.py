@@ -45,6 +45,7 @@ from djqueue.models.queue import validate_queue_name
 from djqueue.storage import dialects, ordered_groups, placement, trace
 from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import get_queue_by_id
+from djqueue.storage.statements.message_inserts import insert_messages
 
 BATCH = 1000
 START_NOW, START_EARLIEST = "now", "earliest"
@@ -161,7 +162,7 @@ def deliver(db: str, queue: Queue, bodies: Sequence[Body]) -> list[Message]:
     if queue.max_depth is not None:
         reserve_depth(queue, len(messages))
     ordered_groups.enqueue_states(db, messages)
-    Message.objects.using(db).bulk_create(messages, batch_size=BATCH)
+    insert_messages(db, messages)  # with their ids on every database, for the trace
     trace.record(db, messages, Event.SENT)
     announce(messages)
     return messages

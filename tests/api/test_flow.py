@@ -169,6 +169,22 @@ def test_trace_of_a_message_retried_twice_dead_lettered_and_redriven():
     assert times == sorted(times)
 
 
+def test_a_traced_batch_and_a_traced_topic_delivery_record_each_message_sent():
+    """Each message of a batch, and each delivery of a published batch, has its own
+    SENT event: the batch's messages carry their ids on every database (MySQL, which
+    has no RETURNING, included)."""
+    djqueue.create_queue("tr.batch", trace=True)
+    batch = djqueue.send_batch("tr.batch", [{"n": n} for n in range(5)])
+    djqueue.create_topic("tr.topic")
+    djqueue.subscribe("tr.topic", "audit", trace=True)
+    djqueue.publish_batch("tr.topic", [{"n": n} for n in range(3)])
+    delivered = djqueue.receive("tr.topic:audit", max_messages=10)
+    assert len(delivered) == 3
+    for message in [*batch, *delivered]:
+        assert message.pk is not None
+        assert [e.event for e in djqueue.message_trace(message.pk)][:1] == ["sent"]
+
+
 def test_trace_is_off_by_default_and_pruned_with_retention():
     djqueue.create_queue("quiet")
     djqueue.create_queue("loud", trace=True, retention=60)

@@ -207,6 +207,41 @@ def test_threads_encoding_one_payload_see_no_false_cycle():
     assert results == [True] * 4
 
 
+def test_batches_sent_at_once_from_threads_return_their_own_rows():
+    """send_batch's messages carry the ids of their own rows, with other batches
+    inserted at the same time. On MySQL, which has no RETURNING, the ids are worked
+    out from the first (vendor_sql.ids_of_multi_row_insert); elsewhere they are read."""
+    from django.db import connections
+
+    queue = djqueue.create_queue("batch.ids")
+    sent: dict[tuple[int, int, int], int] = {}
+    errors: list[BaseException] = []
+
+    def send_batches(thread: int) -> None:
+        try:
+            for batch in range(15):
+                messages = djqueue.send_batch(
+                    queue, [{"t": thread, "b": batch, "n": n} for n in range(40)])
+                for n, message in enumerate(messages):
+                    sent[(thread, batch, n)] = message.pk
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send_batches, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(sent) == 4 * 15 * 40 and len(set(sent.values())) == len(sent)
+    stored = {pk: (body["t"], body["b"], body["n"]) for pk, body in
+              ((pk, json.loads(body)) for pk, body in
+               Message.objects.filter(queue=queue).values_list("pk", "body"))}
+    assert {pk: key for key, pk in sent.items()} == stored
+
+
 def test_json_columns_get_the_text_django_writes():
     """The hot path's JSONField preparer gives what get_db_prep_save gives (MySQL, SQLite:
     json.dumps) from its own encoder, and leaves what it does not know to Django."""

@@ -12,7 +12,7 @@ SQLite's claims, the admin) uses the ORM.
 
 Ids come back with ``RETURNING`` where the database has it (MariaDB >= 10.5,
 PostgreSQL, SQLite), else (and for a single row on MySQL and SQLite) from
-``lastrowid``.
+``lastrowid`` (for many rows on MySQL, see vendor_sql.ids_of_multi_row_insert).
 """
 
 from __future__ import annotations
@@ -49,10 +49,6 @@ def insert_messages(db: str, messages: list[Message],
         _insert_one(db, conn, messages[0])
         return
     returning = bool(conn.features.can_return_rows_from_bulk_insert)
-    if not returning:
-        # MySQL has no RETURNING: Django's bulk_create cannot tell the ids either.
-        Message.objects.using(db).bulk_create(messages, batch_size=CHUNK)
-        return
     escape = dialects.escapes_client_side(conn)
     for start in range(0, len(messages), CHUNK):
         chunk = messages[start:start + CHUNK]
@@ -62,7 +58,10 @@ def insert_messages(db: str, messages: list[Message],
             sql, params = _insert_sql(conn, len(chunk), returning), _params(chunk, conn)
         with conn.cursor() as cursor:
             cursor.execute(sql, params)
-            ids = [row[0] for row in cursor.fetchall()]
+            if returning:
+                ids = [row[0] for row in cursor.fetchall()]
+            else:  # MySQL has no RETURNING (Django's bulk_create leaves the ids unset)
+                ids = vendor_sql.ids_of_multi_row_insert(conn, cursor.lastrowid, len(chunk))
         for message, pk in zip(chunk, ids, strict=True):
             fastpath.mark_saved(message, pk, db)
 

@@ -134,3 +134,24 @@ def add_counters_sql(table: str, keys: list[str], columns: list[str], counters: 
         return f"{head} ON DUPLICATE KEY UPDATE {sets}"
     sets = ", ".join(f"{q(c)} = {q(table)}.{q(c)} + excluded.{q(c)}" for c in counters)
     return f"{head} ON CONFLICT ({', '.join(q(k) for k in keys)}) DO UPDATE SET {sets}"
+
+
+#: auto_increment_increment per database alias, read once per process (see below).
+_id_steps: dict[str, int] = {}
+
+
+def ids_of_multi_row_insert(conn: BaseDatabaseWrapper, first_id: int, rows: int) -> list[int]:
+    """The ids a multi-row ``INSERT … VALUES`` gave its rows on MySQL, in row order.
+
+    Why it can be known: MySQL has no ``RETURNING``, but ``LAST_INSERT_ID()`` (the
+    driver's ``lastrowid``) is the first row's id, and InnoDB takes a statement's ids
+    in one block when it knows the row count before it starts (a "simple insert"), in
+    every ``innodb_autoinc_lock_mode``: only an ``INSERT … SELECT`` can have gaps. The
+    ids then follow one another by ``auto_increment_increment`` (1, unless the server
+    is one of several primaries that share out ids)."""
+    step = _id_steps.get(conn.alias)
+    if step is None:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT @@auto_increment_increment")
+            step = _id_steps[conn.alias] = int(cursor.fetchone()[0])
+    return [first_id + index * step for index in range(rows)]
