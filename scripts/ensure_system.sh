@@ -8,6 +8,8 @@
 #   ensure_system.sh redis     Redis running on 127.0.0.1:6379 (the Celery peer of `make bench`)
 #   ensure_system.sh prometheus  Prometheus's server binary (not started: the tests start their own)
 #   ensure_system.sh pgbouncer   PgBouncer's binary (not started: the tests start their own)
+#   ensure_system.sh mysql     MySQL in a chroot of Debian's development suite (not started:
+#                              tests/mysql_server.py starts its own)
 set -euo pipefail
 log() { echo "djqueue setup: $*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -52,6 +54,21 @@ for what in "$@"; do
     browser) apt_install chromium ;;
     prometheus) apt_install_stopped prometheus ;;  # it would serve on :9090
     pgbouncer) apt_install_stopped pgbouncer ;;  # it would pool on :6432
+    mysql)  # Debian 12 has only MariaDB; its development suite has MySQL, built against a
+            # newer C library, so it gets a minimal chroot of that suite of its own.
+      root=${DJQUEUE_MYSQL_ROOT:-/var/lib/djqueue/mysql-root}
+      if [ ! -x "$root/usr/sbin/mysqld" ]; then
+        apt_install debootstrap
+        log "installing MySQL into a Debian sid chroot at $root (about 2 minutes)"
+        $SUDO rm -rf "$root.partial" && $SUDO mkdir -p "$(dirname "$root")"
+        $SUDO debootstrap --variant=minbase sid "$root.partial" http://deb.debian.org/debian >/dev/null
+        # Valid-Until: a mirror that serves a dated snapshot of sid has an expired Release.
+        $SUDO chroot "$root.partial" apt-get -o Acquire::Check-Valid-Until=false update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO chroot "$root.partial" apt-get \
+          -o Acquire::Check-Valid-Until=false install -y -qq --no-install-recommends \
+          mysql-server-core >/dev/null
+        $SUDO rm -rf "$root" && $SUDO mv "$root.partial" "$root"
+      fi ;;
     redis)  # Celery's broker, for the peers in `make bench`
       if ! redis-cli -h 127.0.0.1 ping >/dev/null 2>&1; then
         command -v redis-server >/dev/null 2>&1 || apt_install redis-server

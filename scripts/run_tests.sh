@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, system checks, migrations check, then two lanes side
 # by side: (1) pytest on MariaDB, the fault scenarios' short forms on a private
-# MariaDB (tests/faults), then Django 5.2 LTS on MariaDB; (2) pytest on PostgreSQL
-# (when reachable), then SQLite, then the wheel in a fresh venv.
+# MariaDB (tests/faults), part of the suite on MySQL, then Django 5.2 LTS on MariaDB;
+# (2) pytest on PostgreSQL (when reachable), then SQLite, then the wheel in a fresh venv.
 #
 # Why two lanes: the suite waits more than it computes (its processes start, poll,
 # sleep out leases and ticks); measured on the 2-core machine, the MariaDB run left
@@ -15,7 +15,7 @@ PY=.venv/bin/python
 MARIADB_URL=${DJQUEUE_MARIADB_URL:-mysql://root@127.0.0.1:3306/test}
 POSTGRES_URL=${DJQUEUE_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
 
-scripts/ensure_system.sh mariadb postgres spark browser prometheus pgbouncer || exit 1
+scripts/ensure_system.sh mariadb postgres spark browser prometheus pgbouncer mysql || exit 1
 
 failed=()
 step() {
@@ -83,6 +83,10 @@ faults() {
   DATABASE_URL="$MARIADB_URL" none_selected_ok "$PY" -m pytest -p no:cacheprovider -q \
     --durations=10 tests/faults/test_faults.py "$@"
 }
+on_mysql() {
+  none_selected_ok "$PY" -m tests.mysql_server -p no:cacheprovider -q -m "not slow" \
+    tests/storage tests/api tests/worker tests/task_backend "$@"
+}
 # The wheel, built and installed in a fresh venv, in a bare project (once: no database).
 wheel() { none_selected_ok "$PY" -m pytest -p no:cacheprovider -q tests/packaging "$@"; }
 echo; echo "=== lane 2 (PostgreSQL, SQLite, the wheel) started beside lane 1; its output follows lane 1's"
@@ -95,6 +99,9 @@ trap 'rm -f "$lane2_log" "$lane2_failed"' EXIT
 # Lane 1: MariaDB, the fault scenarios, Django 5.2 LTS.
 step "pytest on MariaDB" suite "$MARIADB_URL" "$@"
 step "fault scenarios (short forms; a private MariaDB on port 3307)" faults "$@"
+# MySQL, which is not MariaDB: the storage layer, the API, the workers and the
+# django.tasks backend on a MySQL server started for the step (tests/mysql_server.py).
+step "pytest on MySQL (tests/storage, tests/api, tests/worker, tests/task_backend)" on_mysql "$@"
 
 # Django 5.2 LTS with the django-tasks backport, when a Python 3.11 is at hand
 # and the main venv is not already that fallback.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -77,14 +76,6 @@ def _fresh_queue_cache() -> Iterator[None]:
     forget_cached()
     yield
     forget_cached()
-
-
-def free_port() -> int:
-    """A TCP port on the loopback address that nothing listens on right now (for a
-    server a test starts)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str,

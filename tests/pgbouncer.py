@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, wait_until
+from tests.conftest import wait_until
+from tests.ports import free_port
 
 #: The name of the variable that sends the processes the tests start through a pooler
 #: (read by tests/settings.py).

@@ -13,7 +13,8 @@ import pytest
 
 from djqueue.http import access, schema
 from djqueue.models import ApiClient, ApiPermission
-from tests.conftest import free_port, wait_until
+from tests.conftest import wait_until
+from tests.ports import free_port
 
 MOUNT = "/queue-api/"
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import djqueue
-from tests.conftest import free_port, wait_until
+from tests.conftest import wait_until
+from tests.ports import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"

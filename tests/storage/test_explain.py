@@ -69,17 +69,21 @@ def insert_numbered(table: str, columns: str, values: str, count: int, params: t
     """INSERT ``count`` rows of ``values`` into ``table``: ``n`` is the row's number
     (from 1), the placeholders take ``params`` and then the current time twice."""
     now = timezone.now()
-    if connection.vendor == "mysql":
-        prefix, source = "", f"(SELECT seq AS n FROM seq_1_to_{count}) AS numbers"
+    numbers = (f"WITH RECURSIVE numbers(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM "
+               f"numbers WHERE n < {count}) ")
+    select = f"SELECT {values} FROM numbers"
+    if connection.vendor == "mysql" and connection.mysql_is_mariadb:  # its sequence engine
+        select = f"SELECT {values} FROM (SELECT seq AS n FROM seq_1_to_{count}) AS numbers"
+        numbers = ""
+    elif connection.vendor == "mysql":  # MySQL: the WITH follows the column list
+        select, numbers = numbers + select, ""
     elif connection.vendor == "postgresql":
-        prefix, source = "", f"generate_series(1, {count}) AS numbers(n)"
-    else:
-        prefix = (f"WITH RECURSIVE numbers(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM "
-                  f"numbers WHERE n < {count}) ")
-        source = "numbers"
+        select = f"SELECT {values} FROM generate_series(1, {count}) AS numbers(n)"
+        numbers = ""
     with connection.cursor() as cursor:
-        cursor.execute(f"{prefix}INSERT INTO {table} ({columns}) SELECT {values} FROM {source}",
-                       (*params, now, now))
+        if connection.vendor == "mysql" and not connection.mysql_is_mariadb:
+            cursor.execute("SET SESSION cte_max_recursion_depth = %s", [count + 1])
+        cursor.execute(f"{numbers}INSERT INTO {table} ({columns}) {select}", (*params, now, now))
 
 
 def analyze(table: str) -> None:
