@@ -26,7 +26,7 @@ from pathlib import Path
 
 import MySQLdb
 
-from tests.ports import free_port
+from tests.servers import free_port, stop_process
 
 #: Where ensure_system.sh builds the chroot (the same variable overrides both).
 ROOT = Path(os.environ.get("DJQUEUE_MYSQL_ROOT", "/var/lib/djqueue/mysql-root"))
@@ -79,12 +79,7 @@ class ChrootMySQL:
 
     def stop(self) -> None:
         if self.process is not None:
-            self.process.terminate()  # mysqld shuts down cleanly on SIGTERM
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(30)
+            stop_process(self.process, 60)
             self.process = None
         shutil.rmtree(self.root / self.data.relative_to("/"), ignore_errors=True)
 

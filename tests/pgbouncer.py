@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
-from tests.ports import free_port
+from tests.servers import free_port, stop_process
 
 #: The name of the variable that sends the processes the tests start through a pooler
 #: (read by tests/settings.py).
@@ -71,10 +71,5 @@ def running(settings: dict, pool_size: int) -> Iterator[int]:
         assert process.poll() is None, (folder / "pgbouncer.log").read_text()
         yield port
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_process(process, 10)
         shutil.rmtree(folder, ignore_errors=True)

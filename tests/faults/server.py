@@ -12,6 +12,8 @@ from pathlib import Path
 
 import MySQLdb
 
+from tests.servers import stop_process
+
 MARIADBD = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
 INSTALL_DB = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"
 
@@ -78,12 +80,7 @@ class PrivateMariaDB:
     def stop(self) -> None:
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(30)
+        stop_process(self.process, 60)
         self.process = None
 
     def connect(self, db: str = "faults") -> MySQLdb.Connection:

@@ -14,7 +14,7 @@ import pytest
 from djqueue.http import access, schema
 from djqueue.models import ApiClient, ApiPermission
 from tests.conftest import wait_until
-from tests.ports import free_port
+from tests.servers import free_port
 
 MOUNT = "/queue-api/"
 

@@ -16,7 +16,7 @@ import pytest
 
 import djqueue
 from tests.conftest import wait_until
-from tests.ports import free_port
+from tests.servers import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"

@@ -170,7 +170,7 @@ def test_the_http_api_sends_receives_and_acks_on_a_partitioned_queue(spawn):
     from djqueue.http import access
     from djqueue.models import ApiClient, ApiPermission
     from tests.http.conftest import MOUNT
-    from tests.ports import free_port
+    from tests.servers import free_port
 
     djqueue.create_queue("parted.http")
     client = ApiClient.objects.create(name="svc")
