@@ -56,10 +56,8 @@ lane2() {
     # connecting through a PgBouncer in transaction mode (tests/pgbouncer.py).
     postgres_again "processes behind PgBouncer" BEHIND_PGBOUNCER \
       "tests/worker tests/maintenance tests/task_backend" "$@"
-    # The storage layer, the API, the workers and the reaper through Django's own
-    # connection pool.
-    postgres_again "Django's connection pool" DJANGO_POOL \
-      "tests/storage tests/api tests/worker tests/maintenance" "$@"
+    # The storage layer, the API and the workers through Django's own connection pool.
+    postgres_again "Django's connection pool" DJANGO_POOL "tests/storage tests/api tests/worker" "$@"
   else
     echo "PostgreSQL is not reachable on 127.0.0.1:5432: its run is skipped."
   fi
