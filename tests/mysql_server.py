@@ -39,6 +39,7 @@ class ChrootMySQL:
         self.root = root
         self.port = port
         self.data = Path("/var/tmp") / f"djqueue-mysql-{port}"  # inside the chroot
+        self.host_data = root / self.data.relative_to("/")  # the same, seen from here
         self.process: subprocess.Popen | None = None
 
     def _mysqld(self, *args: str) -> list[str]:
@@ -46,21 +47,20 @@ class ChrootMySQL:
                 f"--datadir={self.data / 'data'}", *args]
 
     def start(self, timeout: float = 120) -> None:
-        host_data = self.root / self.data.relative_to("/")
-        shutil.rmtree(host_data, ignore_errors=True)
-        host_data.mkdir(parents=True)
+        shutil.rmtree(self.host_data, ignore_errors=True)
+        self.host_data.mkdir(parents=True)
         subprocess.run(self._mysqld("--initialize-insecure"), check=True, capture_output=True)
-        self.log = (host_data / "mysqld.log").open("ab")
         # As the shared MariaDB runs for the suite: READ COMMITTED, no binary log, the
         # buffer pool of a small server.
-        self.process = subprocess.Popen(
-            self._mysqld(f"--port={self.port}", "--bind-address=127.0.0.1",
-                         f"--socket={self.data / 'mysqld.sock'}",
-                         f"--pid-file={self.data / 'mysqld.pid'}", "--mysqlx=OFF",
-                         "--secure-file-priv=", "--disable-log-bin",
-                         "--transaction-isolation=READ-COMMITTED",
-                         "--innodb-buffer-pool-size=256M", "--max-connections=400"),
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        with (self.host_data / "mysqld.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                self._mysqld(f"--port={self.port}", "--bind-address=127.0.0.1",
+                             f"--socket={self.data / 'mysqld.sock'}",
+                             f"--pid-file={self.data / 'mysqld.pid'}", "--mysqlx=OFF",
+                             "--secure-file-priv=", "--disable-log-bin",
+                             "--transaction-isolation=READ-COMMITTED",
+                             "--innodb-buffer-pool-size=256M", "--max-connections=400"),
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -81,10 +81,10 @@ class ChrootMySQL:
         if self.process is not None:
             stop_process(self.process, 60)
             self.process = None
-        shutil.rmtree(self.root / self.data.relative_to("/"), ignore_errors=True)
+        shutil.rmtree(self.host_data, ignore_errors=True)
 
     def tail(self, chars: int = 3000) -> str:
-        path = self.root / self.data.relative_to("/") / "mysqld.log"
+        path = self.host_data / "mysqld.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
 
