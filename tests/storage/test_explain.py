@@ -69,21 +69,21 @@ def insert_numbered(table: str, columns: str, values: str, count: int, params: t
     """INSERT ``count`` rows of ``values`` into ``table``: ``n`` is the row's number
     (from 1), the placeholders take ``params`` and then the current time twice."""
     now = timezone.now()
-    numbers = (f"WITH RECURSIVE numbers(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM "
-               f"numbers WHERE n < {count}) ")
-    select = f"SELECT {values} FROM numbers"
-    if connection.vendor == "mysql" and connection.mysql_is_mariadb:  # its sequence engine
-        select = f"SELECT {values} FROM (SELECT seq AS n FROM seq_1_to_{count}) AS numbers"
-        numbers = ""
-    elif connection.vendor == "mysql":  # MySQL: the WITH follows the column list
-        select, numbers = numbers + select, ""
-    elif connection.vendor == "postgresql":
-        select = f"SELECT {values} FROM generate_series(1, {count}) AS numbers(n)"
-        numbers = ""
+    head, select = f"INSERT INTO {table} ({columns}) ", f"SELECT {values} FROM "
+    recursive = (f"WITH RECURSIVE numbers(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM "
+                 f"numbers WHERE n < {count}) ")
+    if connection.vendor == "postgresql":
+        sql = head + select + f"generate_series(1, {count}) AS numbers(n)"
+    elif connection.vendor == "sqlite":
+        sql = recursive + head + select + "numbers"
+    elif connection.mysql_is_mariadb:  # its sequence engine
+        sql = head + select + f"(SELECT seq AS n FROM seq_1_to_{count}) AS numbers"
+    else:  # MySQL: the WITH follows the column list, and may recurse 1,000 times by default
+        sql = head + recursive + select + "numbers"
     with connection.cursor() as cursor:
         if connection.vendor == "mysql" and not connection.mysql_is_mariadb:
             cursor.execute("SET SESSION cte_max_recursion_depth = %s", [count + 1])
-        cursor.execute(f"{numbers}INSERT INTO {table} ({columns}) {select}", (*params, now, now))
+        cursor.execute(sql, (*params, now, now))
 
 
 def analyze(table: str) -> None:
