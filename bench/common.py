@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -192,3 +193,28 @@ def wait_for_worker(timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("the worker did not start")
         time.sleep(0.05)
+
+
+def add_time_target_switch(parser: argparse.ArgumentParser) -> None:
+    """``--no-time-target``: report the time against its target without failing on it.
+
+    tests/bench runs each bench once at its smallest size to prove it still runs;
+    a one-render median on a CI host busy with the other lane says nothing about
+    speed (a CI run on 2026-11-30 failed on a 492 ms render that took 25 ms on an
+    idle host the same day). A query count that grows with the data still fails: that is a
+    fact of the code, not of the host.
+    """
+    parser.add_argument("--no-time-target", dest="time_target", action="store_false",
+                        help="print the time against its target but do not fail on it")
+
+
+def verdict(queries_steady: bool, time_met: bool, judge_time: bool) -> int:
+    """Print the verdict line and return the exit status for it."""
+    if not queries_steady:
+        print("QUERY COUNT GREW WITH THE DATA")
+        return 1
+    if not time_met:
+        print("TARGET MISSED" + ("" if judge_time else " (not judged: --no-time-target)"))
+        return 1 if judge_time else 0
+    print("OK")
+    return 0
