@@ -1,5 +1,6 @@
 """Topics with consumer groups: cluster and broadcast delivery, replay, lag, body store."""
 
+import json
 import threading
 from collections import Counter
 
@@ -85,6 +86,35 @@ def test_cluster_and_broadcast_groups_with_replay_from_a_time():
         djqueue.ack_many(got)
     assert sorted(replayed) == list(range(5000, TOTAL))
     assert djqueue.receive("orders:billing") == [], "other groups are not replayed"
+
+
+def test_batches_published_at_once_return_their_own_bodies():
+    """publish_batch's bodies carry the ids of their own rows, with other batches
+    stored at the same time, and each delivery references its body. On MySQL, which
+    has no RETURNING, the ids are worked out from the first (insert_rows_on_mysql)."""
+    from django.db import connections
+
+    djqueue.create_topic("ids")
+    djqueue.subscribe("ids", "g")
+
+    def publish(thread: int) -> dict[tuple[int, int, int], int]:
+        try:
+            return {(thread, batch, n): body.pk for batch in range(10)
+                    for n, body in enumerate(djqueue.publish_batch(
+                        "ids", [{"t": thread, "b": batch, "n": n} for n in range(30)],
+                        headers={"thread": thread}))}
+        finally:
+            connections.close_all()
+
+    sent = {key: pk for found in in_threads(publish, 4) for key, pk in found.items()}
+    assert len(sent) == 4 * 10 * 30 and len(set(sent.values())) == len(sent)
+    stored = {pk: (body["t"], body["b"], body["n"]) for pk, body, headers in
+              ((pk, json.loads(body), headers) for pk, body, headers in
+               Body.objects.values_list("pk", "body", "headers"))
+              if headers == {"thread": body["t"]}}
+    assert {pk: key for key, pk in sent.items()} == stored
+    delivered = Message.objects.filter(queue__name="ids:g")
+    assert sorted(delivered.values_list("stored_body_id", flat=True)) == sorted(sent.values())
 
 
 def test_new_group_starts_now_or_from_the_earliest_retained_message():

@@ -66,6 +66,32 @@ def insert_messages(db: str, messages: list[Message],
             fastpath.mark_saved(message, pk, db)
 
 
+def insert_rows_on_mysql(db: str, rows: Sequence[M]) -> None:
+    """INSERT ``rows`` of one model in multi-row statements (CHUNK rows each) and set
+    their primary keys, on MySQL, where ``bulk_create`` leaves them unset for want
+    of ``RETURNING`` (the ids: vendor_sql.ids_of_multi_row_insert). Values are
+    prepared by the fields' own ``get_db_prep_save``; off the hot path (a topic's
+    bodies), so the statement is built per call. Call inside a transaction."""
+    if not rows:
+        return
+    conn = connections[db]
+    meta = rows[0]._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    quote = conn.ops.quote_name
+    head = (f"INSERT INTO {quote(meta.db_table)} "
+            f"({', '.join(quote(f.column) for f in fields)}) VALUES ")
+    marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    for start in range(0, len(rows), CHUNK):
+        chunk = rows[start:start + CHUNK]
+        params = [f.get_db_prep_save(getattr(row, f.attname), conn)
+                  for row in chunk for f in fields]
+        with conn.cursor() as cursor:
+            cursor.execute(head + ", ".join([marks] * len(chunk)), params)
+            ids = vendor_sql.ids_of_multi_row_insert(conn, cursor.lastrowid, len(chunk))
+        for row, pk in zip(chunk, ids, strict=True):
+            fastpath.mark_saved(row, pk, db)
+
+
 def _insert_one(db: str, conn: BaseDatabaseWrapper, message: Message) -> None:
     """One row. On MySQL/MariaDB and SQLite the id comes with the OK packet
     (lastrowid), where RETURNING would cost a result set; on MySQL/MariaDB every
