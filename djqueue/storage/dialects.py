@@ -180,27 +180,24 @@ def reads_datetimes_as_text(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor == "mysql"
 
 
-def extracts_json_verbatim(conn: BaseDatabaseWrapper) -> bool:
-    """Whether ``JSON_EXTRACT`` gives a value's text as the document has it (keys in
-    their order, numbers as written; only the spacing differs), so that a JSON column
-    filled from it reads back equal to what Python decodes from the document.
-
-    Why MariaDB only: it works on the JSON text itself. MySQL 8 parses into its binary
-    JSON type, which sorts object keys and re-formats numbers; PostgreSQL and SQLite
-    are not asked (djqueue writes their JSON as parameters)."""
-    return conn.vendor == "mysql" and conn.mysql_is_mariadb
-
-
 def copies_task_records(conn: BaseDatabaseWrapper) -> bool:
     """Whether a finished task's record can be copied by the server from its message's
-    row (djqueue.storage.statements.task_record_copy): on MariaDB on the fast path
-    (:func:`extracts_json_verbatim`, :func:`writes_values_into_sql`); on PostgreSQL,
-    whose record columns are ``jsonb``, so that a value parsed there from the
-    message's text is the one the same value written from Python becomes; and on
-    SQLite, whose ``json_extract`` gives an array's or object's text with its
-    numbers and escapes as the document has them."""
-    return (conn.vendor in ("postgresql", "sqlite")
-            or (extracts_json_verbatim(conn) and writes_values_into_sql(conn)))
+    row (djqueue.storage.statements.task_record_copy), so that what a record's JSON
+    columns read back is what they would read back had Python written them:
+
+    - PostgreSQL and MySQL keep JSON columns parsed (``jsonb``; MySQL's binary JSON,
+      which sorts object keys and stores a number too large for 64 bits as a double):
+      a value parsed from the message's text there is the one the same value written
+      from Python becomes;
+    - MariaDB keeps them as text, and its ``JSON_EXTRACT`` gives a value's text as the
+      document has it (keys in their order, numbers as written; only the spacing
+      differs);
+    - SQLite's ``json_extract`` gives an array's or object's text with its numbers
+      and escapes as the document has them.
+
+    On MySQL and MariaDB only on the fast path (:func:`writes_values_into_sql`): the
+    copy carries the runs' values escaped into its text."""
+    return conn.vendor in ("postgresql", "sqlite") or writes_values_into_sql(conn)
 
 
 def escapes_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:

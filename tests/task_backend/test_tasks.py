@@ -288,10 +288,11 @@ def test_a_record_survives_an_ack_transaction_that_rolled_back():
 
 
 def test_records_copied_by_the_ack_equal_those_written_from_python():
-    """On MariaDB, PostgreSQL and SQLite the worker's ack copies a first run's success from its message row
-    (djqueue.storage.statements.task_record_copy); each such record equals, field by field, the record the run
-    built, beside records written from Python in the same ack (a failure, a deferred
-    task), and a flag that cancel() set while the task ran is kept."""
+    """On every database the worker's ack copies a first run's success from its message
+    row (djqueue.storage.statements.task_record_copy); each such record equals, field by
+    field, the record the run built, beside records written from Python in the same ack
+    (a failure, a deferred task), and a flag that cancel() set while the task ran is
+    kept."""
     from django.db import connection
 
     from djqueue.api.receiving import receive
@@ -326,9 +327,7 @@ def test_records_copied_by_the_ack_equal_those_written_from_python():
              for e in task_handler._finished.values()
              if (e.copied.message_id if e.copied else e.record.message_id) in by_id}
     assert set(built) == {r.id for r in [*copyable, failed, deferred]}
-    copies_here = connection.vendor != "mysql" or connection.mysql_is_mariadb
-    assert {pk for pk, e in built.items() if e.copied} == (
-        {r.id for r in copyable} if copies_here else set())
+    assert {pk for pk, e in built.items() if e.copied} == {r.id for r in copyable}
 
     def fields(record: TaskRecord) -> dict:
         return {f.attname: getattr(record, f.attname) for f in TaskRecord._meta.concrete_fields}

@@ -11,9 +11,9 @@ id given at enqueue) is written from Python.
 Why: building each record's row in Python (escaping it on MariaDB, a JSON
 document of 19 columns with four ISO times on PostgreSQL, 19 parameters on
 SQLite) was a tenth of a django.tasks worker's time, in a process bound by the
-GIL. Per vendor: MariaDB gets the finish times and return values as ``CASE``
-arms by message id, escaped by the driver (its statements carry their values in
-their text); PostgreSQL and SQLite get them as one JSON parameter, read by
+GIL. Per vendor: MariaDB and MySQL get the finish times and return values as
+``CASE`` arms by message id, escaped by the driver (their statements carry their
+values in their text); PostgreSQL and SQLite get them as one JSON parameter, read by
 ``json_to_recordset`` and ``json_each``. Only constants, column names from the
 models and integer ids are written into the SQL.
 """
@@ -122,7 +122,8 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
     """The INSERT ... SELECT and its upsert clause. MariaDB's has ``{finished}``,
     ``{returned}``, ``{status}`` and ``{ids}`` to fill; PostgreSQL's and SQLite's take
     the status and :func:`_runs_json` as their two parameters."""
-    key = (conn.vendor, update_fields)
+    # MariaDB and MySQL share a vendor and differ here; one process may use both.
+    key = (conn.display_name, update_fields)
     if key in _statements:
         return _statements[key]
     q = conn.ops.quote_name
@@ -176,10 +177,13 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
                   f"ON {m['id']} = json_extract({run}, '$.message_id') {join_queue} WHERE true")
     else:
         body = m["body"]
+        # MySQL has JSON_VALUE from 8.0.21 only; JSON_UNQUOTE of the extract is the same.
+        text = ("JSON_VALUE({}, '$.{}')" if conn.mysql_is_mariadb
+                else "JSON_UNQUOTE(JSON_EXTRACT({}, '$.{}'))")
         sources |= {
             "id": f"CAST({m['id']} AS CHAR)",
-            "task_path": f"JSON_VALUE({body}, '$.task')",
-            "backend": f"JSON_VALUE({body}, '$.backend')",
+            "task_path": text.format(body, "task"),
+            "backend": text.format(body, "backend"),
             "args": f"JSON_EXTRACT({body}, '$.args')",
             "kwargs": f"JSON_EXTRACT({body}, '$.kwargs')",
             "status": "{status}",
