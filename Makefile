@@ -33,13 +33,13 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
 bench: $(VENV)/.installed
-	scripts/ensure_system.sh mariadb redis postgres
+	scripts/ensure_system.sh mariadb redis postgres mysql
 	scripts/bench_venv.sh
 	$(PY) bench/suite.py
 	$(PY) bench/databases.py
 
 bench-databases: $(VENV)/.installed
-	scripts/ensure_system.sh mariadb postgres
+	scripts/ensure_system.sh mariadb postgres mysql
 	$(PY) bench/databases.py
 
 bench-churn: $(VENV)/.installed

@@ -1,8 +1,12 @@
-"""The database axis of ``make bench``: the same rows on MariaDB, PostgreSQL and SQLite,
-each against raw loops of its own driver in the same run.
+"""The database axis of ``make bench``: the same rows on MariaDB, MySQL, PostgreSQL and
+SQLite, each against raw loops of its own driver in the same run.
 
     .venv/bin/python bench/databases.py [--quick] [--repeats N] [--messages N]
-                                        [--only mariadb,postgresql,sqlite]
+                                        [--only mariadb,mysql,postgresql,sqlite]
+
+MySQL is a server this run starts on a free loopback port with a fresh data
+directory (tests/mysql_server.py; ``scripts/ensure_system.sh mysql`` installs it),
+and stops at its end; the others are the machine's shared servers.
 
 Every database gets a child process (Django is set up once a process) that runs,
 ``--repeats`` times back to back:
@@ -31,11 +35,13 @@ and databases.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +51,7 @@ from common import percentile, summarise, write_results  # noqa: E402
 
 URLS = {
     "mariadb": "mysql://root@127.0.0.1:3306/djq_bench",
+    "mysql": "mysql://root@127.0.0.1:{port}/djq_bench",  # the port of the server started
     "postgresql": "postgres://postgres@127.0.0.1:5432/djq_bench",
     "sqlite": "sqlite:////tmp/djq_bench.sqlite3",
 }
@@ -84,6 +91,28 @@ def run_peer(peer: str, url: str, messages: int) -> dict[str, float]:
 
 # The parent: one child a database, then the report.
 
+@contextlib.contextmanager
+def database_url(name: str) -> Iterator[str]:
+    """The URL of ``name``'s bench database; for MySQL, of a server started for the
+    child's run and stopped (its data removed) when the run ends."""
+    if name != "mysql":
+        yield URLS[name]
+        return
+    from tests.mysql_server import ROOT as MYSQL_ROOT
+    from tests.mysql_server import ChrootMySQL
+    from tests.servers import free_port
+
+    if not (MYSQL_ROOT / "usr/sbin/mysqld").exists():
+        subprocess.run([str(ROOT / "scripts" / "ensure_system.sh"), "mysql"], check=True)
+    server = ChrootMySQL(MYSQL_ROOT, free_port())
+    try:
+        server.start()
+        print(f"mysql: MySQL {server.version} on 127.0.0.1:{server.port}", flush=True)
+        yield URLS[name].format(port=server.port)
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -93,20 +122,23 @@ def main() -> None:
     parser.add_argument("--peer-messages", type=int, default=5_000)
     parser.add_argument("--no-peers", action="store_true", help="skip the peers")
     parser.add_argument("--one", choices=list(URLS), help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.repeats = args.repeats or (1 if args.quick else 3)
     args.messages = args.messages or (5_000 if args.quick else 100_000)
     if args.one:
-        print(json.dumps(one_database(args.one, args)))
+        print(json.dumps(one_database(args.one, args.url or URLS[args.one], args)))
         return
     started = time.monotonic()
     found: dict[str, dict] = {}
     for name in args.only.split(","):
         print(f"{name} ...", flush=True)
-        done = subprocess.run(
-            [sys.executable, __file__, "--one", name, "--repeats", str(args.repeats),
-             "--messages", str(args.messages), *(["--quick"] if args.quick else [])],
-            cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True)
+        with database_url(name) as url:
+            done = subprocess.run(
+                [sys.executable, __file__, "--one", name, "--url", url, "--repeats",
+                 str(args.repeats), "--messages", str(args.messages),
+                 *(["--quick"] if args.quick else [])],
+                cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True)
         found[name] = json.loads(done.stdout.strip().splitlines()[-1])
         if not (args.quick or args.no_peers):
             for peer in PEERS.get(name, ()):
@@ -242,10 +274,10 @@ def markdown(summary: dict[str, dict]) -> str:
 
 # The child: one database.
 
-def one_database(name: str, args: argparse.Namespace) -> list[dict[str, float]]:
+def one_database(name: str, url: str, args: argparse.Namespace) -> list[dict[str, float]]:
     from vendor_loops import VendorBench
 
-    bench = VendorBench(name, URLS[name])
+    bench = VendorBench(name, url)
     runs = []
     for _ in range(args.repeats):
         run: dict[str, float] = {}

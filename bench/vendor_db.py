@@ -30,7 +30,8 @@ MESSAGE_COLUMNS = ("queue_id, state, priority, visible_at, body, attempts, owner
 class VendorDatabase:
     def __init__(self, name: str, url: str) -> None:
         self.name, self.url = name, url
-        self.vendor = {"mariadb": "mysql", "postgresql": "postgresql", "sqlite": "sqlite"}[name]
+        self.vendor = {"mariadb": "mysql", "mysql": "mysql", "postgresql": "postgresql",
+                       "sqlite": "sqlite"}[name]
         self._create()
         os.environ["DATABASE_URL"] = url
         os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
@@ -113,8 +114,17 @@ class VendorDatabase:
 
     def numbers(self, count: int) -> tuple[str, str]:
         """(a prefix, a FROM clause) giving ``count`` rows."""
+        if self.name == "mariadb":
+            return "", f"seq_1_to_{count}"  # the sequence engine
         if self.vendor == "mysql":
-            return "", f"seq_1_to_{count}"
+            # MySQL has no sequence engine, and its recursive CTE stops at 1,000 rows
+            # unless a session variable says otherwise: as many decimal digits joined as
+            # ``count`` has.
+            digits = "(" + " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10)) + ")"
+            places = range(len(str(max(count - 1, 1))))
+            number = " + ".join(f"d{p}.d * {10 ** p}" for p in places)
+            joined = ", ".join(f"{digits} AS d{p}" for p in places)
+            return "", f"(SELECT 1 + {number} AS x FROM {joined}) AS seq WHERE x <= {count}"
         if self.vendor == "postgresql":
             return "", f"generate_series(1, {count})"
         return (f"WITH RECURSIVE seq(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM seq "
