@@ -119,9 +119,9 @@ _statements: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {}
 
 
 def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tuple[str, str]:
-    """The INSERT ... SELECT and its upsert clause. MariaDB's has ``{finished}``,
-    ``{returned}``, ``{status}`` and ``{ids}`` to fill; PostgreSQL's and SQLite's take
-    the status and :func:`_runs_json` as their two parameters."""
+    """The INSERT ... SELECT and its upsert clause. MariaDB's and MySQL's have
+    ``{finished}``, ``{returned}``, ``{status}`` and ``{ids}`` to fill; PostgreSQL's and
+    SQLite's take the status and :func:`_runs_json` as their two parameters."""
     # MariaDB and MySQL share a vendor and differ here; one process may use both.
     key = (conn.display_name, update_fields)
     if key in _statements:
