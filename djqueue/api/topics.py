@@ -45,7 +45,8 @@ from djqueue.models.queue import validate_queue_name
 from djqueue.storage import dialects, ordered_groups, placement, trace
 from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import get_queue_by_id
-from djqueue.storage.statements.message_inserts import insert_messages, insert_rows_on_mysql
+from djqueue.storage.statements.message_inserts import insert_messages
+from djqueue.storage.statements.row_inserts import insert_rows
 
 BATCH = 1000
 START_NOW, START_EARLIEST = "now", "earliest"
@@ -143,14 +144,14 @@ def _save_bodies(db: str, bodies: list[Body]) -> None:
 
     Why two ways: MariaDB >= 10.5, PostgreSQL and SQLite return ids from a
     multi-row insert, which ``bulk_create`` reads; MySQL does not, and there the
-    ids are worked out from the first (insert_rows_on_mysql).
+    ids are worked out from the first (row_inserts.insert_rows).
     """
     from django.db import connections
 
     if connections[db].features.can_return_rows_from_bulk_insert:
         Body.objects.using(db).bulk_create(bodies, batch_size=BATCH)
     else:
-        insert_rows_on_mysql(db, bodies)
+        insert_rows(db, bodies, ids=True)
 
 
 def deliver(db: str, queue: Queue, bodies: Sequence[Body]) -> list[Message]:

@@ -30,7 +30,7 @@ from djqueue.models import (
 )
 from djqueue.storage import dialects, placement
 from djqueue.storage.queue_lookup import get_queue
-from djqueue.storage.statements import message_inserts, workflow_statements
+from djqueue.storage.statements import row_inserts, workflow_statements
 from djqueue.tasks import workflow_joins, workflow_operations
 from djqueue.tasks.backend import QueueBackend
 from djqueue.tasks.compat import Task, TaskResult
@@ -147,7 +147,7 @@ def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> Wor
         workflow_joins.send_steps(workflow, [r for r in rows if r.state == StepState.READY])
         for row in rows:
             row.workflow_id = workflow.pk
-        message_inserts.insert_rows(db, rows)
+        row_inserts.insert_rows(db, rows)
         workflow_statements.insert_edges(db, workflow.pk, (
             (parent, child, order) for child, parents in flat.parents.items()
             for order, parent in enumerate(parents)))
@@ -287,7 +287,7 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
             row.workflow, row.run_if, row.gathers = self.workflow, run_if, True
             row.parents_left, row.state = len(self.members), StepState.WAITING
             rows.append(row)
-        message_inserts.insert_rows(self.db, rows)
+        row_inserts.insert_rows(self.db, rows)
         workflow_statements.insert_edges(self.db, self.workflow.pk, (
             (member.position, row.position, order)
             for row in rows for order, member in enumerate(self.members)))

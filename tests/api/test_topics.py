@@ -91,7 +91,7 @@ def test_cluster_and_broadcast_groups_with_replay_from_a_time():
 def test_batches_published_at_once_return_their_own_bodies():
     """publish_batch's bodies carry the ids of their own rows, with other batches
     stored at the same time, and each delivery references its body. On MySQL, which
-    has no RETURNING, the ids are worked out from the first (insert_rows_on_mysql)."""
+    has no RETURNING, the ids are worked out from the first (row_inserts.insert_rows)."""
     from django.db import connections
 
     djqueue.create_topic("ids")

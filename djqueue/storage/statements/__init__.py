@@ -1,8 +1,9 @@
 """The hot path's hand-written statements, each built once per database vendor.
 
-Owns: the message inserts of send (``message_inserts``), the claim and ack
-statements (``claim_statements``), the values prepared and escaped as the ORM
-and the driver would (``prepared_values``), the statistics counters
+Owns: the message inserts of send (``message_inserts``), the rows of other
+models written in bulk (a workflow's steps, a topic's bodies: ``row_inserts``),
+the claim and ack statements (``claim_statements``), the values prepared and
+escaped as the ORM and the driver would (``prepared_values``), the statistics counters
 (``stat_counters``), the hand-on of ordered groups and keys under
 ``group_concurrency`` (``group_statements``), the copy of finished task records
 (``task_record_copy``),

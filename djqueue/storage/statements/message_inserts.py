@@ -66,32 +66,6 @@ def insert_messages(db: str, messages: list[Message],
             fastpath.mark_saved(message, pk, db)
 
 
-def insert_rows_on_mysql(db: str, rows: Sequence[M]) -> None:
-    """INSERT ``rows`` of one model in multi-row statements (CHUNK rows each) and set
-    their primary keys, on MySQL, where ``bulk_create`` leaves them unset for want
-    of ``RETURNING`` (the ids: vendor_sql.ids_of_multi_row_insert). Values are
-    prepared by the fields' own ``get_db_prep_save``; off the hot path (a topic's
-    bodies), so the statement is built per call. Call inside a transaction."""
-    if not rows:
-        return
-    conn = connections[db]
-    meta = rows[0]._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    quote = conn.ops.quote_name
-    head = (f"INSERT INTO {quote(meta.db_table)} "
-            f"({', '.join(quote(f.column) for f in fields)}) VALUES ")
-    marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    for start in range(0, len(rows), CHUNK):
-        chunk = rows[start:start + CHUNK]
-        params = [f.get_db_prep_save(getattr(row, f.attname), conn)
-                  for row in chunk for f in fields]
-        with conn.cursor() as cursor:
-            cursor.execute(head + ", ".join([marks] * len(chunk)), params)
-            ids = vendor_sql.ids_of_multi_row_insert(conn, cursor.lastrowid, len(chunk))
-        for row, pk in zip(chunk, ids, strict=True):
-            fastpath.mark_saved(row, pk, db)
-
-
 def _insert_one(db: str, conn: BaseDatabaseWrapper, message: Message) -> None:
     """One row. On MySQL/MariaDB and SQLite the id comes with the OK packet
     (lastrowid), where RETURNING would cost a result set; on MySQL/MariaDB every
@@ -264,57 +238,3 @@ def _returning(conn: BaseDatabaseWrapper) -> str:
 def build(model: type[M], **values: object) -> M:
     """An unsaved instance, as ``model(**values)`` makes it (see fastpath.builder)."""
     return fastpath.builder(model)(**values)
-
-
-def insert_rows(db: str, objs: Sequence[models.Model]) -> None:
-    """INSERT rows of one model whose ids nobody needs back (a workflow's steps), a
-    statement per chunk (see insert_values)."""
-    if not objs:
-        return
-    meta = objs[0]._meta
-    attnames = [f.attname for f in meta.concrete_fields if not f.primary_key]
-    insert_values(db, type(objs[0]), attnames,
-                  [[obj.__dict__[name] for name in attnames] for obj in objs])
-
-
-def insert_values(db: str, model: type[models.Model], attnames: Sequence[str],
-                  rows: Sequence[Sequence[object]]) -> None:
-    """INSERT ``rows`` of ``model``, each the values of ``attnames`` in that order, whose ids
-    nobody needs back (a workflow's steps and edges), a statement per chunk, with values
-    prepared as for messages: ten thousand rows in a fraction of bulk_create's time,
-    which compiles every value through the ORM's layers (and a tuple a row, for
-    edges, instead of an instance). On MySQL/MariaDB a value every row of a chunk
-    shares is escaped into the statement once (the driver escapes each parameter in
-    Python). Call inside a transaction."""
-    if not rows:
-        return
-    conn = connections[db]
-    meta = model._meta
-    by_attname = {f.attname: f for f in meta.concrete_fields}
-    fields = [by_attname[name] for name in attnames]
-    prepare = prepared_values.preparers(conn, f"{meta.label}:insert:{','.join(attnames)}",
-                                        fields)
-    chunk_rows = max(1, 30_000 // len(fields))  # SQLite: 32,766 parameters a statement
-    quote = conn.ops.quote_name
-    head = (f"INSERT INTO {quote(meta.db_table)} "
-            f"({', '.join(quote(f.column) for f in fields)}) VALUES ")
-    escape = dialects.escapes_client_side(conn)
-    with conn.cursor() as cursor:
-        for start in range(0, len(rows), chunk_rows):
-            chunk = rows[start:start + chunk_rows]
-            # A value that is the very object the first row holds (a task path, a
-            # queue name) is prepared once, as for a batch of messages (_params).
-            shared = chunk[0]
-            first = [function(value) for function, value in zip(prepare, shared, strict=True)]
-            prepared = [first] + [[ready if value is raw else function(value)
-                                   for function, value, raw, ready in zip(
-                                       prepare, row, shared, first, strict=True)]
-                                  for row in chunk[1:]]
-            varying = list(range(len(fields))) if escape is None else [
-                i for i, value in enumerate(first)
-                if any(row[i] != value for row in prepared)]
-            template = "(" + ", ".join(
-                "%s" if i in varying else escape(value)  # type: ignore[misc]
-                for i, value in enumerate(first)) + ")"
-            cursor.execute(head + ", ".join([template] * len(prepared)),
-                           [row[i] for row in prepared for i in varying])

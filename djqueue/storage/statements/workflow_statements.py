@@ -19,7 +19,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import StepDependency, StepState, Workflow, WorkflowStep
 from djqueue.storage import fastpath
-from djqueue.storage.statements import message_inserts, prepared_values
+from djqueue.storage.statements import prepared_values, row_inserts
 
 #: What settling a step writes (djqueue.tasks.workflow_joins).
 SETTLED_FIELDS = ("state", "result", "error", "error_class", "message_id", "attempts",
@@ -36,7 +36,7 @@ CHUNK = 500
 def insert_edges(db: str, workflow_id: int, edges: Iterable[tuple[int, int, int]]) -> None:
     """Insert the workflow's edges, each (parent, child, position), as tuples: a chord's
     10,000 model instances took a tenth of its enqueue to build."""
-    message_inserts.insert_values(db, StepDependency, _EDGE_COLUMNS, [
+    row_inserts.insert_values(db, StepDependency, _EDGE_COLUMNS, [
         (workflow_id, parent, child, position) for parent, child, position in edges])
 
 
