@@ -83,7 +83,7 @@ faults() {
 }
 on_mysql() {
   none_selected_ok "$PY" -m tests.mysql_server -p no:cacheprovider -q -m "not slow" \
-    tests/storage tests/api tests/worker tests/task_backend "$@"
+    tests/storage tests/api tests/worker tests/task_backend tests/monitoring "$@"
 }
 # The wheel, built and installed in a fresh venv, in a bare project (once: no database).
 wheel() { none_selected_ok "$PY" -m pytest -p no:cacheprovider -q tests/packaging "$@"; }
@@ -97,9 +97,10 @@ trap 'rm -f "$lane2_log" "$lane2_failed"' EXIT
 # Lane 1: MariaDB, the fault scenarios, Django 5.2 LTS.
 step "pytest on MariaDB" suite "$MARIADB_URL" "$@"
 step "fault scenarios (short forms; a private MariaDB on port 3307)" faults "$@"
-# MySQL, which is not MariaDB: the storage layer, the API, the workers and the
-# django.tasks backend on a MySQL server started for the step (tests/mysql_server.py).
-step "pytest on MySQL (tests/storage, tests/api, tests/worker, tests/task_backend)" on_mysql "$@"
+# MySQL, which is not MariaDB: the storage layer, the API, the workers, the
+# django.tasks backend and the statistics on a MySQL server started for the step
+# (tests/mysql_server.py).
+step "pytest on MySQL (tests/storage, tests/api, tests/worker, tests/task_backend, tests/monitoring)" on_mysql "$@"
 
 # Django 5.2 LTS with the django-tasks backport, when a Python 3.11 is at hand
 # and the main venv is not already that fallback.

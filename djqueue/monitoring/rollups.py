@@ -46,6 +46,7 @@ from djqueue.storage.statements import vendor_sql
 from djqueue.storage.statements.stat_counters import (
     COUNTERS,
     HISTOGRAMS,
+    add_counters,
     add_to_minutes,
     minute_of,
 )
@@ -186,12 +187,8 @@ def _count_published(db: str, cursor: StatsCursor, *, not_before: datetime) -> i
             params.append([row["topic_id"], Period.MINUTE,
                            conn.ops.adapt_datetimefield_value(minute_of(row["minute"])), row["n"]])
             counted += row["n"]
-        if params:
-            sql = vendor_sql.add_counters_sql(TopicStat._meta.db_table, ["topic_id", "period", "start"],
-                                          ["topic_id", "period", "start", "published"],
-                                          ["published"])
-            with conn.cursor() as db_cursor:
-                db_cursor.executemany(sql, params)
+        add_counters(db, TopicStat._meta.db_table, ["topic_id", "period", "start"],
+                     ["topic_id", "period", "start", "published"], ["published"], params)
         cursor.body_id = high
     cursor.body_seen_id = max(high, Body.objects.using(db).aggregate(n=Max("pk"))["n"] or 0)
     return counted

@@ -75,7 +75,7 @@ _statements: dict[tuple[str, bool], str] = {}
 def _sql(conn: BaseDatabaseWrapper, ids: list[int], leased: bool = False) -> str:
     """The statement for ``ids`` (inlined as integers, see values.id_list); ``leased``:
     the copy of :func:`archive_leased`, whose lease test :func:`_lease_test` appends."""
-    key = (conn.vendor, leased)
+    key = (dialects.sql_dialect(conn), leased)
     if key not in _statements:
         _statements[key] = _build_sql(conn, leased)
     return _statements[key].replace("{ids}", id_list(ids), 1)

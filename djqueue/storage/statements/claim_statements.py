@@ -130,9 +130,10 @@ def load_messages(db: str, rows: Sequence[Sequence],
 
 def built_sql(conn: BaseDatabaseWrapper, name: str,
               build: Callable[[BaseDatabaseWrapper], str]) -> str:
-    """The statement ``name`` for ``conn``'s vendor, built by ``build`` the first time
-    (the statements here, in limit_statements and in lookup_statements share the cache)."""
-    key = (conn.vendor, name)
+    """The statement ``name`` in ``conn``'s SQL (dialects.sql_dialect), built by ``build``
+    the first time (the statements here, in limit_statements and in lookup_statements
+    share the cache)."""
+    key = (dialects.sql_dialect(conn), name)
     if key not in _built:
         _built[key] = build(conn)
     return _built[key]

@@ -202,7 +202,7 @@ def render_row(db: str, obj: models.Model,
 def _upsert_sql(conn: BaseDatabaseWrapper, meta: Options, update_fields: tuple[str, ...],
                 ) -> tuple[str, str]:
     """The text of an upsert before its rows, and after them."""
-    key = (conn.vendor, meta.label, update_fields)
+    key = (dialects.sql_dialect(conn), meta.label, update_fields)
     if key in _upserts:
         return _upserts[key]
     quote = conn.ops.quote_name
@@ -219,7 +219,7 @@ _upserts: dict[tuple[str, str, tuple[str, ...]], tuple[str, str]] = {}
 
 def _insert_sql(conn: BaseDatabaseWrapper, rows: int, returning: bool) -> str:
     """The INSERT for ``rows`` rows of parameters; with 0, the text up to VALUES."""
-    key = (conn.vendor, rows, returning)
+    key = (dialects.sql_dialect(conn), rows, returning)
     if key not in _statements:
         quote = conn.ops.quote_name
         row = "(" + ", ".join(["%s"] * len(_FIELDS)) + ")"

@@ -17,6 +17,8 @@ from djqueue.storage.statements import vendor_sql
 
 COUNTERS = ["sent", "acked", "deleted", "failed", "dead_lettered", "wait_total", "run_total"]
 HISTOGRAMS = ["wait_hist", "run_hist"]
+#: Rows a statement of :func:`add_counters` (keeps SQLite's parameters under its limit).
+CHUNK = 500
 _STAT_COLUMNS = ["queue_id", "period", "start", *COUNTERS, *HISTOGRAMS]
 
 
@@ -34,8 +36,6 @@ def add_to_minutes(db: str, additions: dict[tuple[int, datetime], dict[str, floa
     to the queue's all-time row (Period.TOTAL)."""
     if not additions:
         return
-    sql = vendor_sql.add_counters_sql(QueueStat._meta.db_table, ["queue_id", "period", "start"],
-                                    _STAT_COLUMNS, COUNTERS)
     conn = connections[db]
     totals: dict[tuple[int, datetime], dict[str, float]] = {}
     for (queue_id, _), values in additions.items():
@@ -50,5 +50,19 @@ def add_to_minutes(db: str, additions: dict[tuple[int, datetime], dict[str, floa
     params = [[queue_id, period, conn.ops.adapt_datetimefield_value(start),
                *(values.get(name, 0) for name in COUNTERS), "{}", "{}"]
               for period, (queue_id, start), values in rows]
+    add_counters(db, QueueStat._meta.db_table, ["queue_id", "period", "start"], _STAT_COLUMNS,
+                 COUNTERS, params)
+
+
+def add_counters(db: str, table: str, keys: list[str], columns: list[str], counters: list[str],
+                 rows: list[list]) -> None:
+    """Insert ``rows`` of ``columns`` into ``table``, in statements of up to CHUNK rows;
+    a row whose ``keys`` exist adds its ``counters`` to that row's instead
+    (vendor_sql.add_counters_sql). No two rows may share their keys."""
+    conn = connections[db]
     with conn.cursor() as cursor:
-        cursor.executemany(sql, params)
+        for start in range(0, len(rows), CHUNK):
+            chunk = rows[start:start + CHUNK]
+            cursor.execute(vendor_sql.add_counters_sql(conn, table, keys, columns, counters,
+                                                       len(chunk)),
+                           [value for row in chunk for value in row])

@@ -122,8 +122,7 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
     """The INSERT ... SELECT and its upsert clause. MariaDB's and MySQL's have
     ``{finished}``, ``{returned}``, ``{status}`` and ``{ids}`` to fill; PostgreSQL's and
     SQLite's take the status and :func:`_runs_json` as their two parameters."""
-    # MariaDB and MySQL share a vendor and differ here; one process may use both.
-    key = (conn.display_name, update_fields)
+    key = (dialects.sql_dialect(conn), update_fields)
     if key in _statements:
         return _statements[key]
     q = conn.ops.quote_name
@@ -194,10 +193,13 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
         }
         source = (f"FROM {q(Message._meta.db_table)} m {join_queue} "
                   f"WHERE {m['id']} IN ({{ids}})")
+    select = (f"SELECT {', '.join(f'{sources[f.attname]} AS {q(f.column)}' for f in _FIELDS)} "
+              f"{source}")
     head = (f"INSERT INTO {q(TaskRecord._meta.db_table)} "
             f"({', '.join(q(f.column) for f in _FIELDS)}) "
-            f"SELECT {', '.join(sources[f.attname] for f in _FIELDS)} {source}")
-    tail = " " + vendor_sql.upsert_clause(conn, TaskRecord._meta.pk.column,
-                                          [TaskRecord._meta.get_field(n).column for n in update_fields])
+            + vendor_sql.upsert_source(conn, select))
+    tail = " " + vendor_sql.upsert_clause(
+        conn, TaskRecord._meta.pk.column,
+        [TaskRecord._meta.get_field(n).column for n in update_fields], after_select=True)
     _statements[key] = head, tail
     return head, tail

@@ -101,37 +101,74 @@ def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
     return options
 
 
-def upsert_clause(conn: BaseDatabaseWrapper, key: str | Sequence[str], columns: list[str]) -> str:
-    """What follows an INSERT so that a row whose ``key`` (a column, or the columns of a
-    unique constraint) exists gets ``columns`` from the inserted row instead. Why per
-    vendor: MySQL says ON DUPLICATE KEY UPDATE (applying to every unique key, see
-    :func:`upsert_options`), the others ON CONFLICT."""
+#: The alias an upsert gives the row it tried to insert, where the database names it
+#: (dialects.names_inserted_row).
+INSERTED_ROW = "inserted_row"
+
+
+def upsert_clause(conn: BaseDatabaseWrapper, key: str | Sequence[str], columns: list[str], *,
+                  after_select: bool = False) -> str:
+    """What follows an INSERT's rows so that a row whose ``key`` (a column, or the
+    columns of a unique constraint) exists gets ``columns`` from the inserted row
+    instead. ``after_select``: the rows come from a SELECT that :func:`upsert_source`
+    wrapped.
+
+    Why per vendor: MySQL says ON DUPLICATE KEY UPDATE (applying to every unique key,
+    see :func:`upsert_options`) and names the inserted row by an alias after the
+    VALUES list, or by the SELECT's derived table (MariaDB and MySQL before 8.0.19 by
+    ``VALUES(c)``); the others say ON CONFLICT and ``EXCLUDED.c``."""
     q = conn.ops.quote_name
     if conn.vendor == "mysql":
-        return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{q(c)} = VALUES({q(c)})" for c in columns)
+        return _on_duplicate_key(conn, ", ".join(
+            f"{q(c)} = {_inserted(conn, q(c))}" for c in columns), after_select)
     keys = [key] if isinstance(key, str) else key
     return (f"ON CONFLICT ({', '.join(q(k) for k in keys)}) DO UPDATE SET "
             + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in columns))
 
 
-def add_counters_sql(table: str, keys: list[str], columns: list[str], counters: list[str]) -> str:
-    """An INSERT of one row (``columns``, keys first) that, when a row with the same
-    ``keys`` exists, adds its ``counters`` to that row's instead.
+def upsert_source(conn: BaseDatabaseWrapper, select: str) -> str:
+    """``select`` (whose columns are named as the table's) made the source of an
+    ``INSERT ... SELECT`` that :func:`upsert_clause` with ``after_select`` follows.
+
+    Why: MySQL has no alias for an ``INSERT ... SELECT``'s row; its derived table's
+    name serves instead (see dialects.names_inserted_row)."""
+    if dialects.names_inserted_row(conn):
+        return f"SELECT * FROM ({select}) AS {INSERTED_ROW}"
+    return select
+
+
+def _inserted(conn: BaseDatabaseWrapper, column: str) -> str:
+    """MySQL's reference to ``column`` (quoted) of the row an upsert tried to insert."""
+    return (f"{INSERTED_ROW}.{column}" if dialects.names_inserted_row(conn)
+            else f"VALUES({column})")
+
+
+def _on_duplicate_key(conn: BaseDatabaseWrapper, sets: str, after_select: bool) -> str:
+    alias = "" if after_select or not dialects.names_inserted_row(conn) else f"AS {INSERTED_ROW} "
+    return f"{alias}ON DUPLICATE KEY UPDATE {sets}"
+
+
+def add_counters_sql(conn: BaseDatabaseWrapper, table: str, keys: list[str], columns: list[str],
+                     counters: list[str], rows: int) -> str:
+    """An INSERT of ``rows`` rows (``columns``, keys first; no two with the same ``keys``)
+    that, for each row whose ``keys`` exist, adds its ``counters`` to that row's instead.
 
     Why: incrementing a row that may not exist yet is one atomic statement this
     way; update-then-insert races, and insert-ignore-then-update deadlocks on
     InnoDB (both inserters take a shared lock, then both want the exclusive
-    one). Why per vendor: MySQL says ON DUPLICATE KEY UPDATE and ``VALUES(c)``,
-    PostgreSQL and SQLite ON CONFLICT (...) and ``excluded.c``. Names are
-    djqueue's own; values are parameters.
+    one). Why rows in one statement rather than ``executemany``: mysqlclient makes
+    one statement of an ``executemany`` only when ON DUPLICATE KEY follows the rows
+    directly, not after a row alias. Why per vendor: as in :func:`upsert_clause`.
+    Names are djqueue's own; values are parameters.
     """
-    conn = dialects.connection()
     q = conn.ops.quote_name
+    row = f"({', '.join(['%s'] * len(columns))})"
     head = (f"INSERT INTO {q(table)} ({', '.join(q(c) for c in columns)}) "
-            f"VALUES ({', '.join(['%s'] * len(columns))})")
+            f"VALUES {', '.join([row] * rows)}")
     if conn.vendor == "mysql":
-        sets = ", ".join(f"{q(c)} = {q(c)} + VALUES({q(c)})" for c in counters)
-        return f"{head} ON DUPLICATE KEY UPDATE {sets}"
+        sets = ", ".join(f"{q(c)} = {q(table)}.{q(c)} + {_inserted(conn, q(c))}"
+                         for c in counters)
+        return f"{head} {_on_duplicate_key(conn, sets, False)}"
     sets = ", ".join(f"{q(c)} = {q(table)}.{q(c)} + excluded.{q(c)}" for c in counters)
     return f"{head} ON CONFLICT ({', '.join(q(k) for k in keys)}) DO UPDATE SET {sets}"
 

@@ -18,7 +18,7 @@ from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import StepDependency, StepState, Workflow, WorkflowStep
-from djqueue.storage import fastpath
+from djqueue.storage import dialects, fastpath
 from djqueue.storage.statements import prepared_values, row_inserts
 
 #: What settling a step writes (djqueue.tasks.workflow_joins).
@@ -149,7 +149,7 @@ def _preparers(conn: BaseDatabaseWrapper, columns: list[models.Field]) -> list[C
 
 def _sql(conn: BaseDatabaseWrapper, name: str, build: Callable[[Callable[[str], str]], str],
          ) -> str:
-    key = (conn.vendor, name)
+    key = (dialects.sql_dialect(conn), name)
     if key not in _built:
         _built[key] = build(conn.ops.quote_name)
     return _built[key]
