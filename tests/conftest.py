@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection, connections
@@ -37,6 +38,45 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, interrupted)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    """pytest-timeout's thread method (pyproject.toml), with one step added: before the
+    run exits, the processes it started (servers, workers, Spark's JVMs) are stopped.
+
+    Why: on a hung test the thread method dumps the stacks and ends pytest with
+    ``os._exit``, which runs no fixture's teardown; the servers and workers the tests
+    started would outlive the run, holding their ports and the test database. The
+    stacks are dumped first, as they were when the test hung."""
+    import pytest_timeout
+
+    dump_and_exit = getattr(pytest_timeout, "timeout_timer", None)
+    if settings.method != "thread" or dump_and_exit is None:
+        return None  # pytest-timeout's own
+    from tests.servers import stop_descendants
+
+    def hung() -> None:
+        exit_now = os._exit
+
+        def stop_then_exit(status: int) -> None:
+            signalled = stop_descendants(grace=10)
+            sys.stderr.write(f"djqueue: stopped {len(signalled)} processes the run started\n")
+            exit_now(status)
+
+        os._exit = stop_then_exit  # the process ends within the call below
+        dump_and_exit(item, settings)
+
+    timer = threading.Timer(settings.timeout, hung)
+    timer.name = f"timeout {item.nodeid}"
+
+    def cancel() -> None:
+        timer.cancel()
+        timer.join()
+
+    item.cancel_timeout = cancel  # type: ignore[attr-defined]  # pytest-timeout's cancel calls it
+    timer.start()
+    return True
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

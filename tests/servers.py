@@ -1,11 +1,16 @@
 """Helpers for the servers the tests start (MariaDB, MySQL, PgBouncer, Prometheus and
-the HTTP API's): a free loopback port, and stopping a server process. No Django here:
-tests/mysql_server.py picks its server's port before Django is set up."""
+the HTTP API's): a free loopback port, and stopping a server process, or every process
+a run started. No Django here: tests/mysql_server.py picks its server's port before
+Django is set up."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
+import time
 
 
 def free_port() -> int:
@@ -25,3 +30,52 @@ def stop_process(process: subprocess.Popen, grace: float) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(30)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes under ``pid`` (children, theirs, ...), read from /proc, parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                # pid (comm) state ppid ...: comm may hold spaces and parentheses
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        children.setdefault(ppid, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def stop_descendants(grace: float) -> list[int]:
+    """SIGTERM every process under this one, then SIGKILL those still running after
+    ``grace`` seconds; the processes signalled. For a run about to end without its
+    fixtures' teardown (see tests/conftest.py's timeout)."""
+    signalled = descendants(os.getpid())
+    for pid in signalled:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while (running := [pid for pid in signalled if _running(pid)]) and (
+            time.monotonic() < deadline):
+        time.sleep(0.05)
+    for pid in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return signalled
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (an ended child not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
