@@ -3,7 +3,7 @@
     .venv-bench/bin/python -m bench.peers.run PEER --messages N --url URL
 
 PEER: tasks-db, dj-queue, django-ox (django.tasks backends; MariaDB or PostgreSQL by
-URL), procrastinate (PostgreSQL), celery (the local Redis).
+URL), procrastinate and oban (Oban for Python; PostgreSQL), celery (the local Redis).
 """
 
 from __future__ import annotations
@@ -163,12 +163,20 @@ def django_peer(peer: str, messages: int, url: str) -> dict:
 
 def _wait_finished(model, spec: DjangoPeer, count: int, worker: subprocess.Popen,
                    timeout: float = 900) -> None:
+    _wait_rows(f"{spec.model} finished", lambda: model.objects.exclude(
+        **{spec.finished: None}).count(), count, worker, timeout)
+
+
+def _wait_rows(what: str, count, target: int, worker: subprocess.Popen,
+               timeout: float = 900) -> None:
+    """Wait until ``count()`` reaches ``target``; fail if the worker exits first."""
     deadline = time.monotonic() + timeout
-    while model.objects.exclude(**{spec.finished: None}).count() < count:
+    while count() < target:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{spec.model}: not every task finished in {timeout} s")
-        if worker.poll() is not None and worker.returncode != 0:
-            raise RuntimeError(f"{spec.model}: the worker exited with {worker.returncode}")
+            raise RuntimeError(f"fewer than {target} {what} in {timeout} s")
+        if worker.poll() is not None:
+            raise RuntimeError(f"the worker exited with {worker.returncode} before "
+                               f"{target} {what}")
         time.sleep(0.1)
 
 
@@ -233,13 +241,113 @@ def procrastinate(messages: int, url: str) -> dict:
 
 
 def _procrastinate_sql(sql: str) -> list[tuple]:
-    import psycopg
-
     from bench.peers.procrastinate_app import conninfo
 
-    with psycopg.connect(conninfo(), autocommit=True) as conn:
+    return _postgresql_rows(conninfo(), sql)
+
+
+def _postgresql_rows(conninfo: str, sql: str) -> list[tuple]:
+    """The rows of ``sql`` (none for a statement without) on a connection of its own."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
         cursor = conn.execute(sql)
         return cursor.fetchall() if cursor.description else []
+
+
+# Oban for Python (PostgreSQL)
+
+#: ``oban start``'s variants: the queue limit of its README's example (10) with its
+#: default log level, which logs every job at INFO; the same at WARNING; and a limit
+#: of 50 with a pool of 20 connections (its default is 10).
+OBAN_VARIANTS = (("defaults", ("--queues", "default:10")),
+                 ("tuned", ("--queues", "default:10", "--log-level", "WARNING")),
+                 ("tuned_50", ("--queues", "default:50", "--pool-max-size", "20",
+                               "--log-level", "WARNING")))
+
+
+def oban(messages: int, url: str) -> dict:
+    """Oban's worker (its CLI, one process) at each of OBAN_VARIANTS; rates and pickup
+    from its jobs table (``attempted_at``, ``completed_at``)."""
+    import asyncio
+
+    fresh_database(url)
+    os.environ["DATABASE_URL"] = url
+    from bench.peers.oban_app import dsn
+
+    # Only this folder is searched for cron workers (by default Oban greps the whole
+    # working directory, venvs included, and imports what it finds).
+    command = [sys.executable, "-m", "oban", "start", "--dsn", dsn(), "--cron-paths",
+               "bench/peers"]
+    result: dict = asyncio.run(_oban_enqueue_alone(min(messages, 2000)))
+    for name, options in OBAN_VARIANTS:
+        _oban_sql("TRUNCATE oban_jobs")
+        asyncio.run(_oban_backlog(messages))
+        worker = spawn([*command, *options], "peer-oban")
+        _wait_rows("completed jobs", _oban_completed, messages, worker)
+        stop(worker)
+        count, first, last = _oban_sql(
+            "SELECT count(*), min(attempted_at), max(completed_at) FROM oban_jobs "
+            "WHERE state = 'completed'")[0]
+        result[f"drain_{name}"] = count / (last - first).total_seconds()
+    result["drain_1"] = max(result[f"drain_{name}"] for name, _o in OBAN_VARIANTS)
+    _oban_sql("TRUNCATE oban_jobs")
+    idle = spawn([*command, *OBAN_VARIANTS[1][1]], "peer-oban")
+    time.sleep(3)  # started and idle
+    for _ in range(PICKUPS):
+        asyncio.run(_oban_backlog(1))
+        time.sleep(0.25 + (time.time() % 0.1))
+    _wait_rows("completed jobs", _oban_completed, PICKUPS, idle, timeout=30)
+    stop(idle)
+    result["pickup_ms"] = [row[0] * 1000 for row in _oban_sql(
+        "SELECT EXTRACT(EPOCH FROM attempted_at - inserted_at)::float FROM oban_jobs "
+        "WHERE attempted_at IS NOT NULL")]
+    return result
+
+
+async def _oban_enqueue_alone(count: int) -> dict:
+    """Install Oban's schema, then time ``count`` enqueues one by one, as a web request
+    makes them (a client-mode instance: no queues)."""
+    from oban import Oban
+    from oban.schema import install
+
+    from bench.peers.oban_app import Noop, dsn
+
+    pool = await Oban.create_pool(dsn())
+    try:
+        await install(pool)
+        async with Oban(pool=pool):
+            started = time.perf_counter()
+            for _ in range(count):
+                await Noop.enqueue(PAYLOAD)
+            return {"enqueue": count / (time.perf_counter() - started)}
+    finally:
+        await pool.close()
+
+
+async def _oban_backlog(count: int) -> None:
+    from oban import Oban
+
+    from bench.peers.oban_app import Noop, dsn
+
+    pool = await Oban.create_pool(dsn())
+    try:
+        async with Oban(pool=pool) as client:
+            for start in range(0, count, 1000):
+                await client.enqueue_many([Noop.new(PAYLOAD)
+                                           for _ in range(min(1000, count - start))])
+    finally:
+        await pool.close()
+
+
+def _oban_sql(sql: str) -> list[tuple]:
+    from bench.peers.oban_app import dsn
+
+    return _postgresql_rows(dsn(), sql)
+
+
+def _oban_completed() -> int:
+    return _oban_sql("SELECT count(*) FROM oban_jobs WHERE state = 'completed'")[0][0]
 
 
 # Celery with the local Redis
@@ -299,7 +407,7 @@ def _count_rate(client, key: str, target: int, workers: list[subprocess.Popen],
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("peer", choices=[*DJANGO_PEERS, "procrastinate", "celery"])
+    parser.add_argument("peer", choices=[*DJANGO_PEERS, "procrastinate", "oban", "celery"])
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--url", default="mysql://root@127.0.0.1:3306/djq_bench_peers")
     args = parser.parse_args()
@@ -307,6 +415,8 @@ def main() -> None:
         result = celery(args.messages)
     elif args.peer == "procrastinate":
         result = procrastinate(args.messages, args.url)
+    elif args.peer == "oban":
+        result = oban(args.messages, args.url)
     else:
         result = django_peer(args.peer, args.messages, args.url)
     print(json.dumps(result, default=str))
