@@ -181,15 +181,13 @@ def reads_datetimes_as_text(conn: BaseDatabaseWrapper) -> bool:
 
 
 def sql_dialect(conn: BaseDatabaseWrapper) -> str:
-    """The name of the SQL that ``conn``'s server speaks, for the caches of statements
-    built once: the vendor, with MariaDB and MySQL told apart (and MySQL before the
-    row alias of :func:`names_inserted_row`). Why not the vendor alone: MariaDB and
-    MySQL share Django's, and one process may use both (djqueue.storage.placement)."""
+    """The SQL ``conn``'s server speaks, the key of the caches of statements built once:
+    the vendor, with MariaDB, MySQL and MySQL before :func:`names_inserted_row` apart.
+    Why not the vendor: MariaDB and MySQL share Django's, and one process may use both."""
     if conn.vendor != "mysql":
         return conn.vendor
-    if conn.mysql_is_mariadb:
-        return "mariadb"
-    return "mysql" if names_inserted_row(conn) else "mysql<8.0.19"
+    return "mariadb" if conn.mysql_is_mariadb else (
+        "mysql" if names_inserted_row(conn) else "mysql<8.0.19")
 
 
 def names_inserted_row(conn: BaseDatabaseWrapper) -> bool:
@@ -198,9 +196,8 @@ def names_inserted_row(conn: BaseDatabaseWrapper) -> bool:
     instead of ``VALUES(c)``: MySQL from 8.0.19 (see vendor_sql.upsert_clause).
 
     Why: MySQL 8.0.20 deprecated ``VALUES(c)`` there; every such statement leaves
-    warning 1287 ("will be removed in a future release", checked on 9.7). MariaDB has
-    no row alias and keeps ``VALUES(c)``; Django's own upserts make the same choice.
-    ``mysql_version`` is read from the server once per connection object."""
+    warning 1287 ("will be removed in a future release"). MariaDB has no row alias and
+    keeps ``VALUES(c)``, as Django's own upserts do."""
     return (conn.vendor == "mysql" and not conn.mysql_is_mariadb
             and conn.mysql_version >= (8, 0, 19))
 
