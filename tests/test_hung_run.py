@@ -1,6 +1,10 @@
 """A run that hangs ends without leaving its processes behind (tests/conftest.py's
 ``pytest_timeout_set_timer``): a real pytest, hung in a test that started a process
-(tests/hung_run_case.py), ended by pytest-timeout's thread method, as a hung CI run is."""
+(tests/hung_run_case.py), ended by pytest-timeout's thread method, as a hung CI run is.
+
+It runs in the SQLite suite only: what it checks (pytest-timeout, the process tree)
+is the same whatever the database, and each run of it costs 7-10 s.
+"""
 
 import os
 import signal
@@ -8,6 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import vendor
+
+pytestmark = pytest.mark.skipif(vendor() != "sqlite",
+                                reason="the same on every database: run in the SQLite suite")
 ROOT = Path(__file__).resolve().parent.parent
 
 
