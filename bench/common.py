@@ -169,6 +169,11 @@ def write_results(stem: str, payload: dict, table: str) -> Path:
     return out / f"{stem}.json"
 
 
+def pause_before(sample: int) -> float:
+    """Seconds to wait before pickup sample ``sample``: spread over a worker's poll cycle."""
+    return 0.2 + (sample % 7) * 0.03
+
+
 def pickup_latencies(samples: int, send: Callable[[], object]) -> dict[str, float]:
     """``send`` ``samples`` times, spread over a worker's poll cycle, and wait for each to be
     claimed: the claims' p50 and p95 after the sends, in ms (from the history rows)."""
@@ -176,12 +181,31 @@ def pickup_latencies(samples: int, send: Callable[[], object]) -> dict[str, floa
 
     for i in range(samples):
         send()
-        time.sleep(0.2 + (i % 7) * 0.03)
+        time.sleep(pause_before(i))
     while History.objects.count() < samples:
         time.sleep(0.05)
     latencies = sorted((h.claimed_at - h.sent_at).total_seconds() * 1000
                        for h in History.objects.all())
     return {"pickup_p50_ms": percentile(latencies, 50), "pickup_p95_ms": percentile(latencies, 95)}
+
+
+def quiet_round_trips(samples: int, round_trip: Callable[[], object]) -> dict[str, float]:
+    """Pickup's baseline on this host: ``round_trip`` (one bare statement on an idle raw
+    connection of the database's driver) after each of the pauses pickup_latencies makes;
+    p50 and p95, in ms.
+
+    Why: a pickup is the send's insert and the worker's claim, each the first round trip
+    after a pause. Some hosts answer that one many times slower than the next (on one,
+    a bare ``SELECT 1`` took 4-19 ms after 0.3-1.2 s of quiet and 0.14 ms in a loop), so
+    a pickup figure means little across hosts without this one beside it."""
+    spent = []
+    for i in range(samples):
+        time.sleep(pause_before(i))
+        started = time.perf_counter()
+        round_trip()
+        spent.append((time.perf_counter() - started) * 1000)
+    return {"quiet_round_trip_p50_ms": percentile(spent, 50),
+            "quiet_round_trip_p95_ms": percentile(spent, 95)}
 
 
 def wait_for_worker(timeout: float = 60.0) -> None:

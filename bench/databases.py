@@ -251,6 +251,8 @@ LABELS = {
     "quiet_send_ms": "send 1.2 s after the last (its caches expired), an idle worker waiting, ms",
     "quiet_raw_insert_ms": "raw insert at the same pace, ms",
     "pickup_p50_ms": "pickup p50, ms", "pickup_p95_ms": "pickup p95, ms",
+    "quiet_round_trip_p50_ms": "pickup's baseline: the driver's `SELECT 1` after the same pauses, p50, ms",
+    "quiet_round_trip_p95_ms": "the same, p95, ms",
     "tasks_pickup_p50_ms": "django.tasks pickup p50, ms",
     "tasks_pickup_p95_ms": "django.tasks pickup p95, ms",
     "idle_per_s": "idle worker: statements/s (MariaDB), transactions/s (PostgreSQL)",

@@ -20,6 +20,7 @@ from common import (
     PARTITIONS,
     ROOT,
     pickup_latencies,
+    quiet_round_trips,
     raw_connection,
     settle,
     wait_for_worker,
@@ -371,8 +372,9 @@ def global_questions() -> int:
         return int(cursor.fetchone()[1])
 
 
-def pickup(samples: int, window: float = 10.0) -> dict[str, float]:
-    """An idle worker: the queries it costs per second, then how soon it picks up a send."""
+def pickup(url: str, samples: int, window: float = 10.0) -> dict[str, float]:
+    """An idle worker: the queries it costs per second, how soon it picks up a send, and
+    the host's own round trip after the same pauses (common.quiet_round_trips)."""
     import djqueue
 
     clear()
@@ -384,10 +386,21 @@ def pickup(samples: int, window: float = 10.0) -> dict[str, float]:
         time.sleep(window)
         idle = (global_questions() - before - 1) / window  # minus the second SHOW itself
         latencies = pickup_latencies(samples, lambda: djqueue.send("bench", PAYLOAD))
+        latencies.update(driver_round_trips(url, samples))
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
     return {"idle_queries_per_s": idle, **latencies}
+
+
+def driver_round_trips(url: str, samples: int) -> dict[str, float]:
+    conn = raw_connection(url)
+    cursor = conn.cursor()
+    try:
+        cursor.execute("SELECT 1")  # connected and warm before the first pause
+        return quiet_round_trips(samples, lambda: cursor.execute("SELECT 1"))
+    finally:
+        conn.close()
 
 
 def backlog(big: int, n: int) -> dict[str, float]:

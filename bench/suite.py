@@ -165,6 +165,8 @@ MEASURES = [
     ("worker_2", "two worker processes, msgs/s", "≥ 9,375"),
     ("pickup_p50_ms", "pickup latency p50, ms", "≤ 5"),
     ("pickup_p95_ms", "pickup latency p95, ms", "≤ 20"),
+    ("quiet_round_trip_p50_ms", "pickup's baseline: MySQLdb's `SELECT 1` after the same "
+     "pauses, p50, ms", "—"),
     ("idle_queries_per_s", "idle worker, queries/s", "≤ 20"),
     ("memory_growth", "worker RSS growth over 1M messages", "≤ 10 %"),
     ("worker_backlog_1m_fresh", "worker with 1M ready, straight after their bulk insert", "—"),
@@ -222,7 +224,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     for i in range(args.repeats):
         print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
         repeats.append(one_repeat(args, args.url))
-    latency = measures.pickup(samples=10 if args.quick else 30, window=3 if args.quick else 10)
+    latency = measures.pickup(args.url, samples=10 if args.quick else 30, window=3 if args.quick else 10)
     extra = [latency]
     backlog_runs: list[dict[str, float]] = []
     if not args.quick:
