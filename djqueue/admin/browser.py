@@ -9,13 +9,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
-from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
 from djqueue.admin import report_views
@@ -27,17 +25,6 @@ from djqueue.api.condition_parser import checked_condition
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import Message, State
 from djqueue.storage.queue_lookup import get_queue_by_id
-
-
-class CappedPaginator(Paginator):
-    """Counts at most CAP rows (a LIMITed subquery), so a filter over millions of
-    messages costs one bounded index range, not a full count."""
-
-    CAP = 10_000
-
-    @cached_property
-    def count(self) -> int:
-        return self.object_list.order_by().values("pk")[:self.CAP + 1].count()
 
 
 class TextFilter(admin.ListFilter):
@@ -124,8 +111,6 @@ class MessageAdmin(OperationPermissions, report_views.MessageReportFields, ReadO
     search_fields = ["=id", "=group_key"]
     list_select_related = ["queue"]
     ordering = ["-id"]
-    paginator = CappedPaginator
-    show_full_result_count = False
     actions = ["retry_now", "redrive_selected", "change_visibility", "delete_selected"]
     fieldsets = [
         (None, {"fields": ["id", "queue", "state", "priority", "group_key", "attempts",

@@ -132,4 +132,3 @@ class QueueStatAdmin(ReadOnlyAdmin):
     list_filter = ["period", "queue"]
     list_select_related = ["queue"]
     date_hierarchy = "start"
-    show_full_result_count = False

@@ -7,6 +7,7 @@ from django.http import HttpRequest
 
 from djqueue.admin import report_views
 from djqueue.admin.databases import PlacedAdmin
+from djqueue.admin.paging import CappedPaginator
 from djqueue.models import (
     History,
     PeriodicTick,
@@ -17,7 +18,12 @@ from djqueue.models import (
 
 
 class ReadOnlyAdmin(PlacedAdmin):
-    """Rows that only djqueue itself writes: viewable, deletable by permission, never edited."""
+    """Rows that only djqueue itself writes: viewable, deletable by permission, never
+    edited; listed with a bounded count, as their tables may hold millions of rows
+    (djqueue.admin.paging)."""
+
+    paginator = CappedPaginator
+    show_full_result_count = False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -30,7 +36,6 @@ class ReadOnlyAdmin(PlacedAdmin):
 class HistoryAdmin(report_views.MessageReportFields, ReadOnlyAdmin):
     list_display = ["id", "queue", "outcome", "attempts", "worker", "sent_at", "finished_at"]
     list_filter = ["outcome"]
-    show_full_result_count = False
     fieldsets = [
         (None, {"fields": ["id", "queue", "outcome", "priority", "group_key", "attempts",
                            "size", "worker", "sent_at", "claimed_at", "finished_at"]}),
@@ -52,7 +57,6 @@ class TaskRecordAdmin(ReadOnlyAdmin):
                     "finished_at"]
     list_filter = ["status", "queue_name"]
     search_fields = ["id", "task_path"]
-    show_full_result_count = False
     readonly_fields = ["progress_view", "logs_view"]
 
     @admin.display(description="progress")
@@ -75,4 +79,3 @@ class TraceEventAdmin(ReadOnlyAdmin):
     list_display = ["message_id", "event", "attempt", "worker", "at", "queue"]
     list_filter = ["event"]
     search_fields = ["=message_id"]
-    show_full_result_count = False

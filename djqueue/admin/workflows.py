@@ -43,7 +43,6 @@ class WorkflowAdmin(ReadOnlyAdmin):
     list_filter = ["state", CreatedAgeFilter]
     search_fields = ["=id", "name"]
     ordering = ["-id"]
-    show_full_result_count = False
     change_form_template = "admin/djqueue/workflow_change_form.html"
     fieldsets = [
         (None, {"fields": ["id", "name", "state", "policy", "steps_total", "steps_left",

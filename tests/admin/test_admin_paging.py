@@ -1,0 +1,110 @@
+"""The admin's lists of rows djqueue writes count at most a cap of rows
+(djqueue.admin.paging): no page of them runs an unbounded COUNT, whatever the table
+holds, and past the cap the list says so instead of showing a count it did not make."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+import djqueue
+from djqueue.admin.paging import CappedPaginator
+from djqueue.admin.records import HistoryAdmin
+from djqueue.models import History, Outcome
+
+pytestmark = pytest.mark.django_db(transaction=True)
+CAP = 5
+
+
+@pytest.fixture
+def admin_client(monkeypatch: pytest.MonkeyPatch) -> Client:
+    call_command("loaddata", "djqueue_admin_theme", verbosity=0)
+    monkeypatch.setattr(CappedPaginator, "CAP", CAP)
+    User.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.force_login(User.objects.get(username="root"))
+    return client
+
+
+def finished(count: int) -> None:
+    queue = djqueue.create_queue("paging.jobs", exist_ok=True)
+    now = timezone.now()
+    start = History.objects.count()
+    History.objects.bulk_create(
+        History(id=start + i + 1, queue=queue, outcome=Outcome.ACKED, attempts=1, size=10,
+                sent_at=now, claimed_at=now, finished_at=now) for i in range(count))
+
+
+def counts(queries: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+
+
+def footer(html: str) -> str:
+    """The pagination footer's text, spaces collapsed."""
+    nav = re.search(r'<nav class="paginator".*?</nav>', html, re.S)
+    assert nav is not None, html
+    return " ".join(re.sub(r"<[^>]+>", " ", nav.group(0)).split())
+
+
+def test_a_list_past_the_cap_counts_only_up_to_it_and_says_so(admin_client):
+    finished(CAP + 3)
+    changelist = reverse("admin:djqueue_history_changelist")
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(changelist)
+    assert response.status_code == 200
+    [count] = counts(queries)  # one count: the unfiltered total is not counted again
+    assert "LIMIT" in count.upper(), count
+    assert f"more than {CAP} history" in footer(response.content.decode())
+    assert len(response.context["cl"].result_list) == CAP + 3  # every row on the one page
+
+
+def test_a_filtered_list_is_counted_the_same_way(admin_client):
+    finished(CAP + 1)
+    changelist = reverse("admin:djqueue_history_changelist")
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(f"{changelist}?outcome__exact={Outcome.ACKED.value}")
+    [count] = counts(queries)
+    assert "LIMIT" in count.upper() and "outcome" in count, count
+    assert f"more than {CAP} history" in footer(response.content.decode())
+
+
+def test_a_list_within_the_cap_shows_its_exact_count(admin_client):
+    finished(CAP - 1)
+    response = admin_client.get(reverse("admin:djqueue_history_changelist"))
+    assert response.status_code == 200
+    text = footer(response.content.decode())
+    assert f"{CAP - 1} history" in text and "more than" not in text
+    finished(1)  # exactly the cap: still an exact count
+    text = footer(admin_client.get(reverse("admin:djqueue_history_changelist")).content.decode())
+    assert f"{CAP} history" in text and "more than" not in text
+
+
+def test_pages_reach_every_counted_row(admin_client, monkeypatch):
+    monkeypatch.setattr(HistoryAdmin, "list_per_page", 2)
+    finished(CAP + 1)
+    changelist = reverse("admin:djqueue_history_changelist")
+    seen = []
+    for page in (1, 2, 3):
+        response = admin_client.get(f"{changelist}?p={page}")
+        assert response.status_code == 200
+        seen += [row.pk for row in response.context["cl"].result_list]
+    assert sorted(seen) == list(range(1, CAP + 2))
+    assert f"more than {CAP} history" in footer(response.content.decode())
+
+
+@pytest.mark.parametrize("name", ["message", "history", "taskrecord", "traceevent",
+                                  "workflow", "queuestat", "periodictick", "worker"])
+def test_every_list_of_rows_djqueue_writes_is_capped(admin_client, name):
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(reverse(f"admin:djqueue_{name}_changelist"))
+    assert response.status_code == 200
+    assert response.context["cl"].paginator.__class__ is CappedPaginator
+    assert all("LIMIT" in sql.upper() for sql in counts(queries)), counts(queries)
