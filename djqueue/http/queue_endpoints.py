@@ -15,7 +15,7 @@ from djqueue.http import access, bodies
 from djqueue.http.database_threads import in_database
 from djqueue.http.endpoint_base import caller_of, check_name, granted, iso, json_response
 from djqueue.http.problems import InvalidRequest
-from djqueue.models import ApiPermission, History, Message, Queue, State
+from djqueue.models import ApiPermission, Message, Period, Queue, QueueStat, State
 from djqueue.storage import placement
 
 STATE_NAMES = {state.name.lower(): state for state in State}
@@ -32,12 +32,25 @@ async def queue_attributes(request: HttpRequest, queue: str) -> HttpResponse:
 
 
 def _attributes(q: Queue) -> dict[str, Any]:
+    """The queue's options and statistics, at a cost that does not grow with its history.
+
+    Counts by state: one grouped pass over the claim index, which also gives each
+    state's lowest id; the oldest message is the lowest of those (ids rise with send
+    time), read by its key. ``finished``: messages acked or deleted, from the queue's
+    all-time statistics row (as the metrics' ``djqueue_messages_finished``; the
+    reaper's roll-ups count them up to ``STATS_INTERVAL`` behind), where a count of
+    its history rows took seconds at ten million rows (docs/admin.md)."""
     db = placement.database_of(q)
     counts = {name: 0 for name in STATE_NAMES}
-    for state, count in (Message.objects.using(db).filter(queue=q).values_list("state")
-                         .annotate(n=Count("id")).order_by()):
+    firsts = []
+    for state, count, first in (Message.objects.using(db).filter(queue=q).values_list("state")
+                                .annotate(n=Count("id"), first=Min("id")).order_by()):
         counts[State(state).name.lower()] = count
-    oldest = Message.objects.using(db).filter(queue=q).aggregate(m=Min("sent_at"))["m"]
+        firsts.append(first)
+    oldest = (Message.objects.using(db).filter(pk=min(firsts)).values_list("sent_at", flat=True)
+              .first() if firsts else None)
+    finished = QueueStat.objects.using(db).filter(queue=q, period=Period.TOTAL).values_list(
+        "acked", "deleted").first()
     return {
         "name": q.name, "created_at": iso(q.created_at), "paused": q.paused,
         "visibility_timeout": q.visibility_timeout, "max_attempts": q.max_attempts,
@@ -50,7 +63,7 @@ def _attributes(q: Queue) -> dict[str, Any]:
         "statistics": {"messages": counts, "pending": sum(counts.values()) - counts["dead"],
                        "oldest_age": None if oldest is None else
                        round((timezone.now() - oldest).total_seconds(), 3),
-                       "finished": History.objects.using(db).filter(queue=q).count()},
+                       "finished": sum(finished) if finished else 0},
     }
 
 

@@ -210,8 +210,12 @@ def openapi() -> dict[str, Any]:
             "statistics": {"type": "object", "required": ["messages", "pending"], "properties": {
                 "messages": {"type": "object",
                              "additionalProperties": {"type": "integer"}},
-                "pending": {"type": "integer"}, "finished": {"type": "integer"},
-                "oldest_age": {"type": ["number", "null"]}}}}},
+                "pending": {"type": "integer"},
+                "finished": {"type": "integer", "description":
+                             "Messages acked or deleted, as the statistics roll-ups have "
+                             "counted them (up to STATS_INTERVAL behind)."},
+                "oldest_age": {"type": ["number", "null"], "description":
+                               "Seconds since the queue's oldest message was sent."}}}}},
     }
     return {
         "openapi": "3.1.0",

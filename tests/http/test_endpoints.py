@@ -13,6 +13,7 @@ from django.utils import timezone
 import djqueue
 from djqueue.http import access
 from djqueue.models import ApiClient, ApiToken, History, Message, State
+from djqueue.monitoring import rollups
 from tests.http.conftest import conforms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,6 +84,13 @@ def test_send_receive_ack_nack_extend_peek_and_attributes(api_server, make_token
         assert attributes["name"] == "h.orders" and attributes["visibility_timeout"] == 30
         assert attributes["statistics"]["messages"]["scheduled"] == 2
         assert attributes["statistics"]["messages"]["ready"] == 1
+        oldest = Message.objects.filter(queue__name="h.orders").order_by("sent_at").first()
+        age = (timezone.now() - oldest.sent_at).total_seconds()
+        assert 0 <= age - attributes["statistics"]["oldest_age"] < 5
+        # finished: as the reaper's roll-ups have counted the acks (not yet, here)
+        assert attributes["statistics"]["finished"] == 0
+        rollups.roll_up(timezone.now() + rollups.SETTLE)
+        attributes = conforms(http.get("queues/h.orders"), Q, "GET")
         assert attributes["statistics"]["finished"] == 3
 
 
