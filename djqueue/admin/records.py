@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from djqueue.admin import report_views
@@ -19,11 +22,25 @@ from djqueue.models import (
 
 class ReadOnlyAdmin(PlacedAdmin):
     """Rows that only djqueue itself writes: viewable, deletable by permission, never
-    edited; listed with a bounded count, as their tables may hold millions of rows
-    (djqueue.admin.paging)."""
+    edited; listed with a bounded count, and acted on all at once only within it, as
+    their tables may hold millions of rows (djqueue.admin.paging)."""
 
     paginator = CappedPaginator
     show_full_result_count = False
+
+    def response_action(self, request: HttpRequest, queryset: QuerySet,
+                        *args: Any, **kwargs: Any) -> Any:
+        """Run an action, but not on "all" of a list past the count cap: Django's actions
+        read every selected row (its delete lists each on its confirmation page), which
+        over millions of rows does not finish. The list offers no "Select all" then
+        (``admin/djqueue/actions.html``); this refuses a request that asks anyway."""
+        if (request.POST.get("select_across") == "1"
+                and CappedPaginator(queryset, self.list_per_page).capped):
+            self.message_user(request, f"More than {CappedPaginator.CAP} rows match: narrow "
+                              "the list with its filters to act on all of them (a queue's "
+                              "pending messages: purge the queue).", messages.ERROR)
+            return None
+        return super().response_action(request, queryset, *args, **kwargs)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

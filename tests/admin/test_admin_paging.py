@@ -18,7 +18,7 @@ from django.utils import timezone
 import djqueue
 from djqueue.admin.paging import CappedPaginator
 from djqueue.admin.records import HistoryAdmin
-from djqueue.models import History, Outcome
+from djqueue.models import History, Message, Outcome
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CAP = 5
@@ -108,3 +108,35 @@ def test_every_list_of_rows_djqueue_writes_is_capped(admin_client, name):
     assert response.status_code == 200
     assert response.context["cl"].paginator.__class__ is CappedPaginator
     assert all("LIMIT" in sql.upper() for sql in counts(queries)), counts(queries)
+
+
+def test_past_the_cap_select_all_is_not_offered_nor_done(admin_client):
+    djqueue.create_queue("paging.sent")
+    djqueue.send_batch("paging.sent", list(range(CAP + 3)))
+    changelist = reverse("admin:djqueue_message_changelist")
+    html = admin_client.get(changelist).content.decode()
+    assert f"More than {CAP} match: narrow the list" in html
+    assert 'class="question' not in html  # the link that would select them all
+    # Asked anyway (a crafted POST): refused with the reason, nothing changed.
+    with CaptureQueriesContext(connection) as queries:
+        refused = admin_client.post(changelist, {
+            "action": "delete_selected", "select_across": "1", "index": "0",
+            "_selected_action": [str(Message.objects.order_by("pk").first().pk)]},
+            follow=True)
+    assert f"More than {CAP} rows match" in refused.content.decode()
+    assert Message.objects.count() == CAP + 3
+    assert all("LIMIT" in sql.upper() for sql in counts(queries))
+
+
+def test_within_the_cap_select_all_acts_on_every_row(admin_client, monkeypatch):
+    monkeypatch.setattr(HistoryAdmin, "list_per_page", 2)
+    finished(CAP)
+    changelist = reverse("admin:djqueue_history_changelist")
+    html = admin_client.get(changelist).content.decode()
+    assert f"Select all {CAP} history" in html and "narrow the list" not in html
+    chosen = {"action": "delete_selected", "select_across": "1", "index": "0",
+              "_selected_action": ["1"]}
+    asked = admin_client.post(changelist, chosen)
+    assert asked.status_code == 200 and "Are you sure" in asked.content.decode()
+    assert admin_client.post(changelist, {**chosen, "post": "yes"}).status_code == 302
+    assert History.objects.count() == 0  # every row, not only the page's two
