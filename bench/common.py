@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -189,21 +190,31 @@ def pickup_latencies(samples: int, send: Callable[[], object]) -> dict[str, floa
     return {"pickup_p50_ms": percentile(latencies, 50), "pickup_p95_ms": percentile(latencies, 95)}
 
 
-def quiet_round_trips(samples: int, round_trip: Callable[[], object]) -> dict[str, float]:
-    """Pickup's baseline on this host: ``round_trip`` (one bare statement on an idle raw
-    connection of the database's driver) after each of the pauses pickup_latencies makes;
-    p50 and p95, in ms.
+def quiet_round_trips(samples: int, conn: Any) -> dict[str, float]:
+    """Pickup's baseline on this host: a bare ``SELECT 1`` on ``conn`` (a raw connection
+    of the database's driver, closed here), warmed first, then after each of the pauses
+    pickup_latencies makes; p50 and p95, in ms.
 
     Why: a pickup is the send's insert and the worker's claim, each the first round trip
     after a pause. Some hosts answer that one many times slower than the next (on one,
     a bare ``SELECT 1`` took 4-19 ms after 0.3-1.2 s of quiet and 0.14 ms in a loop), so
     a pickup figure means little across hosts without this one beside it."""
-    spent = []
-    for i in range(samples):
-        time.sleep(pause_before(i))
-        started = time.perf_counter()
-        round_trip()
-        spent.append((time.perf_counter() - started) * 1000)
+    cursor = conn.cursor()
+
+    def round_trip() -> None:
+        cursor.execute("SELECT 1")
+        cursor.fetchall()
+
+    try:
+        round_trip()  # connected and warm before the first pause
+        spent = []
+        for i in range(samples):
+            time.sleep(pause_before(i))
+            started = time.perf_counter()
+            round_trip()
+            spent.append((time.perf_counter() - started) * 1000)
+    finally:
+        conn.close()
     return {"quiet_round_trip_p50_ms": percentile(spent, 50),
             "quiet_round_trip_p95_ms": percentile(spent, 95)}
 

@@ -386,21 +386,11 @@ def pickup(url: str, samples: int, window: float = 10.0) -> dict[str, float]:
         time.sleep(window)
         idle = (global_questions() - before - 1) / window  # minus the second SHOW itself
         latencies = pickup_latencies(samples, lambda: djqueue.send("bench", PAYLOAD))
-        latencies.update(driver_round_trips(url, samples))
+        latencies.update(quiet_round_trips(samples, raw_connection(url)))
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
     return {"idle_queries_per_s": idle, **latencies}
-
-
-def driver_round_trips(url: str, samples: int) -> dict[str, float]:
-    conn = raw_connection(url)
-    cursor = conn.cursor()
-    try:
-        cursor.execute("SELECT 1")  # connected and warm before the first pause
-        return quiet_round_trips(samples, lambda: cursor.execute("SELECT 1"))
-    finally:
-        conn.close()
 
 
 def backlog(big: int, n: int) -> dict[str, float]:

@@ -143,18 +143,6 @@ class VendorBench(VendorDatabase):
         return {"quiet_send_ms": statistics.median(sends) * 1000,
                 "quiet_raw_insert_ms": statistics.median(inserts) * 1000}
 
-    def quiet_round_trips(self, samples: int) -> dict[str, float]:
-        """``SELECT 1`` on a raw connection after pickup's pauses (common.quiet_round_trips)."""
-        conn = self.connect()
-        cursor = conn.cursor()
-        try:
-            cursor.execute("SELECT 1")  # connected and warm before the first pause
-            cursor.fetchall()
-            return quiet_round_trips(samples, lambda: (cursor.execute("SELECT 1"),
-                                                       cursor.fetchall()))
-        finally:
-            conn.close()
-
     def raw_claim_ack(self, count: int) -> dict[str, float]:
         """The driver's loop a worker batch needs, 100 a transaction (see bench/databases.py)."""
         import djqueue
@@ -350,7 +338,7 @@ class VendorBench(VendorDatabase):
             latencies = pickup_latencies(samples, (lambda: noop.enqueue(PAYLOAD)) if tasks
                                          else (lambda: djqueue.send("bench", PAYLOAD)))
             if not tasks:  # once a database, the worker still idle
-                latencies.update(self.quiet_round_trips(samples))
+                latencies.update(quiet_round_trips(samples, self.connect()))
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)
