@@ -106,4 +106,7 @@ def test_a_killed_workers_claims_come_back_behind_the_pooler(spawn, pgbouncer):
     # (WORKER_TIMEOUT).
     wait_until(lambda: Message.objects.filter(state=State.READY).count() == 4, 30,
                "the killed worker's claims back")
-    assert not Worker.objects.exists()
+    # The reaper deletes the row only after the transaction that returned the claims
+    # has committed (it keeps the row while any claim is still locked), so the row
+    # goes a moment after the claims come back.
+    wait_until(lambda: not Worker.objects.exists(), 30, "the killed worker's row deleted")
