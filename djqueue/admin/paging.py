@@ -6,7 +6,8 @@ busy queue fills (messages, history, task records, trace events) that count is a
 of millions of rows: with 2,000,000 history rows on PostgreSQL it took 93-131 ms of a
 page's 170-250 ms, and it grows with the table. Here the count stops at CAP rows (one
 bounded index range), and the list says "more than CAP" past it
-(``admin/djqueue/pagination.html``); filters, not page numbers, reach further.
+(``admin/djqueue/pagination.html``, and the search bar's count in
+``admin/djqueue/search_form.html``); filters, not page numbers, reach further.
 """
 
 from __future__ import annotations

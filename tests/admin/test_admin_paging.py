@@ -140,3 +140,25 @@ def test_within_the_cap_select_all_acts_on_every_row(admin_client, monkeypatch):
     assert asked.status_code == 200 and "Are you sure" in asked.content.decode()
     assert admin_client.post(changelist, {**chosen, "post": "yes"}).status_code == 302
     assert History.objects.count() == 0  # every row, not only the page's two
+
+
+def search_note(html: str) -> str:
+    """The search bar's result count, spaces collapsed."""
+    bar = re.search(r'<form id="changelist-search".*?</form>', html, re.S)
+    assert bar is not None, html
+    note = re.search(r'<span class="small quiet">(.*?)</span>', bar.group(0), re.S)
+    assert note is not None, bar.group(0)
+    return " ".join(re.sub(r"<[^>]+>", " ", note.group(1)).split())
+
+
+def test_a_search_past_the_cap_says_more_than_the_cap(admin_client):
+    djqueue.create_queue("paging.sent")
+    djqueue.send_batch("paging.sent", list(range(CAP + 2)), group_key="many")
+    djqueue.send_batch("paging.sent", list(range(2)), group_key="few")
+    changelist = reverse("admin:djqueue_message_changelist")
+    past = admin_client.get(f"{changelist}?q=many").content.decode()
+    assert search_note(past) == f"more than {CAP} results ( Show all )"
+    assert f"{CAP + 1} results" not in past  # the probe row is never shown as a count
+    within = admin_client.get(f"{changelist}?q=few").content.decode()
+    assert search_note(within) == "2 results ( Show all )"
+    assert 'id="searchbar"' in within and 'value="few"' in within  # Django's bar around it
