@@ -157,8 +157,7 @@ class MessageAdmin(OperationPermissions, report_views.MessageReportFields, ReadO
         queue_operations.delete(obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
-        for pk in queryset.values_list("pk", flat=True):
-            queue_operations.delete(pk)
+        queue_operations.delete_batch(list(queryset.values_list("pk", flat=True)))
 
     @admin.action(description="Retry selected delayed messages now", permissions=["retry"])
     def retry_now(self, request: HttpRequest, selected: QuerySet[Message]) -> None:

@@ -1,0 +1,80 @@
+"""delete_batch: removing many messages at once as delete() removes one; history,
+the trace and ordered groups see each, a few statements per chunk of messages."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+import djqueue
+from djqueue.exceptions import InvalidMessage
+from djqueue.models import Event, History, Message, Outcome, State, TraceEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def chunks_of_three(settings):
+    settings.DJQUEUE = {**getattr(settings, "DJQUEUE", {}), "PRUNE_BATCH": 3}
+
+
+def test_every_chunk_goes_to_history_and_missing_ids_are_passed_over(chunks_of_three):
+    djqueue.create_queue("del.jobs", trace=True)
+    sent = djqueue.send_batch("del.jobs", [{"n": n, "pad": "é" * n} for n in range(8)])
+    kept = djqueue.send("del.jobs", {"n": "kept"})
+    ids = [m.id for m in sent]
+    with CaptureQueriesContext(connection) as queries:
+        assert djqueue.delete_batch([*ids, 10**12, ids[0]]) == 8  # unknown and repeated ids
+    assert list(Message.objects.values_list("pk", flat=True)) == [kept.id]
+    history = {h.pk: h for h in History.objects.all()}
+    assert set(history) == set(ids)
+    for message in sent:  # sizes in bytes, read in the database, as an ack's are
+        assert history[message.id].outcome == Outcome.DELETED
+        assert history[message.id].size == message.size
+    assert set(TraceEvent.objects.filter(event=Event.DELETED)
+               .values_list("message_id", flat=True)) == set(ids)
+    # Three chunks of at most three; a handful of statements each, none per message.
+    assert len(queries.captured_queries) <= 3 * 10, [q["sql"] for q in queries.captured_queries]
+
+
+def test_only_unclaimed_leaves_held_messages_and_a_queue_keeps_to_its_own():
+    djqueue.create_queue("del.jobs")
+    djqueue.create_queue("del.other")
+    held, free = djqueue.send("del.jobs", {"n": 1}), djqueue.send("del.jobs", {"n": 2})
+    other = djqueue.send("del.other", {"n": 3})
+    [got] = djqueue.receive("del.jobs", max_messages=1)
+    assert got.id == held.id
+    assert djqueue.delete_batch([held.id, free.id, other.id], only_unclaimed=True,
+                                queue="del.jobs") == 1
+    assert set(Message.objects.values_list("pk", flat=True)) == {held.id, other.id}
+    assert Message.objects.get(pk=held.id).state == State.CLAIMED
+    got.ack()
+    assert History.objects.get(pk=held.id).outcome == Outcome.ACKED
+
+
+def test_a_topic_delivery_is_recorded_with_its_shared_bodys_size():
+    djqueue.create_topic("del.topic")
+    djqueue.subscribe("del.topic", "a")
+    djqueue.publish("del.topic", {"big": "x" * 1000})
+    [delivery] = Message.objects.all()
+    assert delivery.body == "" and delivery.size > 1000
+    assert djqueue.delete_batch([delivery.pk]) == 1
+    assert History.objects.get(pk=delivery.pk).size == delivery.size
+
+
+def test_deleting_ordered_messages_hands_their_groups_on():
+    djqueue.create_queue("del.ord", ordered=True)
+    a1, a2, a3 = (djqueue.send("del.ord", {"n": i}, group_key="a") for i in range(3))
+    b1, b2 = (djqueue.send("del.ord", {"n": i}, group_key="b") for i in range(2))
+    assert djqueue.delete_batch([a1.id, a2.id, b1.id]) == 3
+    states = dict(Message.objects.values_list("pk", "state"))
+    assert states == {a3.id: State.READY, b2.id: State.READY}
+    assert sorted(m.id for m in djqueue.receive("del.ord", max_messages=5)) == [a3.id, b2.id]
+
+
+@pytest.mark.parametrize("ids", [None, "1,2", [1, "2"], [True], {1: 1}])
+def test_ids_that_are_not_a_list_of_integers_are_refused(ids):
+    djqueue.create_queue("del.jobs")
+    kept = djqueue.send("del.jobs", {"n": 1})
+    with pytest.raises(InvalidMessage, match="list of integers"):
+        djqueue.delete_batch(ids)
+    assert Message.objects.get().pk == kept.id
