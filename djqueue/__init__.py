@@ -40,6 +40,7 @@ _EXPORTS = {
     "reset_group": "djqueue.api.consumer_groups", "group_lag": "djqueue.api.consumer_groups",
     "group_queues": "djqueue.api.consumer_groups",
     "Message": "djqueue.models", "Queue": "djqueue.models", "State": "djqueue.models",
+    "Postpone": "djqueue.exceptions", "RetryAfter": "djqueue.exceptions",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 
 class DjqueueError(Exception):
     """Base class of every djqueue error."""
@@ -53,6 +55,34 @@ class NotOwner(DjqueueError):
 class UnprocessableMessage(DjqueueError):
     """Raised by a handler: this message can never be processed (a forged or malformed
     one, say). The worker dead-letters it at once with this error, without retries."""
+
+
+class Postpone(DjqueueError):
+    """Raised by a handler, a task or a ``consume()`` block: not now. The message goes
+    back, to be delivered again after ``delay`` seconds (or a timedelta). This delivery
+    does not count as an attempt and no error is recorded, so a message postponed every
+    time is never dead-lettered: the handler decides when to stop (Oban's snooze). For
+    a rate-limited service's "retry after", say, which is no failure of the message.
+    A ``delay`` out of bounds fails the delivery instead, with that error."""
+
+    def __init__(self, delay: float | timedelta, reason: str = "") -> None:
+        self.delay = delay
+        super().__init__(reason or f"postponed for {delay} s")
+
+
+class RetryAfter(DjqueueError):
+    """Raised by a handler, a task or a ``consume()`` block: this attempt failed; retry
+    it after ``delay`` seconds (or a timedelta) instead of after the queue's backoff
+    step (Celery's ``retry(countdown=...)``). It is a failure like any other: the
+    error (this exception, with the one it was raised from) is recorded, the attempt
+    counts, and at ``max_attempts`` the message is dead-lettered (a task: FAILED).
+    ``delay=None`` keeps the backoff. A task retries on it whatever its ``retry_on``.
+    A ``delay`` out of bounds fails the delivery with that error, on the backoff."""
+
+    def __init__(self, delay: float | timedelta | None, reason: str = "") -> None:
+        self.delay = delay
+        super().__init__(reason or ("retry after the queue's backoff" if delay is None
+                                    else f"retry after {delay} s"))
 
 
 class UntrustedTask(UnprocessableMessage):

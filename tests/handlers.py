@@ -7,6 +7,7 @@ import random
 import time
 from pathlib import Path
 
+from djqueue.exceptions import Postpone, RetryAfter
 from djqueue.models import Message
 from tests.models import Effect, Run
 
@@ -54,6 +55,21 @@ def fail_then_succeed(message: Message) -> None:
     record(message)
     if len(message.errors or []) < message.payload["failures"]:
         raise ValueError(f"planned failure on attempt {message.attempts}")
+
+
+def asks_later(message: Message) -> None:
+    """Records each run. Postpones (``postpone`` s) until it has run ``postpones`` times,
+    then fails with RetryAfter(``retry_after``) from a ConnectionError while it has
+    fewer than ``failures`` recorded errors, then succeeds."""
+    record(message)
+    payload = message.payload
+    if Effect.objects.filter(key=payload["n"]).count() <= payload.get("postpones", 0):
+        raise Postpone(payload["postpone"])
+    if len(message.errors or []) < payload.get("failures", 0):
+        try:
+            raise ConnectionError("the service answered 503")
+        except ConnectionError as exc:
+            raise RetryAfter(payload["retry_after"]) from exc
 
 
 def poison(message: Message) -> None:

@@ -20,9 +20,11 @@ TASKS = {
     },
     "retrying": {
         "BACKEND": "djqueue.backend.QueueBackend",
-        "QUEUES": ["t.retrying"],
+        "QUEUES": ["t.retrying", "t.asks.tasks"],
+        # t.asks.tasks: a backoff no test waits out, so a retry that came sooner was
+        # the delay its task asked for (tests/worker/test_asked_delays.py)
         "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_ON": ["builtins.ValueError"],
-                    "QUEUE_OPTIONS": {"backoff": [0.1]}},
+                    "QUEUE_OPTIONS": {"backoff": [0.1], "t.asks.tasks": {"backoff": [600]}}},
     },
     "limited": {
         "BACKEND": "djqueue.backend.QueueBackend",
@@ -105,6 +107,7 @@ DJQUEUE = {
         "t.flaky": "tests.handlers.fail_then_succeed",
         "t.report": "tests.handlers.reporting",
         "t.gc": "tests.handlers.garbage_collection",
+        "t.asks": "tests.handlers.asks_later",
         "news:all": "tests.handlers.record",
         # the placement tests (tests/placement): queues on the second database
         "placed.work": "tests.handlers.record",

@@ -2,6 +2,7 @@
 
 import logging
 import time
+from datetime import timedelta
 
 import djqueue
 
@@ -68,6 +69,22 @@ def fails_twice(n: int) -> int:
     Effect.objects.create(key=n)
     if Effect.objects.filter(key=n).count() < 3:
         raise ValueError("not yet")
+    return n
+
+
+@task(backend="retrying", queue_name="t.asks.tasks")
+def asks_later(n: int, postpones: int, failures: int) -> int:
+    """Postpones (0.1 s) its first ``postpones`` runs, then raises RetryAfter(0.1) from a
+    ConnectionError (not in its backend's RETRY_ON) ``failures`` times, then returns n."""
+    Effect.objects.create(key=n)
+    runs = Effect.objects.filter(key=n).count()
+    if runs <= postpones:
+        raise djqueue.Postpone(0.1)
+    if runs <= postpones + failures:
+        try:
+            raise ConnectionError("the service answered 503")
+        except ConnectionError as exc:
+            raise djqueue.RetryAfter(timedelta(seconds=0.1)) from exc
     return n
 
 

@@ -15,14 +15,14 @@ from django.db.models import Q
 
 from djqueue import durations
 from djqueue.api.condition_parser import compile_condition
-from djqueue.exceptions import InvalidMessage, NotOwner
+from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter
 from djqueue.models import Message, Queue
 from djqueue.polling import Backoff
 from djqueue.rates import LimitWait
 from djqueue.storage import partitions
 from djqueue.storage.queue_lookup import QueueRef, get_queue
 from djqueue.storage.receiver_claims import PromotionClock, claim_ready
-from djqueue.storage.transitions import fail, release, validate_delay
+from djqueue.storage.transitions import asked_delay, fail, release, validate_delay
 
 #: The longest receiver name (the message row's owner column).
 MAX_OWNER_CHARS = 100
@@ -99,7 +99,8 @@ def consume(
     wait: float = 0,
     visibility_timeout: float | None = None,
 ) -> Iterator[Message | None]:
-    """Q4M owner mode for one message: ack on clean exit, record the failure on exception.
+    """Q4M owner mode for one message: ack on clean exit, record the failure on exception
+    (a Postpone or a RetryAfter is done as it asks, see :class:`OwnerSession`).
 
     Yields None when nothing arrived within ``wait`` seconds.
     """
@@ -111,7 +112,9 @@ class OwnerSession:
     """Consecutive ``queue_wait()`` calls: receiving the next message acks the previous one.
 
     Leaving the ``with`` block acks the current message, or on an exception
-    records it as a failed delivery (retried with backoff, or dead-lettered).
+    records it as a failed delivery (retried with backoff, or dead-lettered). A
+    Postpone gives it back for its delay, uncounted; a RetryAfter fails it with the
+    retry after its delay; neither goes on past the block.
     """
 
     def __init__(self, queues: QueueRef | Sequence[QueueRef], *,
@@ -143,11 +146,23 @@ class OwnerSession:
     def __enter__(self) -> OwnerSession:
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        """Ack on a clean exit; on an exception record the failure, and let the
+        exception go on. A Postpone or a RetryAfter is done as it asks, and ends there."""
         if exc is None:
             self.end()
-            return
+            return False
         message, self.current = self.current, None
-        if message is not None:
-            with contextlib.suppress(NotOwner):
-                fail(message, "".join(traceback.format_exception(exc)))
+        asked = isinstance(exc, Postpone | RetryAfter)
+        if message is None:
+            return asked
+        error, delay = "".join(traceback.format_exception(exc)), None
+        if asked:
+            delay, invalid = asked_delay(exc)
+            if isinstance(exc, Postpone) and invalid is None:
+                release([message], delay=delay)
+                return True
+            error = invalid or error
+        with contextlib.suppress(NotOwner):
+            fail(message, error, delay=delay)
+        return asked

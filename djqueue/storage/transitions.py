@@ -7,6 +7,7 @@ handed to someone else can no longer ack, fail or extend the message.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
@@ -15,7 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from djqueue import durations, signals
-from djqueue.exceptions import InvalidMessage, NotOwner
+from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter
 from djqueue.models import Event, History, Message, Outcome, Queue, State
 from djqueue.storage import dialects, fastpath, handler_reports, ordered_groups, trace
 from djqueue.storage.claim_resume import ready_again, row_ready_again
@@ -214,6 +215,17 @@ def validate_delay(delay: float | timedelta | None) -> float | None:
     if not 0 <= delay <= MAX_DELAY:  # also refuses NaN and infinity
         raise InvalidMessage(f"delay must be 0 to {MAX_DELAY:g} seconds, got {delay!r}.")
     return float(delay)
+
+
+def asked_delay(asked: Postpone | RetryAfter) -> tuple[float | None, str | None]:
+    """The delay a handler's Postpone or RetryAfter asks for, checked: ``(seconds,
+    None)``, or ``(None, error)`` when it is out of bounds, and the delivery is then to
+    fail with that error on the queue's backoff (a handler's mistake is not lost)."""
+    try:
+        return validate_delay(asked.delay), None
+    except InvalidMessage as bad:
+        return None, (f"{type(asked).__name__} asked for an invalid delay: {bad}\n"
+                      + "".join(traceback.format_exception(asked)))
 
 
 def run_and_ack(message: Message, call) -> None:

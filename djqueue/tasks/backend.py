@@ -33,7 +33,7 @@ from django.utils.module_loading import import_string
 from djqueue.api.message_checks import encode_payload
 from djqueue.api.queues import LIMIT_FIELDS, create_queue, set_limits
 from djqueue.api.sending import send
-from djqueue.exceptions import InvalidMessage, QueueNotFound, TaskCancelled
+from djqueue.exceptions import InvalidMessage, QueueNotFound, RetryAfter, TaskCancelled
 from djqueue.models import (
     FINISHED_STATUSES,
     Message,
@@ -224,7 +224,7 @@ class QueueBackend(BaseTaskBackend):
                                  for c in task.retry_on)
         if attempts >= max_attempts or isinstance(exc, TaskCancelled):
             return False
-        return not retry_on or isinstance(exc, retry_on)
+        return not retry_on or isinstance(exc, (RetryAfter, *retry_on))
 
 
 def task_queue_names() -> set[str]:

@@ -24,7 +24,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from djqueue.exceptions import TaskCancelled, UntrustedTask
+from djqueue.exceptions import Postpone, RetryAfter, TaskCancelled, UntrustedTask
 from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskStatus
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts, task_record_copy
@@ -83,8 +83,9 @@ _record_rows = RowTemplates(TaskRecord._meta.label, TaskRecord._meta.concrete_fi
     "last_attempted_at", "return_value", "errors", "worker_ids", "message_id"))
 
 
-class RetryTask(Exception):
-    """Raised to djqueue so that the message is retried with the queue's backoff."""
+class RetryTask(RetryAfter):
+    """Raised to djqueue so that the message is retried: after the queue's backoff, or
+    after the delay of the RetryAfter the task raised."""
 
 
 def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Message]) -> None:
@@ -153,6 +154,8 @@ def run_task(message: Message) -> None:
         task_started.send(sender=sender, task_result=result)
     try:
         value = task_calls.call(task, args, kwargs, result)
+    except Postpone:
+        raise  # the worker gives the message back; the task is READY still
     except Exception as exc:
         _failed(conn, message, record, batched, task, exc)
     else:
@@ -193,6 +196,8 @@ def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, A
         task_started.send(sender=sender, task_result=result)
     try:
         value = task_calls.call(task, list(payload["args"]), payload["kwargs"], result)
+    except Postpone:
+        raise  # the worker gives the message back; the task is READY still
     except Exception as exc:
         record = running_record(message, record_from_message(message))
         _failed(conn, message, record, True, task, exc)
@@ -219,7 +224,8 @@ def _failed(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, bat
         record.errors = [*record.errors, error_entry(exc, tb)]
         record.status = TaskStatus.READY
         message_inserts.upsert(conn.alias, [record], FINISHED_FIELDS)
-        raise RetryTask(f"{record.task_path} failed; retrying") from exc
+        raise RetryTask(exc.delay if isinstance(exc, RetryAfter) else None,
+                        f"{record.task_path} failed; retrying") from exc
     _finish(conn, message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
 
 

@@ -2,7 +2,8 @@
 
 Acks wait (at most ``ACK_DELAY`` seconds, or until a batch's worth is done)
 for the worker's next claim, so that one transaction and one commit settle a
-finished batch and take the next one; failures are recorded one by one.
+finished batch and take the next one; failures and postponements are settled one
+by one, at once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.db import DatabaseError
 from djqueue.exceptions import NotOwner
 from djqueue.models import Message
 from djqueue.storage.claims import ack_all
-from djqueue.storage.transitions import fail
+from djqueue.storage.transitions import fail, release
 from djqueue.types import AckHook
 
 logger = logging.getLogger("djqueue.worker")
@@ -39,11 +40,21 @@ class Done:
     lost: bool = False
     #: The handler raised UnprocessableMessage: dead-letter it now, without retries.
     dead: bool = False
+    #: The failed run asked for its retry after these seconds (RetryAfter), not the backoff.
+    retry_delay: float | None = None
+    #: The handler postponed its message (Postpone): released, visible again after these
+    #: seconds, the delivery uncounted.
+    postponed: float | None = None
     at: float = field(default_factory=time.monotonic)
 
     @property
     def to_ack(self) -> bool:
-        return self.error is None and not (self.acked or self.lost)
+        return self.error is None and self.postponed is None and not (self.acked or self.lost)
+
+    @property
+    def settle_now(self) -> bool:
+        """A failure or a postponement: settled at once, not with the next batch's acks."""
+        return self.error is not None or self.postponed is not None
 
 
 @dataclass
@@ -53,6 +64,8 @@ class WorkerStats:
     failed: int = 0
     released: int = 0
     lost: int = 0
+    #: Handler runs that postponed their message (Postpone).
+    postponed: int = 0
     #: Claims that failed (the worker logged each, paused and went on).
     claim_errors: int = 0
     #: Claim rounds run (each one transaction a database, taking and acking).
@@ -61,7 +74,7 @@ class WorkerStats:
 
     @property
     def processed(self) -> int:
-        return self.acked + self.failed + self.lost
+        return self.acked + self.failed + self.lost + self.postponed
 
 
 class AckBatches:
@@ -84,7 +97,7 @@ class AckBatches:
         every message, whose pass cost more CPU than the run (2026-11-28)."""
         self._done.append(done)  # deque.append is thread-safe
         pending = len(self._done) + len(self.unflushed)
-        return pending >= self.wake_at or pending == 1 or done.error is not None
+        return pending >= self.wake_at or pending == 1 or done.settle_now
 
     def wait_for(self, more: int) -> bool:
         """Ask to be woken once ``more`` results beyond those collected are in; True if
@@ -108,8 +121,8 @@ class AckBatches:
         a monotonic time (now, for a batch's worth or a failure), or None."""
         if not self.unflushed:
             return None
-        if len(self.unflushed) >= batch_size or any(d.error is not None
-                                                     for d in self.unflushed):
+        if len(self.unflushed) >= batch_size or any(
+                d.error is not None or d.postponed is not None for d in self.unflushed):
             return time.monotonic()
         return min(d.at for d in self.unflushed) + ACK_DELAY
 
@@ -137,7 +150,10 @@ class AckBatches:
         while self.unflushed:
             done = self.unflushed[0]
             if done.error is not None:
-                self._record_failure(done.message, done.error, dead=done.dead)
+                self._record_failure(done.message, done.error, dead=done.dead,
+                                     delay=done.retry_delay)
+            elif done.postponed is not None:
+                self._postpone(done.message, done.postponed)
             elif done.acked:
                 self.stats.acked += 1
             else:
@@ -145,9 +161,18 @@ class AckBatches:
             self.unflushed.pop(0)
             self._forget(done.message)
 
-    def _record_failure(self, message: Message, error: str, *, dead: bool = False) -> None:
+    def _postpone(self, message: Message, delay: float) -> None:
+        """Release a postponed message (a DatabaseError is raised: the flush is tried
+        again); a lease lost meanwhile counts as lost."""
+        if release([message], delay=delay):
+            self.stats.postponed += 1
+        else:
+            self.stats.lost += 1
+
+    def _record_failure(self, message: Message, error: str, *, dead: bool = False,
+                        delay: float | None = None) -> None:
         try:
-            fail(message, error, dead_letter=dead)
+            fail(message, error, delay=delay, dead_letter=dead)
             self.stats.failed += 1
         except NotOwner:
             self.stats.lost += 1

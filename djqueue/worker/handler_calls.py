@@ -1,10 +1,12 @@
 """Running one message's handler on a handler thread: the call, and what came of it.
 
 A handler runs outside any transaction (unless its queue asks for exactly-once,
-when it runs inside the transaction that acks it); whatever it raises becomes
-the delivery's error, so no handler can take its thread or the worker down. A
-stale delivery of an ordered group is skipped, and a thread's connection that
-sat idle is checked before the handler uses it.
+when it runs inside the transaction that acks it). Whatever it raises becomes
+the delivery's error, so no handler can take its thread or the worker down; three
+exceptions say instead what to do with the message: Postpone (give it back for a
+while, uncounted), RetryAfter (a failure, retried after the delay it names) and
+UnprocessableMessage (dead-letter it now). A stale delivery of an ordered group is skipped, and a thread's
+connection that sat idle is checked before the handler uses it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from collections.abc import Callable
 from django.db import DatabaseError, close_old_connections, connections
 
 from djqueue import tracing
-from djqueue.exceptions import NotOwner, UnprocessableMessage
+from djqueue.exceptions import NotOwner, Postpone, RetryAfter, UnprocessableMessage
 from djqueue.models import Message
 from djqueue.storage import dialects, fastpath, handler_reports, ordered_groups, placement
-from djqueue.storage.transitions import run_and_ack
+from djqueue.storage.transitions import asked_delay, run_and_ack
 from djqueue.worker import registry
 from djqueue.worker.ack_batches import Done
 from djqueue.worker.prefetch import Prefetch
@@ -95,6 +97,14 @@ class HandlerCalls:
             return Done(message)
         except NotOwner:
             return Done(message, lost=True)
+        except Postpone as exc:
+            delay, invalid = asked_delay(exc)
+            return Done(message, postponed=delay) if invalid is None else Done(
+                message, error=invalid)
+        except RetryAfter as exc:
+            delay, invalid = asked_delay(exc)
+            return Done(message, error=invalid or "".join(traceback.format_exception(exc)),
+                        retry_delay=delay)
         except UnprocessableMessage as exc:
             return Done(message, error="".join(traceback.format_exception(exc)), dead=True)
         except BaseException as exc:
