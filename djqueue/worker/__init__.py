@@ -8,8 +8,9 @@ runs handlers on threads, acks in batches), the calls of handlers
 (``held_messages``), the acks that wait to ride with the next claim
 (``ack_batches``), handlers' hooks in that transaction (``claim_hooks``),
 the claims on each database (``database_claims``) and when each is next due
-(``database_pacing``), prefetch pacing (``prefetch``), and the supervisor of
-several worker processes (``djqueue_worker --processes``).
+(``database_pacing``), prefetch pacing (``prefetch``), the supervisor of several worker processes
+(``djqueue_worker --processes``), and ``djqueue.drain()``, which runs handlers in
+the caller's thread for tests (``inline_drain``).
 
 May import: djqueue.processes and below. Never djqueue.tasks: the django.tasks
 backend adds its queues' handler to the registry as a handler source.

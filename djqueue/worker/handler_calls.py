@@ -46,11 +46,18 @@ def reset_connection() -> None:
 
 
 class HandlerCalls:
-    """Calls the handlers of a worker's queues, one message at a time per thread."""
+    """Calls the handlers of a worker's queues, one message at a time per thread.
 
-    def __init__(self, worker_id: str, handlers: dict[str, registry.Handler], prefetch: Prefetch) -> None:
+    ``inline`` (no ``prefetch``): calls in the caller's thread and transaction, for
+    djqueue.drain; no claim-transaction hook will run, and the caller's connections
+    are neither checked, reset nor closed (they may hold a test's transaction).
+    """
+
+    def __init__(self, worker_id: str, handlers: dict[str, registry.Handler],
+                 prefetch: Prefetch | None, *, inline: bool = False) -> None:
         self.worker_id = worker_id
         self.handlers = handlers
+        self.inline = inline
         self._prefetch = prefetch
         self._thread_state = threading.local()
 
@@ -63,7 +70,8 @@ class HandlerCalls:
         entry = self.handlers[queue.name]
         exactly_once = _exactly_once(entry, queue.exactly_once)
         func = entry.func
-        around = registry.hook_runs_after() if entry.in_claim_transaction is not None else _NOTHING
+        around = (registry.hook_runs_after()
+                  if entry.in_claim_transaction is not None and not self.inline else _NOTHING)
 
         def call() -> None:
             with around, tracing.processing(queue.name, message.pk, message.attempts,
@@ -81,7 +89,8 @@ class HandlerCalls:
     def _run(self, message: Message, skip_stale: bool, call: Callable[[], None],
              exactly_once: bool) -> Done:
         try:
-            self._check_idle_connection()
+            if not self.inline:
+                self._check_idle_connection()
             if skip_stale and ordered_groups.is_stale(message):
                 logger.warning("Skipping a stale delivery of message %s: a later message of "
                                "group %r was acked", message.pk, message.group_key,
@@ -93,26 +102,16 @@ class HandlerCalls:
                     return Done(message, acked=True)
                 started = time.monotonic()
                 call()
-                self._prefetch.handled(time.monotonic() - started)
+                if self._prefetch is not None:
+                    self._prefetch.handled(time.monotonic() - started)
             return Done(message)
-        except NotOwner:
-            return Done(message, lost=True)
-        except Postpone as exc:
-            delay, invalid = asked_delay(exc)
-            return Done(message, postponed=delay) if invalid is None else Done(
-                message, error=invalid)
-        except RetryAfter as exc:
-            delay, invalid = asked_delay(exc)
-            return Done(message, error=invalid or "".join(traceback.format_exception(exc)),
-                        retry_delay=delay)
-        except UnprocessableMessage as exc:
-            return Done(message, error="".join(traceback.format_exception(exc)), dead=True)
         except BaseException as exc:
-            if isinstance(exc, DatabaseError):
+            if isinstance(exc, DatabaseError) and not self.inline:
                 reset_connection()
-            return Done(message, error="".join(traceback.format_exception(exc)) or repr(exc))
+            return outcome_of(message, exc)
         finally:
-            close_old_connections()
+            if not self.inline:
+                close_old_connections()
             self._thread_state.last_used = time.monotonic()
 
     def _check_idle_connection(self) -> None:
@@ -130,6 +129,22 @@ class HandlerCalls:
         conn = connections[dialects.alias()]
         if conn.connection is not None and not conn.is_usable():
             conn.close()
+
+
+def outcome_of(message: Message, exc: BaseException) -> Done:
+    """What a handler's exception makes of its message: lost (NotOwner: the lease went
+    first), given back for a while (Postpone), dead-lettered now (UnprocessableMessage),
+    or a failure, retried after the delay a RetryAfter names or the queue's backoff."""
+    if isinstance(exc, NotOwner):
+        return Done(message, lost=True)
+    if isinstance(exc, Postpone | RetryAfter):
+        delay, invalid = asked_delay(exc)
+        if isinstance(exc, Postpone) and invalid is None:
+            return Done(message, postponed=delay)
+        return Done(message, error=invalid or "".join(traceback.format_exception(exc)),
+                    retry_delay=delay)
+    error = "".join(traceback.format_exception(exc)) or repr(exc)
+    return Done(message, error=error, dead=isinstance(exc, UnprocessableMessage))
 
 
 def _exactly_once(entry: registry.Handler, queue_says: bool) -> bool:
