@@ -89,9 +89,10 @@ class AckBatches:
     def add(self, done: Done) -> bool:
         """Keep ``done`` (from any thread). True when the loop thread should be woken:
         at the count it waits for, for the first result, and for a failure or a
-        postponement (settled at once). A result already settled (acked in its handler's transaction, or
-        lost) waits for the count like one to ack: exactly-once runs woke the loop for
-        every message, whose pass cost more CPU than the run (2026-11-28)."""
+        postponement (settled at once). A result already settled (acked in its
+        handler's transaction, or lost) waits for the count like one to ack:
+        exactly-once runs woke the loop for every message, whose pass cost more CPU
+        than the run (2026-11-28)."""
         self._done.append(done)  # deque.append is thread-safe
         pending = len(self._done) + len(self.unflushed)
         return (pending >= self.wake_at or pending == 1 or done.error is not None

@@ -5,8 +5,9 @@ when it runs inside the transaction that acks it). Whatever it raises becomes
 the delivery's error, so no handler can take its thread or the worker down; three
 exceptions say instead what to do with the message: Postpone (give it back for a
 while, uncounted), RetryAfter (a failure, retried after the delay it names) and
-UnprocessableMessage (dead-letter it now). A stale delivery of an ordered group is skipped, and a thread's
-connection that sat idle is checked before the handler uses it.
+UnprocessableMessage (dead-letter it now). A stale delivery of an ordered group
+is skipped, and a thread's connection that sat idle is checked before the handler
+uses it.
 """
 
 from __future__ import annotations
