@@ -67,7 +67,7 @@ class Postpone(DjqueueError):
 
     def __init__(self, delay: float | timedelta, reason: str = "") -> None:
         self.delay = delay
-        super().__init__(reason or f"postponed for {delay} s")
+        super().__init__(reason or f"postponed for {_seconds(delay)} s")
 
 
 class RetryAfter(DjqueueError):
@@ -82,7 +82,12 @@ class RetryAfter(DjqueueError):
     def __init__(self, delay: float | timedelta | None, reason: str = "") -> None:
         self.delay = delay
         super().__init__(reason or ("retry after the queue's backoff" if delay is None
-                                    else f"retry after {delay} s"))
+                                    else f"retry after {_seconds(delay)} s"))
+
+
+def _seconds(delay: object) -> object:
+    """A delay as written in a message: a timedelta in seconds, anything else as given."""
+    return f"{delay.total_seconds():g}" if isinstance(delay, timedelta) else delay
 
 
 class UntrustedTask(UnprocessableMessage):

@@ -126,6 +126,7 @@ def test_a_task_postpones_and_retries_as_it_asks(spawn):
     assert (runs(2), retried.attempts) == (4, 3)
     assert [e.exception_class for e in retried.errors] == [djqueue.RetryAfter] * 2
     assert "ConnectionError: the service answered 503" in retried.errors[0].traceback
+    assert "RetryAfter: retry after 0.1 s" in retried.errors[0].traceback  # a timedelta
     assert exhausted.status == TaskResultStatus.FAILED
     assert (runs(3), exhausted.attempts) == (3, 3)
     worker.signal(signal.SIGTERM)
