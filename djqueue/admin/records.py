@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -42,11 +43,38 @@ class ReadOnlyAdmin(PlacedAdmin):
             return None
         return super().response_action(request, queryset, *args, **kwargs)
 
+    #: How many of the selected rows a delete confirmation names; it counts the rest.
+    LISTED_DELETES = 100
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple:
+        """What a delete would remove, for its confirmation page and its permission check.
+
+        Django's collector names every selected row with a link, and every row that would
+        go with it: for 10,000 messages a 1.5 MB page and some 0.8 s, spent again on the
+        POST that deletes. A row no other row refers to takes nothing with it, so past
+        LISTED_DELETES rows the page names the first ones and counts the rest."""
+        if (not isinstance(objs, QuerySet) or reaches_other_rows(self.model)
+                or (count := objs.count()) <= self.LISTED_DELETES):
+            return super().get_deleted_objects(objs, request)
+        named, model_count, perms_needed, protected = super().get_deleted_objects(
+            list(objs[:self.LISTED_DELETES]), request)
+        plural = self.model._meta.verbose_name_plural
+        named.append(f"and {count - self.LISTED_DELETES} more {plural}")
+        return named, {**model_count, plural: count}, perms_needed, protected
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+def reaches_other_rows(model: type[models.Model]) -> bool:
+    """Whether a delete of ``model``'s rows can reach rows of another model (a reverse
+    relation that cascades, protects or sets a value), as Django's collector follows."""
+    return any(field.auto_created and not field.concrete and (field.one_to_many or field.one_to_one)
+               and field.on_delete is not models.DO_NOTHING
+               for field in model._meta.get_fields(include_hidden=True))
 
 
 @admin.register(History)

@@ -16,9 +16,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 import djqueue
+from djqueue.admin.browser import MessageAdmin
 from djqueue.admin.paging import CappedPaginator
-from djqueue.admin.records import HistoryAdmin
-from djqueue.models import History, Message, Outcome
+from djqueue.admin.records import HistoryAdmin, reaches_other_rows
+from djqueue.admin.workflows import WorkflowAdmin
+from djqueue.models import History, Message, Outcome, Workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CAP = 5
@@ -162,3 +164,46 @@ def test_a_search_past_the_cap_says_more_than_the_cap(admin_client):
     within = admin_client.get(f"{changelist}?q=few").content.decode()
     assert search_note(within) == "2 results ( Show all )"
     assert 'id="searchbar"' in within and 'value="few"' in within  # Django's bar around it
+
+
+def confirmation_objects(html: str) -> list[str]:
+    """The delete confirmation's list of rows, each item's text, spaces collapsed."""
+    listed = re.search(r"<h2>Objects</h2>(.*?)<form", html, re.S)
+    assert listed is not None, html
+    return [" ".join(re.sub(r"<[^>]+>", " ", item).split())
+            for item in re.findall(r"<li>(.*?)</li>", listed.group(1), re.S)]
+
+
+def test_a_delete_of_many_rows_names_some_and_counts_the_rest(admin_client, monkeypatch):
+    monkeypatch.setattr(MessageAdmin, "LISTED_DELETES", 3)
+    djqueue.create_queue("paging.deleted")
+    sent = djqueue.send_batch("paging.deleted", list(range(7)))
+    changelist = reverse("admin:djqueue_message_changelist")
+    chosen = {"action": "delete_selected", "index": "0",
+              "_selected_action": [str(m.pk) for m in sent]}
+    html = admin_client.post(changelist, chosen).content.decode()
+    named = confirmation_objects(html)
+    assert named[-1] == "and 4 more messages" and len(named) == 4
+    assert all(item.startswith("Message: #") for item in named[:3]), named
+    summary = re.search(r"<h2>Summary</h2>(.*?)</ul>", html, re.S)
+    assert summary is not None and "Messages: 7" in " ".join(
+        re.sub(r"<[^>]+>", " ", summary.group(1)).split())
+    assert html.count('name="_selected_action"') == 7  # the POST still names every row
+    assert admin_client.post(changelist, {**chosen, "post": "yes"}).status_code == 302
+    assert not Message.objects.filter(queue__name="paging.deleted").exists()
+
+
+def test_a_delete_that_reaches_other_rows_lists_them_all(admin_client, monkeypatch):
+    """A workflow takes its steps with it: Django's own listing, every row named."""
+    monkeypatch.setattr(WorkflowAdmin, "LISTED_DELETES", 1)
+    assert reaches_other_rows(Workflow)
+    assert not reaches_other_rows(Message) and not reaches_other_rows(History)
+    workflows = Workflow.objects.bulk_create(
+        Workflow(name=f"flow {i}", token="t", steps_total=0, steps_left=0,
+                 created_at=timezone.now()) for i in range(3))
+    changelist = reverse("admin:djqueue_workflow_changelist")
+    html = admin_client.post(changelist, {
+        "action": "delete_selected", "index": "0",
+        "_selected_action": [str(w.pk) for w in workflows]}).content.decode()
+    named = confirmation_objects(html)
+    assert len(named) == 3 and not any("more" in item for item in named), named
