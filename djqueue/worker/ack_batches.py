@@ -148,11 +148,8 @@ class AckBatches:
             self.acked(acks, ack_all(acks, owner=self.worker_id, hook=self._hook))
         while self.unflushed:
             done = self.unflushed[0]
-            if done.error is not None:
-                self._record_failure(done.message, done.error, dead=done.dead,
-                                     delay=done.retry_delay)
-            elif done.postponed is not None:
-                self._postpone(done.message, done.postponed)
+            if done.error is not None or done.postponed is not None:
+                self._settle_unacked(done)
             elif done.acked:
                 self.stats.acked += 1
             else:
@@ -160,30 +157,39 @@ class AckBatches:
             self.unflushed.pop(0)
             self._forget(done.message)
 
-    def _postpone(self, message: Message, delay: float) -> None:
-        """Release a postponed message (a DatabaseError is raised: the flush is tried
-        again); a lease lost meanwhile counts as lost."""
-        if release([message], delay=delay):
-            self.stats.postponed += 1
-        else:
-            self.stats.lost += 1
-
-    def _record_failure(self, message: Message, error: str, *, dead: bool = False,
-                        delay: float | None = None) -> None:
+    def _settle_unacked(self, done: Done) -> None:
+        """Record a failure or release a postponement. A DatabaseError is raised (the
+        flush is tried again); any other error leaves the message to its lease's expiry,
+        whence the reaper returns it (an error there is counted on its queue)."""
+        message = done.message
         try:
-            fail(message, error, delay=delay, dead_letter=dead)
-            self.stats.failed += 1
+            settle_unacked(done)
         except NotOwner:
             self.stats.lost += 1
+            return
         except DatabaseError:
-            raise  # kept: the flush is tried again
+            raise
         except Exception:
-            # Not this message's to decide here: its lease expires and the reaper
-            # returns it (an error there is counted on its queue).
-            logger.exception("Recording the failure of message %s failed", message.pk,
+            logger.exception("Settling the run of message %s failed", message.pk,
                              extra={"worker": self.worker_id, "message_id": message.pk})
             self.stats.lost += 1
             return
+        if done.error is None:
+            self.stats.postponed += 1
+            return
+        self.stats.failed += 1
         logger.warning("Message %s failed (attempt %s)", message.pk, message.attempts,
                        extra={"worker": self.worker_id, "message_id": message.pk,
-                              "error": error[-500:]})
+                              "error": done.error[-500:]})
+
+
+def settle_unacked(done: Done) -> Message:
+    """Settle a run that ends without an ack: a failure is recorded (retried after the
+    delay it asked for, else the queue's backoff step, or dead-lettered) and a
+    postponed message is released for its delay. Returns the message's row as left
+    (a dead letter's in its dead-letter queue); NotOwner if its lease was lost."""
+    if done.error is not None:
+        return fail(done.message, done.error, delay=done.retry_delay, dead_letter=done.dead)
+    if not release([done.message], delay=done.postponed):
+        raise NotOwner(f"Message {done.message.pk} is no longer leased to this receiver.")
+    return done.message

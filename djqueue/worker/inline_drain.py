@@ -20,9 +20,8 @@ from djqueue.exceptions import NotOwner, QueueNotFound
 from djqueue.models import Message, Queue, State
 from djqueue.storage import partitions, placement
 from djqueue.storage.queue_lookup import get_queue_on
-from djqueue.storage.transitions import fail, release
 from djqueue.worker import registry
-from djqueue.worker.ack_batches import Done
+from djqueue.worker.ack_batches import Done, settle_unacked
 from djqueue.worker.handler_calls import HandlerCalls
 
 #: The most deliveries one drain() runs unless told otherwise: a handler that fails or
@@ -105,26 +104,23 @@ def _make_due(queue: Queue, limit: int) -> None:
 
 def _settle(done: Done, drained: Drained) -> None:
     """Settle one run at once, as a worker's ack batches do for many."""
-    message = done.message
     try:
-        if done.error is not None:
-            queue_id = message.queue_id
-            row = fail(message, done.error, delay=done.retry_delay, dead_letter=done.dead)
+        if done.error is not None or done.postponed is not None:
+            queue_id = done.message.queue_id
+            row = settle_unacked(done)
+            if done.error is None:
+                drained.postponed += 1
+                return
             drained.failed += 1
             drained.errors.append(done.error)
             if row.state == State.DEAD or row.queue_id != queue_id:
                 drained.dead_lettered += 1
-        elif done.postponed is not None:
-            if release([message], delay=done.postponed):
-                drained.postponed += 1
-            else:
-                drained.lost += 1
         elif done.acked:
             drained.acked += 1
         elif done.lost:
             drained.lost += 1
         else:
-            message.ack()
+            done.message.ack()
             drained.acked += 1
     except NotOwner:
         drained.lost += 1
