@@ -88,6 +88,12 @@ def asks_later(n: int, postpones: int, failures: int) -> int:
     return n
 
 
+@task(queue_name="t.tasks")
+def postpones_badly(delay: float) -> None:
+    """Asks to be postponed by ``delay``, which the tests make out of bounds."""
+    raise djqueue.Postpone(delay)
+
+
 @task(unique_key=True)
 def refresh_cache(name: str) -> str:
     return name

@@ -24,11 +24,18 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from djqueue.exceptions import Postpone, RetryAfter, TaskCancelled, UntrustedTask
+from djqueue.exceptions import (
+    InvalidMessage,
+    Postpone,
+    RetryAfter,
+    TaskCancelled,
+    UntrustedTask,
+)
 from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskStatus
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
+from djqueue.storage.transitions import validate_delay
 from djqueue.tasks import (
     known_tasks,
     step_checks,
@@ -154,10 +161,8 @@ def run_task(message: Message) -> None:
         task_started.send(sender=sender, task_result=result)
     try:
         value = task_calls.call(task, args, kwargs, result)
-    except Postpone:
-        raise  # the worker gives the message back; the task is READY still
     except Exception as exc:
-        _failed(conn, message, record, batched, task, exc)
+        _failed(conn, message, record, batched, task, _run_error(exc))
     else:
         _finish(conn, message, record, batched, TaskStatus.SUCCESSFUL, value=value)
         if unheard:
@@ -196,11 +201,10 @@ def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, A
         task_started.send(sender=sender, task_result=result)
     try:
         value = task_calls.call(task, list(payload["args"]), payload["kwargs"], result)
-    except Postpone:
-        raise  # the worker gives the message back; the task is READY still
     except Exception as exc:
+        error = _run_error(exc)
         record = running_record(message, record_from_message(message))
-        _failed(conn, message, record, True, task, exc)
+        _failed(conn, message, record, True, task, error)
         finished = finished_values(values or first_run_values(message, task), record)
     else:
         run = task_record_copy.RunEnd(message.id, timezone.now(), value)
@@ -211,6 +215,22 @@ def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, A
         finished = {**values, "status": TaskStatus.SUCCESSFUL, "finished_at": run.finished_at,
                     "worker_ids": [message.owner], "_return_value": value}
     task_finished.send(sender=sender, task_result=result_from(finished, from_json=True))
+
+
+def _run_error(exc: Exception) -> Exception:
+    """The error a run that raised ``exc`` fails with. A Postpone is raised again, for
+    the worker to give the message back (the task stays READY), unless its delay is out
+    of bounds: then the task fails as for any error (its result says why), rather than
+    only its message's delivery, which would leave the result READY for ever."""
+    if not isinstance(exc, Postpone):
+        return exc
+    try:
+        validate_delay(exc.delay)
+    except InvalidMessage as bad:
+        invalid = InvalidMessage(f"Postpone asked for an invalid delay: {bad}")
+        invalid.__cause__ = exc
+        return invalid
+    raise exc
 
 
 def _failed(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, batched: bool,

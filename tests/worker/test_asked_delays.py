@@ -11,6 +11,7 @@ import pytest
 from django.utils import timezone
 
 import djqueue
+from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State, TraceEvent
 from djqueue.tasks.compat import TaskResultStatus
 from tests import tasks
@@ -131,3 +132,33 @@ def test_a_task_postpones_and_retries_as_it_asks(spawn):
     assert (runs(3), exhausted.attempts) == (3, 3)
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()
+
+
+def invalid_postponement_failed(result) -> None:
+    """``result`` FAILED at once (its backend retries nothing), saying why."""
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 1
+    [error] = result.errors
+    assert error.exception_class is InvalidMessage
+    assert "Postpone asked for an invalid delay: delay must be" in error.traceback
+    assert "djqueue.exceptions.Postpone" in error.traceback  # its cause
+    message = History.objects.get(pk=int(result.id))
+    assert message.outcome == Outcome.ACKED  # the message is done with: its task FAILED
+
+
+def test_a_task_whose_postpone_is_out_of_bounds_fails_saying_why(spawn):
+    """Under a worker (a first run, whose success the ack would copy)."""
+    result = tasks.postpones_badly.enqueue(-1)
+    worker = spawn("djqueue_worker", "t.tasks")
+    wait_until(lambda: result.refresh() or result.is_finished, 60,
+               f"task {result.id} to finish\n{worker.output()}")
+    invalid_postponement_failed(result)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
+
+
+def test_a_drained_task_whose_postpone_is_out_of_bounds_fails_saying_why():
+    result = tasks.postpones_badly.enqueue(10**12)
+    drained = djqueue.drain("t.tasks")
+    assert (drained.runs, drained.acked, drained.failed) == (1, 1, 0)
+    result.refresh()
+    invalid_postponement_failed(result)
