@@ -210,3 +210,21 @@ def test_bad_keys_for_a_partitioned_queue_are_refused_before_routing(keys):
     with pytest.raises(InvalidMessage):
         djqueue.send("parted.bad", {"n": 1}, **keys)
     assert not any(per_partition("parted.bad").values())
+
+
+def test_drain_with_delayed_runs_every_partitions_delayed_and_retried_messages():
+    """djqueue.drain(delayed=True) makes each partition's waiting messages ready: those
+    sent with a delay, and failures waiting out a backoff no test would wait for."""
+    djqueue.create_queue("parted.work", max_attempts=2, backoff=[600])
+    djqueue.send_batch("parted.work", [{"n": i} for i in range(12)], delay=3600)
+    for _ in range(3):  # record() needs "n": each of these fails twice, then is dead
+        djqueue.send("parted.work", {"bad": True}, delay=3600)
+    assert all(per_partition("parted.work").values())  # some on each partition
+    assert djqueue.drain("parted.work").runs == 0  # nothing ready yet
+    drained = djqueue.drain("parted.work", delayed=True)
+    assert (drained.runs, drained.acked, drained.failed, drained.dead_lettered) == (
+        18, 12, 6, 3), drained
+    assert sorted(Effect.objects.values_list("key", flat=True)) == list(range(12))
+    assert sum(History.objects.using(db).count() for db in PARTS) == 12
+    dead = [m for db in PARTS for m in Message.objects.using(db).filter(state=State.DEAD)]
+    assert len(dead) == 3 and all("KeyError: 'n'" in m.last_error for m in dead)
