@@ -107,6 +107,12 @@ class TaskCancelled(DjqueueError):
     """A django.tasks task was cancelled."""
 
 
+class NotFinished(DjqueueError, TimeoutError):
+    """A wait for a task's result or a workflow ended at its timeout before they
+    finished (Celery's ``TimeoutError`` from ``AsyncResult.get``). The task or workflow
+    goes on: wait again, or look later."""
+
+
 class InvalidCondition(DjqueueError, ValueError):
     """A receive condition that does not parse, or that the database cannot evaluate."""
 

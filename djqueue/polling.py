@@ -1,13 +1,18 @@
-"""Waiting for work without hammering the database.
+"""Waiting for work, or for a result, without hammering the database.
 
 Receivers poll with a delay that doubles from POLL_MIN to POLL_MAX while they
-find nothing. A send committed in the same process wakes them at once.
+find nothing. A send committed in the same process wakes them at once. Callers that
+wait for a task or a workflow to finish (``poll_until``) poll the same way, up to
+their own longest pause.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 import threading
 import time
+from collections.abc import Awaitable, Callable, Iterator
 
 from djqueue.conf import get_settings
 
@@ -77,3 +82,46 @@ class Backoff:
         else:
             self.delay = min(self.delay * 2, self.maximum)
         return woken
+
+
+def poll_until(finished: Callable[[], bool], timeout: float | None, longest: float) -> bool:
+    """Call ``finished`` until it returns true: at once, then after pauses doubling from
+    POLL_MIN to ``longest`` seconds; the last call falls at ``timeout`` seconds (None:
+    no end). Whether it returned true."""
+    for pause in _pauses(timeout, longest):
+        if finished():
+            return True
+        time.sleep(pause)
+    return finished()
+
+
+async def apoll_until(finished: Callable[[], Awaitable[bool]], timeout: float | None,
+                      longest: float) -> bool:
+    """:func:`poll_until` for a coroutine, pausing with ``asyncio.sleep``."""
+    for pause in _pauses(timeout, longest):
+        if await finished():
+            return True
+        await asyncio.sleep(pause)
+    return await finished()
+
+
+def _pauses(timeout: float | None, longest: float) -> Iterator[float]:
+    """The pauses between the calls of a poll, checked first: ValueError for a timeout
+    or a longest pause that is not a number of seconds (a timeout may be 0 or None)."""
+    for name, value, least in (("timeout", timeout, 0.0), ("interval", longest, 0.001)):
+        if value is None and name == "timeout":
+            continue
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not math.isfinite(value) or value < least):
+            raise ValueError(f"A wait's {name} is a number of seconds of at least {least:g}"
+                             f"{', or None' if name == 'timeout' else ''}; got {value!r}.")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = min(get_settings().POLL_MIN, longest)
+    while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            pause = min(pause, left)
+        yield pause
+        pause = min(pause * 2, longest)

@@ -26,7 +26,7 @@ from djqueue.models import (
     WorkflowState,
     WorkflowStep,
 )
-from djqueue.tasks.workflows import get_workflow
+from djqueue.tasks.workflow_handles import get_workflow
 
 #: Steps listed in the table under the picture (the picture counts all of them).
 MOST_LISTED = 200

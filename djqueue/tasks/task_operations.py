@@ -1,5 +1,5 @@
-"""Operations on one task by its result id: cancel it, and read the progress and the
-log records its runs reported.
+"""Operations on one task by its result id: cancel it, read the progress and the
+log records its runs reported; and waiting for a result to finish.
 
 A pending task lives as its message (the result id names it, or the READY record
 written at commit names it); a finished one as its
@@ -15,7 +15,7 @@ from django.db import transaction
 
 from djqueue.api.message_reports import get_logs, get_progress
 from djqueue.api.queue_operations import delete
-from djqueue.exceptions import TaskCancelled
+from djqueue.exceptions import NotFinished, TaskCancelled
 from djqueue.models import (
     FINISHED_STATUSES,
     Message,
@@ -24,9 +24,10 @@ from djqueue.models import (
     TaskRecord,
     TaskStatus,
 )
+from djqueue.polling import apoll_until, poll_until
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts
-from djqueue.tasks.compat import TaskResultDoesNotExist
+from djqueue.tasks.compat import TaskResult, TaskResultDoesNotExist
 from djqueue.tasks.records import FINISHED_FIELDS, finish, result_locations, running_record
 
 
@@ -99,6 +100,48 @@ def task_logs(result_id: str) -> list[MessageLog]:
         return []
     with dialects.using(found[0]):
         return get_logs(found[1])
+
+
+#: The longest pause, in seconds, between two reads of a result a wait makes.
+WAIT_INTERVAL = 0.2
+
+
+def wait_for_result(result: TaskResult, timeout: float | None = None, *,
+                    interval: float = WAIT_INTERVAL) -> TaskResult:
+    """Wait until ``result``'s task has finished, SUCCESSFUL or FAILED, and return
+    ``result``, refreshed (Celery's ``AsyncResult.get()``, without raising the task's
+    error: read ``status``, ``return_value`` and ``errors``).
+
+    It reads the result at once, then after pauses that double from ``POLL_MIN`` up to
+    ``interval`` seconds: a finished task is seen at most ``interval`` late, at one or
+    two primary-key reads a look. NotFinished after ``timeout`` seconds (None: no end);
+    the task goes on. A web request that waits holds its worker: keep timeouts short."""
+    if not poll_until(lambda: _refreshed(result).is_finished, timeout, interval):
+        raise _not_finished(result, timeout)
+    return result
+
+
+async def await_for_result(result: TaskResult, timeout: float | None = None, *,
+                           interval: float = WAIT_INTERVAL) -> TaskResult:
+    """:func:`wait_for_result` for async code: it reads with ``result.arefresh()`` and
+    pauses with ``asyncio.sleep``, so the event loop goes on meanwhile."""
+    async def finished() -> bool:
+        await result.arefresh()
+        return result.is_finished
+
+    if not await apoll_until(finished, timeout, interval):
+        raise _not_finished(result, timeout)
+    return result
+
+
+def _refreshed(result: TaskResult) -> TaskResult:
+    result.refresh()
+    return result
+
+
+def _not_finished(result: TaskResult, timeout: float | None) -> NotFinished:
+    return NotFinished(f"Task result {result.id} had not finished after {timeout:g} s "
+                       f"(it is {result.status}).")
 
 
 def _task_message(result_id: str) -> tuple[str, int] | None:

@@ -1,5 +1,4 @@
-"""Workflows on django.tasks: enqueueing a canvas in one transaction, batches, and the
-handle that reads, cancels and retries a workflow.
+"""Workflows on django.tasks: enqueueing a canvas in one transaction, and batches.
 
     handle = djqueue.chord([djqueue.step(add, i, i) for i in range(1000)],
                            djqueue.step(total)).enqueue()
@@ -7,7 +6,8 @@ handle that reads, cancels and retries a workflow.
     handle.result                # the callback's return value
 
 Steps are django.tasks tasks of a djqueue backend. The join is in
-djqueue.tasks.workflow_joins; composition in djqueue.tasks.workflow_canvas.
+djqueue.tasks.workflow_joins; composition in djqueue.tasks.workflow_canvas; the handle
+that reads, waits for, cancels and retries a workflow in djqueue.tasks.workflow_handles.
 """
 
 from __future__ import annotations
@@ -25,107 +25,19 @@ from djqueue.models import (
     RunIf,
     StepState,
     Workflow,
-    WorkflowState,
     WorkflowStep,
 )
 from djqueue.storage import dialects, placement
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.storage.statements import row_inserts, workflow_statements
-from djqueue.tasks import workflow_joins, workflow_operations
+from djqueue.tasks import workflow_joins
 from djqueue.tasks.backend import QueueBackend
 from djqueue.tasks.compat import Task, TaskResult
 from djqueue.tasks.records import record_from_message, to_task_result
 from djqueue.tasks.workflow_canvas import Node, Step, flatten
+from djqueue.tasks.workflow_handles import WorkflowHandle
 
 POLICIES = {"stop": FailurePolicy.STOP, "continue": FailurePolicy.CONTINUE}
-
-
-class WorkflowHandle:
-    """A workflow as last read: its status, steps, results and errors."""
-
-    def __init__(self, workflow: Workflow) -> None:
-        self._workflow = workflow
-        self._steps: list[WorkflowStep] | None = None
-        #: The database it lives on: its steps' queues' (djqueue.storage.placement).
-        self.database = placement.database_of(workflow)
-
-    def __repr__(self) -> str:
-        return f"<WorkflowHandle #{self.id} {self.status}>"
-
-    @property
-    def id(self) -> int:
-        return self._workflow.pk
-
-    @property
-    def name(self) -> str:
-        return self._workflow.name
-
-    @property
-    def status(self) -> str:
-        """RUNNING, SUCCEEDED, FAILED or CANCELLED."""
-        return WorkflowState(self._workflow.state).name
-
-    @property
-    def is_finished(self) -> bool:
-        return self._workflow.finished_at is not None
-
-    @property
-    def error(self) -> str:
-        """What failed it (the first failure, under the "stop" policy)."""
-        return self._workflow.error
-
-    @property
-    def steps(self) -> list[WorkflowStep]:
-        """Its steps in composition order: ``name``, ``state``, ``result``, ``error``,
-        ``attempts``, ``started_at``, ``finished_at``."""
-        if self._steps is None:
-            self._steps = list(WorkflowStep.objects.using(self.database).filter(
-                workflow_id=self.id).order_by("position"))
-        return self._steps
-
-    @property
-    def results(self) -> list[Any]:
-        """Each step's return value, in composition order (None until it succeeded)."""
-        return [s.result if s.state == StepState.SUCCEEDED else None for s in self.steps]
-
-    @property
-    def result(self) -> Any:
-        """The last step's return value (a chain's last step, a chord's callback); None
-        for an empty batch."""
-        results = self.results
-        return results[-1] if results else None
-
-    @property
-    def errors(self) -> dict[str, str]:
-        """The failed steps' tracebacks, by step name."""
-        return {s.name: s.error for s in self.steps if s.state == StepState.FAILED}
-
-    def refresh(self) -> WorkflowHandle:
-        self._workflow.refresh_from_db(using=self.database)
-        self._steps = None
-        return self
-
-    def cancel(self) -> bool:
-        """Steps that have not started never will; False if it had already ended."""
-        with dialects.using(self.database):
-            cancelled = workflow_operations.cancel(self.id)
-        self.refresh()
-        return cancelled
-
-    def retry(self) -> int:
-        """Run the failed (and cancelled, skipped) steps again, then their dependants;
-        returns how many steps will run. WorkflowBusy while steps still run."""
-        with dialects.using(self.database):
-            count = workflow_operations.retry(self.id)
-        self.refresh()
-        return count
-
-
-def get_workflow(workflow_id: int, *, database: str | None = None) -> WorkflowHandle:
-    """Workflow ``workflow_id`` of ``database`` (ids are per database; default: the home
-    one, where workflows whose queues are not placed elsewhere live)."""
-    return WorkflowHandle(Workflow.objects.using(database or placement.home()).get(
-        pk=workflow_id))
 
 
 def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> WorkflowHandle:

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 QUEUES = ("t.wf", "t.wf-final")
 
 
-def finished(handle: djqueue.tasks.workflows.WorkflowHandle) -> bool:
+def finished(handle: djqueue.tasks.workflow_handles.WorkflowHandle) -> bool:
     return handle.refresh().is_finished
 
 
