@@ -107,6 +107,13 @@ class TaskCancelled(DjqueueError):
     """A django.tasks task was cancelled."""
 
 
+class TaskDeadLettered(DjqueueError):
+    """A django.tasks task's message was dead-lettered before a run of the task ended
+    it: its workers died on every attempt (the reaper returned its lease each time), or
+    its message could not be run. Its result reads FAILED with this error, which carries
+    the message's last error; a redrive of the message makes it READY again."""
+
+
 class NotFinished(DjqueueError, TimeoutError):
     """A wait for a task's result or a workflow ended at its timeout before they
     finished (Celery's ``TimeoutError`` from ``AsyncResult.get``). The task or workflow

@@ -52,10 +52,10 @@ from djqueue.tasks.compat import (
     task_enqueued,
 )
 from djqueue.tasks.records import (
+    pending_record,
     record_from_message,
     record_id,
     result_locations,
-    running_record,
     to_task_result,
 )
 
@@ -194,7 +194,7 @@ class QueueBackend(BaseTaskBackend):
                 message = pending_message(db, record.message_id if record else message_id)
                 # No message: it may have finished between the two reads (the record
                 # came with its ack), so read the record again.
-                record = running_record(message, record) if message else records.first()
+                record = pending_record(message, record) if message else records.first()
             if record is not None:
                 return to_task_result(record)
         raise TaskResultDoesNotExist(result_id)

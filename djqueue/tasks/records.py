@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from djqueue.exceptions import UntrustedTask
+from djqueue.exceptions import TaskDeadLettered, UntrustedTask
 from djqueue.models import Message, State, TaskRecord, TaskStatus
 from djqueue.storage import dialects, fastpath, placement
 from djqueue.storage.statements import message_inserts
@@ -84,6 +84,26 @@ def running_record(message: Message, record: TaskRecord | None = None) -> TaskRe
                              message.owner]
         record.last_attempted_at = message.claimed_at
         record.started_at = record.started_at or message.claimed_at
+    return record
+
+
+def pending_record(message: Message, record: TaskRecord | None = None) -> TaskRecord:
+    """The record of a task whose message is still there, as a reader sees it:
+    :func:`running_record`, and FAILED with TaskDeadLettered if the message was
+    dead-lettered before a run ended the task (else it would read READY for ever, and a
+    wait for it would never end). Not stored: a redrive makes the task READY again."""
+    record = running_record(message, record)
+    if message.state != State.DEAD:
+        return record
+    errors = message.errors or []
+    last = errors[-1] if errors else {}
+    record.status = TaskStatus.FAILED
+    record.worker_ids = [e.get("worker", "") for e in errors]
+    record.finished_at = (datetime.fromisoformat(last["at"]) if "at" in last
+                          else message.claimed_at or message.sent_at)
+    record.errors = [*record.errors, error_entry(TaskDeadLettered(
+        f"Its message {message.pk} was dead-lettered after {message.attempts} "
+        f"deliveries; the last error:\n{last.get('error', '(none recorded)')}"))]
     return record
 
 

@@ -12,7 +12,9 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 import djqueue
-from djqueue.exceptions import NotFinished
+from djqueue.exceptions import NotFinished, TaskDeadLettered
+from djqueue.models import State
+from djqueue.storage.transitions import fail
 from djqueue.tasks.compat import TaskResultStatus
 from tests import tasks
 
@@ -71,3 +73,24 @@ def test_a_workflow_handle_waits_for_the_workflow_to_end(spawn):
     assert handle.status == "SUCCEEDED" and handle.result == 13
     with pytest.raises(ValueError, match="A wait's timeout"):
         handle.wait(timeout=-1)
+
+
+def test_a_task_whose_message_was_dead_lettered_reads_failed_until_redriven(spawn):
+    """Its workers died on every attempt, say: no run ended it, so without this its
+    result would read READY for ever, and a wait for it would never end."""
+    result = tasks.add.enqueue(20, 22)
+    [message] = djqueue.receive("default")
+    dead = fail(message, "lease expired (held by host-1)", dead_letter=True)
+    assert dead.state == State.DEAD
+    assert djqueue.wait_for_result(result, timeout=5) is result
+    assert result.status == TaskResultStatus.FAILED and result.finished_at is not None
+    [error] = result.errors
+    assert error.exception_class is TaskDeadLettered
+    assert f"Its message {message.pk} was dead-lettered after 1 deliveries" in error.traceback
+    assert "lease expired (held by host-1)" in error.traceback
+    assert result.worker_ids == [message.owner]
+    assert djqueue.redrive(dead.queue, ids=[message.pk]) == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.READY  # it will run again
+    spawn("djqueue_worker", "default")
+    assert djqueue.wait_for_result(result, timeout=60).return_value == 42
