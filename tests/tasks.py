@@ -94,6 +94,11 @@ def postpones_badly(delay: float) -> None:
     raise djqueue.Postpone(delay)
 
 
+@task(queue_name="t.tasks", expires=0.2)
+def expiring_add(a: int, b: int) -> int:
+    return a + b
+
+
 @task(unique_key=True)
 def refresh_cache(name: str) -> str:
     return name

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,6 +13,7 @@ from django.utils import timezone
 
 from djqueue import signals, tracing
 from djqueue.api import worker_wakeups
+from djqueue.api.flow_control import reserve_depth, with_flow_control
 from djqueue.api.message_checks import (
     check_headers,
     check_payloads,
@@ -22,12 +22,13 @@ from djqueue.api.message_checks import (
     validate_priority,
 )
 from djqueue.conf import get_settings
-from djqueue.exceptions import InvalidMessage, PayloadTooLarge, QueueFull
+from djqueue.exceptions import InvalidMessage, PayloadTooLarge
 from djqueue.models import Event, History, Message, Queue, State
-from djqueue.polling import Backoff, local_wakeup
+from djqueue.polling import local_wakeup
 from djqueue.storage import (
     dedup,
     dialects,
+    expiry,
     fastpath,
     ordered_groups,
     partitions,
@@ -52,6 +53,7 @@ def send(
     dedup_key: str | None = None,
     block: bool = False,
     timeout: float | None = None,
+    expires: float | timedelta | datetime | None = None,
 ) -> Message | History:
     """Put one message on ``queue``. Inside ``transaction.atomic()`` it appears at commit.
 
@@ -61,6 +63,9 @@ def send(
     first message, marked ``duplicate = True`` (its History row if it already
     finished). ``block``: if the queue is at ``max_depth``, wait up to
     ``timeout`` seconds (default: forever) for room instead of raising QueueFull.
+    ``expires``: seconds (or a timedelta) after it becomes visible, or an aware
+    datetime; a message not delivered by then is dead-lettered unrun
+    (djqueue.storage.expiry).
     """
     q = get_queue(queue)
     if q.partitions is not None:  # to the partition its key (or its turn) names
@@ -69,17 +74,18 @@ def send(
             dedup.validate_key(dedup_key)
         return partitions.send_to_partition(q, group_key or dedup_key, lambda row: send(
             row, payload, delay=delay, priority=priority, headers=headers, group_key=group_key,
-            dedup_key=dedup_key, block=block, timeout=timeout), block=block, timeout=timeout)
+            dedup_key=dedup_key, block=block, timeout=timeout, expires=expires),
+            block=block, timeout=timeout)
     with dialects.using(placement.database_of(q)), tracing.producing(
             q.name, 1, headers) as produced:
         [message] = _build(q, [payload], [group_key], delay=delay, priority=priority,
-                           headers=produced.headers)
+                           headers=produced.headers, expires=expires)
         if dedup_key is not None:
             dedup.validate_key(dedup_key)
         if not block and timeout is None:
             sent = _insert(q, [message], dedup_key=dedup_key)[0]
         else:
-            sent = _with_flow_control(lambda: _insert(q, [message], dedup_key=dedup_key)[0],
+            sent = with_flow_control(lambda: _insert(q, [message], dedup_key=dedup_key)[0],
                                       block=block, timeout=timeout)
         produced.sent([sent.pk])
         return sent
@@ -96,10 +102,12 @@ def send_batch(
     group_keys: Sequence[str | None] | None = None,
     block: bool = False,
     timeout: float | None = None,
+    expires: float | timedelta | datetime | None = None,
 ) -> list[Message]:
     """Put many messages on ``queue`` with multi-row inserts: all of them, or none.
 
     ``group_key`` applies to every message; ``group_keys`` gives one per payload.
+    ``expires`` applies to every message, as in :func:`send`.
     """
     q = get_queue(queue)
     check_payloads(payloads)
@@ -112,14 +120,15 @@ def send_batch(
     keys = group_keys if group_keys is not None else [group_key] * len(payloads)
     if q.partitions is not None:
         return _send_partitioned(q, payloads, keys, delay=delay, priority=priority,
-                                 headers=headers, block=block, timeout=timeout)
+                                 headers=headers, block=block, timeout=timeout,
+                                 expires=expires)
     with dialects.using(placement.database_of(q)), tracing.producing(
             q.name, len(payloads), headers) as produced:
         messages = _build(q, payloads, keys, delay=delay, priority=priority,
-                          headers=produced.headers)
+                          headers=produced.headers, expires=expires)
         if not messages:
             return []
-        return _with_flow_control(lambda: _insert(q, messages), block=block, timeout=timeout)
+        return with_flow_control(lambda: _insert(q, messages), block=block, timeout=timeout)
 
 
 def _send_partitioned(queue: Queue, payloads: list[Any], keys: list[Any], *,
@@ -144,26 +153,6 @@ def _send_partitioned(queue: Queue, payloads: list[Any], keys: list[Any], *,
         for index, message in zip(indexes, messages, strict=True):
             sent[index] = message
     return sent
-
-
-def _with_flow_control(insert, *, block: bool, timeout: float | None):
-    """Run ``insert``; on QueueFull with ``block``, retry as consumers make room.
-
-    Inside an outer transaction the queue row stays locked by the first try,
-    so other senders to this queue wait too; consumers are not affected.
-    """
-    timeout = validate_delay(timeout)  # None stays None
-    if not block:
-        return insert()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    backoff = Backoff()
-    while True:
-        try:
-            return insert()
-        except QueueFull:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise
-        backoff.sleep(deadline)
 
 
 def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = None) -> list:
@@ -208,13 +197,15 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
 
 
 def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: Any,
-           priority: Any, headers: Any) -> list[Message]:
+           priority: Any, headers: Any, expires: Any = None) -> list[Message]:
     """Validate and build unsaved messages; the shared options are checked once."""
     validate_priority(priority)
     headers = check_headers(headers)
-    headers_bytes = len(json.dumps(headers, ensure_ascii=False).encode()) if headers else 0
     now = timezone.now()
     visible_at = _visible_at(delay, now)
+    if expires is not None or (headers and expiry.EXPIRES_HEADER in headers):
+        headers = expiry.with_expiry(headers, expires, visible_at)
+    headers_bytes = len(json.dumps(headers, ensure_ascii=False).encode()) if headers else 0
     shared = {"queue_id": queue.pk, "priority": priority, "headers": headers,
               "visible_at": visible_at, "sent_at": now,
               "state": State.SCHEDULED if visible_at > now else State.READY}
@@ -252,21 +243,6 @@ def _visible_at(delay: Any, now: datetime) -> datetime:
         return max(delay, now)
     seconds = validate_delay(delay)
     return now + timedelta(seconds=seconds) if seconds else now
-
-
-def reserve_depth(queue: Queue, adding: int) -> None:
-    """Refuse a send that would take the queue past ``max_depth``.
-
-    The queue row is locked for the rest of the transaction, so concurrent
-    senders to this queue count one after another: the limit is exact, at the
-    price of one locking read and one index-range count per send.
-    """
-    db = dialects.alias()
-    Queue.objects.using(db).select_for_update().filter(pk=queue.pk).values_list("pk").get()
-    depth = Message.objects.using(db).filter(queue=queue).pending().count()
-    if depth + adding > queue.max_depth:
-        raise QueueFull(f"Queue {queue.name!r} holds {depth} of at most {queue.max_depth} "
-                        f"messages; {adding} more do not fit.")
 
 
 def announce(messages: list[Message], conn: BaseDatabaseWrapper | None = None) -> None:

@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from djqueue.api.flow_control import reserve_depth
 from djqueue.api.message_checks import (
     check_headers,
     check_payloads,
@@ -29,7 +30,7 @@ from djqueue.api.message_checks import (
     validate_group_key,
     validate_priority,
 )
-from djqueue.api.sending import announce, reserve_depth
+from djqueue.api.sending import announce
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, PayloadTooLarge, TopicNotFound
 from djqueue.models import (
@@ -42,7 +43,7 @@ from djqueue.models import (
     Topic,
 )
 from djqueue.models.queue import validate_queue_name
-from djqueue.storage import dialects, ordered_groups, placement, trace
+from djqueue.storage import dialects, expiry, ordered_groups, placement, trace
 from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import get_queue_by_id
 from djqueue.storage.statements.message_inserts import insert_messages
@@ -102,25 +103,29 @@ def get_topic(topic: str | Topic) -> Topic:
 
 
 def publish(topic: str | Topic, payload: Any, *, headers: dict[str, Any] | None = None,
-            priority: int = 0, group_key: str | None = None) -> Body:
+            priority: int = 0, group_key: str | None = None,
+            expires: float | timedelta | datetime | None = None) -> Body:
     """Publish one message to every group of ``topic``. Inside a transaction it is
-    delivered at commit."""
+    delivered at commit. ``expires``: as in ``send``, for each group's delivery."""
     return publish_batch(topic, [payload], headers=headers, priority=priority,
-                         group_key=group_key)[0]
+                         group_key=group_key, expires=expires)[0]
 
 
 @on_topic_database
 def publish_batch(topic: str | Topic, payloads: Iterable[Any], *,
                   headers: dict[str, Any] | None = None, priority: int = 0,
-                  group_key: str | None = None) -> list[Body]:
+                  group_key: str | None = None,
+                  expires: float | timedelta | datetime | None = None) -> list[Body]:
     t = get_topic(topic)
     validate_priority(priority)
     validate_group_key(group_key)
     check_payloads(payloads)
     headers = check_headers(headers)
+    now = timezone.now()
+    if expires is not None or (headers and expiry.EXPIRES_HEADER in headers):
+        headers = expiry.with_expiry(headers, expires, now)
     extra = len(json.dumps(headers, ensure_ascii=False).encode()) if headers else 0
     limit = get_settings().MAX_PAYLOAD_BYTES
-    now = timezone.now()
     bodies = [Body(topic=t, body=encode_payload(p), headers=headers,
                    priority=priority, group_key=group_key, published_at=now) for p in payloads]
     for body in bodies:

@@ -167,7 +167,12 @@ def openapi() -> dict[str, Any]:
         "NewMessage": {"type": "object", "additionalProperties": False, "required": ["payload"],
                        "properties": {**message_fields,
                                       "delay": {"type": "number", "minimum": 0},
-                                      "dedup_key": {"type": "string"}}},
+                                      "dedup_key": {"type": "string"},
+                                      "expires": {
+                                          "type": "number", "exclusiveMinimum": 0,
+                                          "description": "Seconds after it becomes "
+                                          "visible: not delivered by then, it is "
+                                          "dead-lettered unrun."}}},
         "NewPublication": {"type": "object", "additionalProperties": False,
                            "required": ["payload"], "properties": message_fields},
         "Sent": {"type": "object", "required": ["id", "duplicate"],

@@ -21,7 +21,7 @@ from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission, Queue
 from djqueue.storage import placement
 
-SEND_FIELDS = {"payload", "delay", "priority", "headers", "group_key", "dedup_key"}
+SEND_FIELDS = {"payload", "delay", "priority", "headers", "group_key", "dedup_key", "expires"}
 PUBLISH_FIELDS = {"payload", "priority", "headers", "group_key"}
 
 
@@ -49,15 +49,18 @@ def _payload(body: dict[str, Any]) -> Any:
 
 def _send_options(entry: dict[str, Any]) -> dict[str, Any]:
     options = {name: entry[name] for name in ("delay", "priority", "headers", "group_key",
-                                              "dedup_key") if name in entry}
+                                              "dedup_key", "expires") if name in entry}
     if "delay" in options:
         options["delay"] = bodies.number(entry, "delay", low=0, high=durations.MAX_DELAY)
+    if "expires" in options:  # seconds after it becomes visible (djqueue.storage.expiry)
+        options["expires"] = bodies.number(entry, "expires", low=0, low_open=True,
+                                           high=durations.MAX_RETENTION)
     return options
 
 
 def _send_many(queue: Queue, entries: list[Any]) -> dict[str, Any]:
     """Every entry, in order, in one transaction: runs of entries with the same delay,
-    priority and headers go in one multi-row insert; an entry with a dedup key alone."""
+    priority, headers and expiry go in one multi-row insert; an entry with a dedup key alone."""
     ids: list[int] = []
     duplicates: list[int] = []
     with transaction.atomic(using=placement.database_of(queue)):
@@ -82,8 +85,8 @@ def _send_many(queue: Queue, entries: list[Any]) -> dict[str, Any]:
 
 
 def _batch_key(entry: dict[str, Any]) -> str:
-    return json.dumps([entry.get("delay"), entry.get("priority", 0), entry.get("headers")],
-                      sort_keys=True, default=str)
+    return json.dumps([entry.get("delay"), entry.get("priority", 0), entry.get("headers"),
+                       entry.get("expires")], sort_keys=True, default=str)
 
 
 def _send_run(queue: Queue, run: list[dict[str, Any]]) -> list[int]:

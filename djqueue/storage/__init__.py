@@ -8,7 +8,9 @@ makes messages ready again (``claim_resume``), the limits decided inside a claim
 (``claim_limits``: a queue's rate and concurrency; ``key_rate_claims``: a rate per
 group key), the state transitions of claimed messages (``transitions``), claims
 returned and scheduled messages made ready by the reaper (``requeueing``), the
-copy of finished messages into history, ordered groups, dedup keys, the trace,
+copy of finished messages into history, ordered groups, dedup keys, messages
+that expire (``expiry``: the stamp a send gives, and a claim setting aside those past
+it), the trace,
 what handlers report (progress and log records, ``handler_reports``), queue
 lookup, payload encoding, the hand-written statements of the hot path
 (``statements/``), and every use of Django's or a driver's private internals

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError
 from django.db.models import Q
+from django.utils import timezone
 
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import Message, Queue, State
 from djqueue.rates import LimitWait
-from djqueue.storage import dialects, partitions
+from djqueue.storage import dialects, expiry, partitions
 from djqueue.storage.claims import ack_and_claim, by_database
 from djqueue.storage.requeueing import promote_due
 from djqueue.types import AckHook
@@ -136,15 +138,40 @@ def _claim_ready(acks: list[Message], active: Sequence[Queue], limit: int, *, ow
     acked: list[Message] = []
     messages: list[Message] = []
     if acks or not peek or _any_ready(active, where):
-        acked, messages = ack_and_claim(acks, active, limit, owner=owner,
-                                        visibility_timeout=visibility_timeout, where=where,
-                                        hook=hook, wait=wait)
+        acked, claimed = ack_and_claim(acks, active, limit, owner=owner,
+                                       visibility_timeout=visibility_timeout, where=where,
+                                       hook=hook, wait=wait)
+        messages = _live(claimed, active, limit, owner=owner,
+                         visibility_timeout=visibility_timeout, where=where, wait=wait)
     if len(messages) < limit and clock.due(dialects.alias()) and promote_due(
             [q.pk for q in active]):
-        messages += ack_and_claim([], active, limit - len(messages), owner=owner,
-                                  visibility_timeout=visibility_timeout, where=where,
-                                  wait=wait)[1]
+        claimed = ack_and_claim([], active, limit - len(messages), owner=owner,
+                                visibility_timeout=visibility_timeout, where=where,
+                                wait=wait)[1]
+        messages += _live(claimed, active, limit - len(messages), owner=owner,
+                          visibility_timeout=visibility_timeout, where=where, wait=wait)
     return acked, messages
+
+
+#: How many claims, at most, a receive makes again for messages it set aside as expired.
+EXPIRED_ROUNDS = 8
+
+
+def _live(claimed: list[Message], active: Sequence[Queue], limit: int,
+          **claiming: Any) -> list[Message]:
+    """The claimed messages that have not expired; the expired ones are dead-lettered
+    (djqueue.storage.expiry). While a claim came back full but for expired ones, claim
+    again for the rest (up to EXPIRED_ROUNDS times), so that a receive of one message
+    behind an expired one does not come back empty."""
+    db = dialects.alias()
+    messages = expiry.set_aside_expired(db, claimed, timezone.now())
+    want, rounds = limit, 0
+    while len(claimed) == want and len(messages) < limit and rounds < EXPIRED_ROUNDS:
+        rounds += 1
+        want = limit - len(messages)
+        claimed = ack_and_claim([], active, want, **claiming)[1]
+        messages += expiry.set_aside_expired(db, claimed, timezone.now())
+    return messages
 
 
 def _any_ready(queues: Sequence[Queue], where: Q | None) -> bool:

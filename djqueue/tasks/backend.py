@@ -30,6 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from djqueue import durations
 from djqueue.api.message_checks import encode_payload
 from djqueue.api.queues import LIMIT_FIELDS, create_queue, set_limits
 from djqueue.api.sending import send
@@ -76,7 +77,9 @@ class QueueTask(Task):
     task's arguments returning a string. ``group_key`` names the keyword argument
     whose value is the run's group key (per-key limits, ordered queues), or is a
     callable of the task's arguments returning it; it overrides the backend's
-    ``GROUP_KEY_KWARG``.
+    ``GROUP_KEY_KWARG``. ``expires``: seconds after a run is due (its enqueue, or its
+    ``run_after``) by which it must have started; a run not started by then is never
+    started, and its result reads FAILED with TaskDeadLettered (Celery's ``expires``).
     """
 
     max_attempts: int | None = None
@@ -84,6 +87,7 @@ class QueueTask(Task):
     timeout: float | None = None
     unique_key: bool | str | Callable[..., str] | None = None
     group_key: str | Callable[..., Any] | None = None
+    expires: float | None = None
 
     def key_for(self, args: Any, kwargs: Any) -> str | None:
         key = self.unique_key
@@ -125,6 +129,11 @@ class QueueBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
+        expires = getattr(task, "expires", None)
+        if expires is not None and (isinstance(expires, bool) or not isinstance(
+                expires, int | float) or not 0 < expires <= durations.MAX_RETENTION):
+            raise InvalidTask(f"A task's expires is seconds above 0 and at most "
+                              f"{durations.MAX_RETENTION:g}, got {expires!r}.")
         known_tasks.remember(task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
@@ -176,7 +185,8 @@ class QueueBackend(BaseTaskBackend):
         db = placement.database_of(queue)
         with transaction.atomic(using=db) if "result_id" in payload else nullcontext():
             message = send(queue, payload, delay=task.run_after, priority=task.priority,
-                           dedup_key=key, group_key=group_key)
+                           dedup_key=key, group_key=group_key,
+                           expires=getattr(task, "expires", None))
             if getattr(message, "duplicate", False):  # a pending run with this unique key
                 return self.get_result(record_id(message) if isinstance(message, Message)
                                        else str(message.pk))

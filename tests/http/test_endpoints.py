@@ -3,6 +3,7 @@ and every grant; each response checked against the OpenAPI schema."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,8 @@ import djqueue
 from djqueue.http import access
 from djqueue.models import ApiClient, ApiToken, History, Message, State
 from djqueue.monitoring import rollups
+from djqueue.storage.expiry import expires_at
+from tests.conftest import wait_until
 from tests.http.conftest import conforms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,6 +95,28 @@ def test_send_receive_ack_nack_extend_peek_and_attributes(api_server, make_token
         rollups.roll_up(timezone.now() + rollups.SETTLE)
         attributes = conforms(http.get("queues/h.orders"), Q, "GET")
         assert attributes["statistics"]["finished"] == 3
+
+
+def test_messages_sent_with_an_expiry_are_set_aside_once_it_passes(api_server, make_token):
+    djqueue.create_queue("h.expiring")
+    token = make_token({"h.expiring": "full_control"})
+    with api_server.client(token) as http:
+        one = http.post("queues/h.expiring/messages", json={"payload": "soon", "expires": 0.2})
+        sent = conforms(one, MESSAGES, "POST")
+        batch = http.post("queues/h.expiring/messages", json={"messages": [
+            {"payload": "late", "expires": 3600}, {"payload": "plain"}]})
+        conforms(batch, MESSAGES, "POST")
+        for bad in (0, -1, "soon", True, 1e12):
+            refused = http.post("queues/h.expiring/messages",
+                                json={"payload": "x", "expires": bad})
+            assert refused.status_code == 400, refused.text
+            assert "'expires' must be a number above 0" in refused.json()["detail"]
+        stamp = expires_at(Message.objects.get(pk=sent["id"]))
+        wait_until(lambda: time.time() > stamp, 30, "the expiry to pass", interval=0.01)
+        got = http.post("queues/h.expiring/receive", json={"max_messages": 10}).json()
+        assert sorted(m["payload"] for m in got["messages"]) == ["late", "plain"]
+        assert Message.objects.get(pk=sent["id"]).state == State.DEAD
+    assert Message.objects.count() == 3  # the refused ones stored nothing
 
 
 def test_a_lost_lease_gets_409_and_the_others_are_done(api_server, make_token):

@@ -1,0 +1,128 @@
+"""Messages that expire: a message not delivered by its expiry is dead-lettered unrun.
+
+What Celery's ``expires``, RabbitMQ's per-message TTL and SQS's retention give their
+users: a password-reset mail or a price quote that is worth sending within minutes and
+is harm after. ``send(..., expires=...)`` stamps the time in the message's headers,
+under ``EXPIRES_HEADER`` (seconds since the epoch), where Celery keeps its own: no
+column on the hot table, nothing to read for messages without one, and a client of the
+HTTP API can set it as a header.
+
+A claim sets expired messages aside before anyone runs them (:func:`set_aside_expired`,
+after each claim of ``receiver_claims``, which claims again for the rest): each is
+dead-lettered with an error that says when it
+expired, and its expiry is dropped, so a redrive runs it (RabbitMQ drops a dead
+letter's expiry too). Until a claim reaches it, an expired message waits in its queue
+and counts in its depth, as a Celery task past ``expires`` waits in its broker.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from djqueue import durations
+from djqueue.exceptions import InvalidMessage
+from djqueue.models import Message, State
+from djqueue.storage import dialects
+from djqueue.storage.transitions import record_failure
+
+#: The header that holds a message's expiry, in seconds since the epoch (UTC).
+EXPIRES_HEADER = "djqueue-expires"
+
+
+def with_expiry(headers: dict[str, Any] | None, expires: Any,
+                visible_at: datetime) -> dict[str, Any] | None:
+    """``headers`` with the expiry ``expires`` asks for: seconds or a timedelta after
+    the message becomes visible (its send, or the end of its delay), or an aware
+    datetime after that. A header already there (a client of the HTTP API sets it so)
+    must be seconds since the epoch. InvalidMessage for anything else."""
+    if headers is not None and EXPIRES_HEADER in headers:
+        if expires is not None:
+            raise InvalidMessage(f"Give expires= or the {EXPIRES_HEADER!r} header, not both.")
+        stamp = headers[EXPIRES_HEADER]
+        if (isinstance(stamp, bool) or not isinstance(stamp, int | float)
+                or not math.isfinite(stamp)):
+            raise InvalidMessage(f"The {EXPIRES_HEADER!r} header is seconds since the epoch, "
+                                 f"got {stamp!r}.")
+        _check_after(datetime.fromtimestamp(max(0.0, min(stamp, 1e11)), tz=UTC), visible_at)
+        return headers
+    if expires is None:
+        return headers
+    if isinstance(expires, datetime):
+        if timezone.is_naive(expires):
+            raise InvalidMessage("An expiry time must be timezone-aware.")
+        at = expires
+    else:
+        seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
+        if (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+                or not 0 < seconds <= durations.MAX_RETENTION):
+            raise InvalidMessage(f"expires is seconds (or a timedelta) above 0 and at most "
+                                 f"{durations.MAX_RETENTION:g}, or an aware datetime; "
+                                 f"got {expires!r}.")
+        at = visible_at + timedelta(seconds=seconds)
+    _check_after(at, visible_at)
+    return {**(headers or {}), EXPIRES_HEADER: round(at.timestamp(), 6)}
+
+
+def _check_after(at: datetime, visible_at: datetime) -> None:
+    if at <= visible_at:
+        raise InvalidMessage(f"The message would expire at {at.isoformat()}, before it "
+                             f"becomes visible at {visible_at.isoformat()}.")
+
+
+def expires_at(message: Message) -> float | None:
+    """The message's expiry in seconds since the epoch, or None (none, or a header that
+    is not a number: a row written past the checks never stops a claim)."""
+    headers = message.headers
+    if not isinstance(headers, dict):
+        return None
+    stamp = headers.get(EXPIRES_HEADER)
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
+        return None
+    return stamp
+
+
+def set_aside_expired(db: str, claimed: list[Message], now: datetime) -> list[Message]:
+    """The messages of a committed claim that have not expired; the expired ones are
+    dead-lettered, unrun, in one transaction. Messages without headers cost one
+    attribute test each."""
+    if not any(m.headers for m in claimed):
+        return claimed
+    moment = now.timestamp()
+    expired = [m for m in claimed if (stamp := expires_at(m)) is not None and stamp <= moment]
+    if not expired:
+        return claimed
+    _dead_letter(db, expired, now)
+    gone = {id(m) for m in expired}
+    return [m for m in claimed if id(m) not in gone]
+
+
+def _dead_letter(db: str, expired: Sequence[Message], now: datetime) -> None:
+    """Dead-letter the claimed ``expired`` messages, each with its expiry as its error
+    and without the header, so that a redrive runs it."""
+    def expiring() -> None:
+        with dialects.using(db), transaction.atomic(using=db):
+            rows = {m.pk: m for m in Message.objects.using(db).select_for_update().filter(
+                pk__in=[m.pk for m in expired], state=State.CLAIMED)}
+            for message in expired:
+                row = rows.get(message.pk)
+                if row is None or row.lease_token != message.lease_token:
+                    continue  # not this claim's any more: whoever holds it decides
+                stamp = expires_at(row)
+                if stamp is None:
+                    continue  # its expiry is no longer there: it is not expired
+                headers = {k: v for k, v in row.headers.items() if k != EXPIRES_HEADER}
+                Message.objects.using(db).filter(pk=row.pk).update(headers=headers or None)
+                row.headers = headers or None
+                at = datetime.fromtimestamp(max(0.0, stamp), tz=UTC)  # -1e300 from a publish
+                record_failure(row, f"Expired at {at.isoformat()}, "
+                               f"{(now - row.sent_at).total_seconds():.3f} s after it was "
+                               "sent, before a delivery: not run.", now, give_up=True)
+                message.state, message.queue_id = row.state, row.queue_id
+
+    dialects.retry_deadlocks(expiring)
