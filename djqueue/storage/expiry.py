@@ -119,7 +119,7 @@ def _dead_letter(db: str, expired: Sequence[Message], now: datetime) -> None:
                 headers = {k: v for k, v in row.headers.items() if k != EXPIRES_HEADER}
                 Message.objects.using(db).filter(pk=row.pk).update(headers=headers or None)
                 row.headers = headers or None
-                at = datetime.fromtimestamp(max(0.0, stamp), tz=UTC)  # -1e300 from a publish
+                at = datetime.fromtimestamp(max(0.0, stamp), tz=UTC)  # a -1e300 written by hand
                 record_failure(row, f"Expired at {at.isoformat()}, "
                                f"{(now - row.sent_at).total_seconds():.3f} s after it was "
                                "sent, before a delivery: not run.", now, give_up=True)
