@@ -205,6 +205,8 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
     visible_at = _visible_at(delay, now)
     if expires is not None or (headers and expiry.EXPIRES_HEADER in headers):
         headers = expiry.with_expiry(headers, expires, visible_at)
+    elif queue.message_ttl:
+        headers = expiry.with_expiry(headers, queue.message_ttl, visible_at)
     headers_bytes = len(json.dumps(headers, ensure_ascii=False).encode()) if headers else 0
     shared = {"queue_id": queue.pk, "priority": priority, "headers": headers,
               "visible_at": visible_at, "sent_at": now,

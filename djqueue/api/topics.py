@@ -159,10 +159,19 @@ def _save_bodies(db: str, bodies: list[Body]) -> None:
         insert_rows(db, bodies, ids=True)
 
 
+def _with_ttl(queue: Queue, body: Body, now: datetime) -> dict[str, Any] | None:
+    """A delivery's headers: the publication's, with the group queue's ``message_ttl``
+    from now where the publication gave no expiry of its own."""
+    headers = body.headers
+    if not queue.message_ttl or (headers and expiry.EXPIRES_HEADER in headers):
+        return headers
+    return expiry.with_expiry(headers, queue.message_ttl, now)
+
+
 def deliver(db: str, queue: Queue, bodies: Sequence[Body]) -> list[Message]:
     """Insert one delivery of each body into ``queue`` (in the caller's transaction)."""
     now = timezone.now()
-    messages = [Message(queue=queue, body="", stored_body=b, headers=b.headers,
+    messages = [Message(queue=queue, body="", stored_body=b, headers=_with_ttl(queue, b, now),
                         priority=b.priority, group_key=b.group_key, state=State.READY,
                         visible_at=now, sent_at=b.published_at) for b in bodies]
     if queue.max_depth is not None:

@@ -56,7 +56,7 @@ def _attributes(q: Queue) -> dict[str, Any]:
         "visibility_timeout": q.visibility_timeout, "max_attempts": q.max_attempts,
         "backoff": q.backoff,
         "dead_letter_queue": q.dead_letter_queue.name if q.dead_letter_queue_id else None,
-        "retention": q.retention, "max_depth": q.max_depth,
+        "retention": q.retention, "message_ttl": q.message_ttl, "max_depth": q.max_depth,
         "max_payload_bytes": q.max_payload_bytes, "ordered": q.ordered,
         "dedup_window": q.dedup_window, "exactly_once": q.exactly_once,
         "rate_limit": q.rate_limit or None, "concurrency_limit": q.concurrency_limit,

@@ -212,6 +212,9 @@ def openapi() -> dict[str, Any]:
             "name": {"type": "string"}, "paused": {"type": "boolean"},
             "visibility_timeout": {"type": "number"}, "max_attempts": {"type": "integer"},
             "dead_letter_queue": nullable_string, "ordered": {"type": "boolean"},
+            "message_ttl": {"type": ["number", "null"], "description":
+                            "Seconds a message may wait once visible before it is "
+                            "dead-lettered unrun; null: no limit."},
             "statistics": {"type": "object", "required": ["messages", "pending"], "properties": {
                 "messages": {"type": "object",
                              "additionalProperties": {"type": "integer"}},

@@ -88,6 +88,10 @@ class Queue(models.Model):
         help_text="Where dead messages go; without one they stay in this queue, state dead.")
     retention = models.FloatField(
         default=default_retention, help_text="Seconds finished messages are kept in history.")
+    message_ttl = models.FloatField(
+        null=True, blank=True,
+        help_text="Seconds a message may wait once visible: one not delivered by then is "
+                  "dead-lettered unrun (a send's expires overrides it); empty: no limit.")
     paused = models.BooleanField(default=False, help_text="Paused queues are not claimed from.")
     max_depth = models.PositiveIntegerField(
         null=True, blank=True, help_text="Most pending messages allowed; sends beyond it fail.")
@@ -167,7 +171,8 @@ class Queue(models.Model):
         # (name, upper bound, whether 0 is refused): retention 0 keeps no history.
         checks = [("visibility_timeout", durations.MAX_LEASE, True),
                   ("retention", durations.MAX_RETENTION, False),
-                  ("dedup_window", durations.MAX_RETENTION, True)]
+                  ("dedup_window", durations.MAX_RETENTION, True),
+                  ("message_ttl", durations.MAX_RETENTION, True)]
         for name, high, positive in checks:
             value = getattr(self, name)
             if value is None and name != "retention":

@@ -116,6 +116,36 @@ def test_bad_expiries_are_refused_with_nothing_stored(options):
     assert not Message.objects.exists()
 
 
+def test_a_queues_message_ttl_stamps_each_send_and_delivery_that_names_none():
+    djqueue.create_queue("t.ttl", message_ttl=0.2)
+    stamped = djqueue.send("t.ttl", {"n": 1})
+    own = djqueue.send("t.ttl", {"n": 2}, expires=3600)  # a send's own expiry wins
+    delayed = djqueue.send("t.ttl", {"n": 3}, delay=3600)
+    assert expires_at(stamped) == pytest.approx(
+        (stamped.visible_at + timedelta(seconds=0.2)).timestamp(), abs=1e-5)
+    assert expires_at(delayed) == pytest.approx(
+        (delayed.visible_at + timedelta(seconds=0.2)).timestamp(), abs=1e-5)
+    djqueue.create_topic("t.ttl-topic")
+    djqueue.subscribe("t.ttl-topic", "a", message_ttl=0.2)
+    djqueue.publish("t.ttl-topic", {"n": 4})
+    delivery = Message.objects.get(stored_body__isnull=False)
+    assert expires_at(delivery) is not None
+    past(stamped, delivery)
+    [got] = djqueue.receive("t.ttl", max_messages=10)
+    assert got.pk == own.pk
+    assert djqueue.receive(djqueue.group_queues("t.ttl-topic", "a")) == []
+    assert set(Message.objects.filter(state=State.DEAD).values_list("pk", flat=True)) == {
+        stamped.pk, delivery.pk}
+
+
+@pytest.mark.parametrize("ttl", [0, -1, float("nan"), "soon", 10**12])
+def test_a_bad_message_ttl_is_refused(ttl):
+    from djqueue.exceptions import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="message_ttl"):
+        djqueue.create_queue("t.ttl", message_ttl=ttl)
+
+
 def test_a_client_may_give_the_expiry_as_a_header():
     djqueue.create_queue("t.expiring")
     stamp = time.time() + 0.2
