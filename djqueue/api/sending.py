@@ -86,7 +86,7 @@ def send(
             sent = _insert(q, [message], dedup_key=dedup_key)[0]
         else:
             sent = with_flow_control(lambda: _insert(q, [message], dedup_key=dedup_key)[0],
-                                      block=block, timeout=timeout)
+                                     block=block, timeout=timeout)
         produced.sent([sent.pk])
         return sent
 
