@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
+from djqueue import signals
 from djqueue.api.queue_operations import delete
 from djqueue.api.sending import send, send_batch
 from djqueue.models import (
@@ -41,7 +43,7 @@ from djqueue.models import (
     WorkflowState,
     WorkflowStep,
 )
-from djqueue.storage import fastpath
+from djqueue.storage import dialects, fastpath
 from djqueue.storage.statements import workflow_statements
 from djqueue.tasks import workflow_edges
 
@@ -55,6 +57,7 @@ new_step = fastpath.builder(WorkflowStep)
 #: Ids per IN (...) list.
 CHUNK = 500
 CANCELLED_CLASS = "djqueue.exceptions.TaskCancelled"
+DEAD_LETTERED_CLASS = "djqueue.exceptions.TaskDeadLettered"
 
 
 def new_token() -> str:
@@ -139,6 +142,40 @@ def settle(db: str, runs: Sequence[Settled]) -> None:
             else workflow_statements.SUCCEEDED_FIELDS)
         if settled:
             _after_settled(db, workflow, [runs[position] for position in settled])
+
+
+@receiver(signals.message_dead_lettered, dispatch_uid="djqueue.workflow_joins.dead_step")
+def settle_dead_lettered_step(sender: Any, message: Message, **kwargs: Any) -> None:
+    """A step's message dead-lettered before its task ended it (its queue's
+    ``max_attempts`` reached first, a worker killed on every delivery, an expiry)
+    settles the step FAILED, in the dead-lettering's transaction, as the message's
+    lease allows only one end: its workflow goes on by its failure policy instead of
+    staying RUNNING. A message that names no step of a workflow is left alone."""
+    ref = _step_ref(message)
+    if ref is None:
+        return
+    errors = message.errors or []
+    error = errors[-1].get("error", "") if errors else ""
+    settle(fastpath.database_of(message) or dialects.alias(), [Settled(
+        message.pk, *ref, state=StepState.FAILED, result=None,
+        error=f"Its message was dead-lettered after {message.attempts} deliveries: {error}",
+        error_class=DEAD_LETTERED_CLASS, attempts=message.attempts,
+        started_at=message.claimed_at, finished_at=timezone.now())])
+
+
+def _step_ref(message: Message) -> tuple[int, int, str] | None:
+    """(workflow id, position, token) of a step's message, or None."""
+    if message.stored_body_id is not None or not message.body.startswith("{"):
+        return None
+    try:
+        ref = message.payload.get(PAYLOAD_KEY)
+    except (ValueError, AttributeError):
+        return None
+    if not (isinstance(ref, list) and len(ref) == 4 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in ref[:2])
+            and isinstance(ref[2], str)):
+        return None
+    return ref[0], ref[1], ref[2]
 
 
 def _after_settled(db: str, workflow: Workflow, done: list[Settled]) -> None:

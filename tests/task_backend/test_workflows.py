@@ -14,6 +14,8 @@ from django.db import transaction
 import djqueue
 from djqueue.exceptions import InvalidWorkflow, WorkflowBusy
 from djqueue.models import Message, StepDependency, Workflow, WorkflowStep
+from djqueue.storage.expiry import expires_at
+from djqueue.storage.transitions import fail
 from tests import tasks
 from tests.conftest import kill, wait_until
 from tests.models import Effect, Run
@@ -111,6 +113,35 @@ def test_a_failing_member_stops_its_dependants_by_default(spawn, tmp_path):
     assert handle.status == "SUCCEEDED" and handle.error == ""
     assert Counter(r.key for r in Run.objects.all()) == {1: 1, 2: 2, 3: 1, 4: 1, 9: 1}
     assert handle.results == [1, 2, 3, 4]
+
+
+def test_a_step_whose_message_is_dead_lettered_settles_failed_and_stops_its_dependants():
+    """A worker killed on every delivery, say: the reaper dead-letters the step's message
+    (here fail(dead_letter=True), the same transition), and no run of the task ends it."""
+    handle = djqueue.chain(djqueue.step(tasks.wf_node, 1).named("doomed"),
+                           djqueue.step(tasks.wf_node, 2).named("after")).enqueue()
+    [message] = djqueue.receive("t.wf")
+    fail(message, "lease expired (held by host-1)", dead_letter=True)
+    assert handle.wait(timeout=5).status == "FAILED"
+    assert [s.get_state_display() for s in handle.steps] == ["failed", "cancelled"]
+    assert handle.steps[0].error_class == "djqueue.exceptions.TaskDeadLettered"
+    assert "dead-lettered after 1 deliveries: lease expired (held by host-1)" in (
+        handle.errors["doomed"])
+    assert handle.retry() == 2  # a retry runs it again, then its dependant
+    drained = djqueue.drain("t.wf")
+    assert drained.acked == 2 and handle.wait(timeout=5).status == "SUCCEEDED"
+
+
+def test_a_step_whose_message_expires_settles_failed():
+    djqueue.create_queue("t.wf", message_ttl=0.2)
+    handle = djqueue.chain(djqueue.step(tasks.wf_node, 1).named("late"),
+                           djqueue.step(tasks.wf_node, 2)).enqueue()
+    stamp = expires_at(Message.objects.get(queue__name="t.wf"))
+    wait_until(lambda: time.time() > stamp, 30, "the expiry to pass", interval=0.01)
+    assert djqueue.drain("t.wf").runs == 0
+    assert handle.wait(timeout=5).status == "FAILED"
+    assert "Expired at" in handle.errors["late"]
+    assert not Run.objects.exists()
 
 
 def test_with_continue_the_callback_receives_the_failures(spawn, tmp_path):
