@@ -9,11 +9,11 @@ their own longest pause.
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
+from djqueue import durations
 from djqueue.conf import get_settings
 
 
@@ -108,13 +108,12 @@ async def apoll_until(finished: Callable[[], Awaitable[bool]], timeout: float | 
 def _pauses(timeout: float | None, longest: float) -> Iterator[float]:
     """The pauses between the calls of a poll, checked first: ValueError for a timeout
     or a longest pause that is not a number of seconds (a timeout may be 0 or None)."""
-    for name, value, least in (("timeout", timeout, 0.0), ("interval", longest, 0.001)):
-        if value is None and name == "timeout":
-            continue
-        if (isinstance(value, bool) or not isinstance(value, int | float)
-                or not math.isfinite(value) or value < least):
-            raise ValueError(f"A wait's {name} is a number of seconds of at least {least:g}"
-                             f"{', or None' if name == 'timeout' else ''}; got {value!r}.")
+    if timeout is not None:
+        timeout = durations.check(timeout, "A wait's timeout (or None)",
+                                  high=durations.MAX_RETENTION, positive=False)
+    # A pause under a millisecond would be a busy loop of reads: the least is 1 ms.
+    longest = max(durations.check(longest, "A wait's interval",
+                                  high=durations.MAX_PROCESS_WAIT), 0.001)
     deadline = None if timeout is None else time.monotonic() + timeout
     pause = min(get_settings().POLL_MIN, longest)
     while True:

@@ -59,11 +59,11 @@ def with_expiry(headers: dict[str, Any] | None, expires: Any,
         at = expires
     else:
         seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
-        if (isinstance(seconds, bool) or not isinstance(seconds, int | float)
-                or not 0 < seconds <= durations.MAX_RETENTION):
-            raise InvalidMessage(f"expires is seconds (or a timedelta) above 0 and at most "
-                                 f"{durations.MAX_RETENTION:g}, or an aware datetime; "
-                                 f"got {expires!r}.")
+        try:
+            seconds = durations.check(seconds, "expires", high=durations.MAX_RETENTION)
+        except ValueError as error:
+            raise InvalidMessage(f"{error} (A timedelta or an aware datetime will do too.)"
+                                 ) from None
         at = visible_at + timedelta(seconds=seconds)
     _check_after(at, visible_at)
     return {**(headers or {}), EXPIRES_HEADER: round(at.timestamp(), 6)}
@@ -123,6 +123,5 @@ def _dead_letter(db: str, expired: Sequence[Message], now: datetime) -> None:
                 record_failure(row, f"Expired at {at.isoformat()}, "
                                f"{(now - row.sent_at).total_seconds():.3f} s after it was "
                                "sent, before a delivery: not run.", now, give_up=True)
-                message.state, message.queue_id = row.state, row.queue_id
 
     dialects.retry_deadlocks(expiring)

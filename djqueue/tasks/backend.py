@@ -130,10 +130,11 @@ class QueueBackend(BaseTaskBackend):
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
         expires = getattr(task, "expires", None)
-        if expires is not None and (isinstance(expires, bool) or not isinstance(
-                expires, int | float) or not 0 < expires <= durations.MAX_RETENTION):
-            raise InvalidTask(f"A task's expires is seconds above 0 and at most "
-                              f"{durations.MAX_RETENTION:g}, got {expires!r}.")
+        if expires is not None:
+            try:
+                durations.check(expires, "A task's expires", high=durations.MAX_RETENTION)
+            except ValueError as error:
+                raise InvalidTask(str(error)) from None
         known_tasks.remember(task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:

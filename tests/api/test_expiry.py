@@ -164,7 +164,7 @@ def test_a_task_not_started_by_its_expiry_never_starts_and_reads_failed():
     assert result.status == TaskResultStatus.FAILED
     [error] = result.errors
     assert error.exception_class is TaskDeadLettered and "Expired at" in error.traceback
-    with pytest.raises(InvalidTask, match="A task's expires is seconds above 0"):
+    with pytest.raises(InvalidTask, match="A task's expires must be a number of seconds above 0"):
         dataclasses.replace(tasks.expiring_add, expires=-1)
 
 
@@ -182,5 +182,5 @@ def test_each_groups_delivery_of_a_publication_expires_with_it():
         assert got.payload == {"price": 2}
     assert {m.state for m in Message.objects.filter(pk__in=[d.pk for d in deliveries])} == {
         State.DEAD}
-    with pytest.raises(InvalidMessage, match="expires is seconds"):
+    with pytest.raises(InvalidMessage, match="expires must be a number of seconds"):
         djqueue.publish("t.prices", {"price": 3}, expires=-5)

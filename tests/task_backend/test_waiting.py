@@ -19,7 +19,7 @@ from djqueue.tasks.compat import TaskResultStatus
 from tests import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
-BAD_WAIT = r"A wait's (timeout|interval) is a number of seconds"
+BAD_WAIT = r"A wait's (timeout \(or None\)|interval) must be a number of seconds"
 
 
 async def awaited(result):
