@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 
 class DjqueueError(Exception):
@@ -112,6 +113,15 @@ class TaskDeadLettered(DjqueueError):
     it: its workers died on every attempt (the reaper returned its lease each time), or
     its message could not be run. Its result reads FAILED with this error, which carries
     the message's last error; a redrive of the message makes it READY again."""
+
+    @classmethod
+    def of_message(cls, message_id: int, attempts: int,
+                   errors: list[dict[str, Any]] | None) -> TaskDeadLettered:
+        """The error for a message with these attempts and recorded errors, naming the
+        last of them (a task's result and a workflow step's error both say it so)."""
+        last = errors[-1].get("error") if errors else None
+        return cls(f"Its message {message_id} was dead-lettered after {attempts} "
+                   f"deliveries; the last error: {last or '(none recorded)'}")
 
 
 class NotFinished(DjqueueError, TimeoutError):

@@ -101,9 +101,8 @@ def pending_record(message: Message, record: TaskRecord | None = None) -> TaskRe
     record.worker_ids = [e.get("worker", "") for e in errors]
     record.finished_at = (datetime.fromisoformat(last["at"]) if "at" in last
                           else message.claimed_at or message.sent_at)
-    record.errors = [*record.errors, error_entry(TaskDeadLettered(
-        f"Its message {message.pk} was dead-lettered after {message.attempts} "
-        f"deliveries; the last error:\n{last.get('error', '(none recorded)')}"))]
+    record.errors = [*record.errors, error_entry(TaskDeadLettered.of_message(
+        message.pk, message.attempts, errors))]
     return record
 
 

@@ -31,6 +31,7 @@ from django.utils.crypto import constant_time_compare
 from djqueue import signals
 from djqueue.api.queue_operations import delete
 from djqueue.api.sending import send, send_batch
+from djqueue.exceptions import TaskDeadLettered
 from djqueue.models import (
     FailurePolicy,
     Message,
@@ -57,7 +58,7 @@ new_step = fastpath.builder(WorkflowStep)
 #: Ids per IN (...) list.
 CHUNK = 500
 CANCELLED_CLASS = "djqueue.exceptions.TaskCancelled"
-DEAD_LETTERED_CLASS = "djqueue.exceptions.TaskDeadLettered"
+DEAD_LETTERED_CLASS = f"{TaskDeadLettered.__module__}.{TaskDeadLettered.__qualname__}"
 
 
 def new_token() -> str:
@@ -154,11 +155,9 @@ def settle_dead_lettered_step(sender: Any, message: Message, **kwargs: Any) -> N
     ref = _step_ref(message)
     if ref is None:
         return
-    errors = message.errors or []
-    error = errors[-1].get("error", "") if errors else ""
     settle(fastpath.database_of(message) or dialects.alias(), [Settled(
         message.pk, *ref, state=StepState.FAILED, result=None,
-        error=f"Its message was dead-lettered after {message.attempts} deliveries: {error}",
+        error=str(TaskDeadLettered.of_message(message.pk, message.attempts, message.errors)),
         error_class=DEAD_LETTERED_CLASS, attempts=message.attempts,
         started_at=message.claimed_at, finished_at=timezone.now())])
 
