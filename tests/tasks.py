@@ -190,3 +190,9 @@ def wf_fail_while(key: int, marker: str) -> int:
 @task(backend="workflows", queue_name="t.wf-final")
 def wf_report(results: list, failures: list | None = None) -> dict:
     return {"results": results, "failures": failures}
+
+
+@task(backend="workflows", queue_name="t.wf-final", expires=0.3)
+def wf_expiring(key: int) -> int:
+    _timed(key)
+    return key

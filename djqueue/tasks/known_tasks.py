@@ -59,3 +59,10 @@ def find(path: str) -> Task:
             "found in each installed app's tasks module and in the backend's "
             "OPTIONS['TASK_MODULES']); nothing was imported or run.")
     return task
+
+
+def expires_of(path: str) -> float | None:
+    """The ``expires`` of the known task at ``path``, or None (none, or a task not
+    known here: its message will be refused by the worker anyway). A workflow sends a
+    step's message long after the step's task was defined, from its path alone."""
+    return getattr(_known.get(path), "expires", None)

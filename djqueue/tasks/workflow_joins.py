@@ -46,7 +46,7 @@ from djqueue.models import (
 )
 from djqueue.storage import dialects, fastpath
 from djqueue.storage.statements import workflow_statements
-from djqueue.tasks import workflow_edges
+from djqueue.tasks import known_tasks, workflow_edges
 
 #: The payload key of a step's message: [workflow id, step position, workflow token,
 #: 1 if the step receives results else 0].
@@ -73,14 +73,16 @@ def step_payload(workflow: Workflow, step: WorkflowStep) -> dict[str, Any]:
 
 
 def send_steps(workflow: Workflow, steps: Sequence[WorkflowStep]) -> list[Message]:
-    """Queue one task message per step, a multi-row insert per queue and priority."""
-    by_queue: dict[tuple[str, int], list[WorkflowStep]] = defaultdict(list)
+    """Queue one task message per step, a multi-row insert per queue, priority and
+    expiry (the step's task's ``expires``, counted from now: the step's run is due)."""
+    by_queue: dict[tuple[str, int, float | None], list[WorkflowStep]] = defaultdict(list)
     for step in steps:
-        by_queue[step.queue_name, step.priority].append(step)
+        by_queue[step.queue_name, step.priority,
+                 known_tasks.expires_of(step.task_path)].append(step)
     sent = []
-    for (queue, priority), group in by_queue.items():
+    for (queue, priority, expires), group in by_queue.items():
         messages = send_batch(queue, [step_payload(workflow, s) for s in group],
-                              priority=priority)
+                              priority=priority, expires=expires)
         for step, message in zip(group, messages, strict=True):
             step.message_id = message.pk
         sent += messages
@@ -88,7 +90,8 @@ def send_steps(workflow: Workflow, steps: Sequence[WorkflowStep]) -> list[Messag
 
 
 def send_step(workflow: Workflow, step: WorkflowStep) -> Message:
-    message = send(step.queue_name, step_payload(workflow, step), priority=step.priority)
+    message = send(step.queue_name, step_payload(workflow, step), priority=step.priority,
+                   expires=known_tasks.expires_of(step.task_path))
     step.message_id = message.pk
     return message
 

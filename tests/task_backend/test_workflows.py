@@ -144,6 +144,23 @@ def test_a_step_whose_message_expires_settles_failed():
     assert not Run.objects.exists()
 
 
+def test_a_steps_task_expires_counts_from_when_the_step_is_sent():
+    """A chain's second step is sent when the first ends, with its task's ``expires``
+    from then on: not from the workflow's enqueue, and not on the first step."""
+    handle = djqueue.chain(djqueue.step(tasks.wf_node, 1),
+                           djqueue.step(tasks.wf_expiring, 2).named("late")).enqueue()
+    assert expires_at(Message.objects.get(queue__name="t.wf")) is None
+    assert djqueue.drain("t.wf").acked == 1
+    message = Message.objects.get(queue__name="t.wf-final")
+    stamp = expires_at(message)
+    assert stamp is not None and abs(stamp - message.sent_at.timestamp() - 0.3) < 0.01
+    wait_until(lambda: time.time() > stamp, 30, "the expiry to pass", interval=0.01)
+    assert djqueue.drain("t.wf-final").runs == 0
+    assert handle.wait(timeout=5).status == "FAILED"
+    assert "Expired at" in handle.errors["late"]
+    assert list(Run.objects.values_list("key", flat=True)) == [1]
+
+
 def test_with_continue_the_callback_receives_the_failures(spawn, tmp_path):
     marker = tmp_path / "fail"
     marker.touch()
