@@ -158,6 +158,9 @@ def openapi() -> dict[str, Any]:
         "headers": {"type": "object"},
         "group_key": {"type": "string", "maxLength": 255},
     }
+    expires = {"type": "number", "exclusiveMinimum": 0,
+               "description": "Seconds after it becomes visible: not delivered by then, "
+                              "it is dead-lettered unrun."}
     schemas = {
         "Problem": {"type": "object", "required": ["type", "title", "status", "detail"],
                     "properties": {"type": {"type": "string"}, "title": {"type": "string"},
@@ -168,13 +171,10 @@ def openapi() -> dict[str, Any]:
                        "properties": {**message_fields,
                                       "delay": {"type": "number", "minimum": 0},
                                       "dedup_key": {"type": "string"},
-                                      "expires": {
-                                          "type": "number", "exclusiveMinimum": 0,
-                                          "description": "Seconds after it becomes "
-                                          "visible: not delivered by then, it is "
-                                          "dead-lettered unrun."}}},
+                                      "expires": expires}},
         "NewPublication": {"type": "object", "additionalProperties": False,
-                           "required": ["payload"], "properties": message_fields},
+                           "required": ["payload"],
+                           "properties": {**message_fields, "expires": expires}},
         "Sent": {"type": "object", "required": ["id", "duplicate"],
                  "properties": {"id": {"type": "integer"}, "duplicate": {"type": "boolean"}}},
         "SentBatch": {"type": "object", "required": ["ids", "duplicates"], "properties": {

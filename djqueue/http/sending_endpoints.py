@@ -22,7 +22,7 @@ from djqueue.models import ApiPermission, Queue
 from djqueue.storage import placement
 
 SEND_FIELDS = {"payload", "delay", "priority", "headers", "group_key", "dedup_key", "expires"}
-PUBLISH_FIELDS = {"payload", "priority", "headers", "group_key"}
+PUBLISH_FIELDS = {"payload", "priority", "headers", "group_key", "expires"}
 
 
 async def send_messages(request: HttpRequest, queue: str) -> HttpResponse:
@@ -52,10 +52,16 @@ def _send_options(entry: dict[str, Any]) -> dict[str, Any]:
                                               "dedup_key", "expires") if name in entry}
     if "delay" in options:
         options["delay"] = bodies.number(entry, "delay", low=0, high=durations.MAX_DELAY)
-    if "expires" in options:  # seconds after it becomes visible (djqueue.storage.expiry)
-        options["expires"] = bodies.number(entry, "expires", low=0, low_open=True,
-                                           high=durations.MAX_RETENTION)
+    if "expires" in options:
+        options["expires"] = _expires(entry)
     return options
+
+
+def _expires(entry: dict[str, Any]) -> float:
+    """An entry's ``expires``: seconds after its message becomes visible
+    (djqueue.storage.expiry)."""
+    return bodies.number(entry, "expires", low=0, low_open=True,
+                         high=durations.MAX_RETENTION)
 
 
 def _send_many(queue: Queue, entries: list[Any]) -> dict[str, Any]:
@@ -118,6 +124,8 @@ async def publish_messages(request: HttpRequest, topic: str) -> HttpResponse:
                 bodies.check_fields(entry, PUBLISH_FIELDS, f"messages[{position}]")
                 options = {k: entry[k] for k in ("priority", "headers", "group_key")
                            if k in entry}
+                if "expires" in entry:
+                    options["expires"] = _expires(entry)
                 ids.append(topics.publish(found, _payload(entry), **options).pk)
         return {"ids": ids}
 

@@ -177,6 +177,29 @@ def test_topics_publish_and_a_group_receives_and_acks(api_server, make_token):
         assert http.post("topics/h.events/groups/nobody/receive", json={}).status_code == 404
 
 
+def test_a_publication_with_an_expiry_is_set_aside_in_each_group(api_server, make_token):
+    djqueue.create_topic("h.news")
+    djqueue.subscribe("h.news", "mail")
+    djqueue.subscribe("h.news", "push")
+    token = make_token({"h.news": "full_control"})
+    with api_server.client(token) as http:
+        published = http.post("topics/h.news/messages", json={"messages": [
+            {"payload": "soon", "expires": 0.2}, {"payload": "late"}]})
+        assert len(conforms(published, "/topics/{topic}/messages", "POST")["ids"]) == 2
+        for bad in (0, -1, "soon", True, 1e12):
+            refused = http.post("topics/h.news/messages", json={"payload": "x", "expires": bad})
+            assert refused.status_code == 400, refused.text
+            assert "'expires' must be a number above 0" in refused.json()["detail"]
+        stamps = [s for s in map(expires_at, Message.objects.all()) if s is not None]
+        assert len(stamps) == 2  # one delivery a group
+        wait_until(lambda: time.time() > max(stamps), 30, "the expiry to pass", interval=0.01)
+        for group in ("mail", "push"):
+            got = http.post(f"topics/h.news/groups/{group}/receive", json={"max_messages": 5})
+            assert [m["payload"] for m in got.json()["messages"]] == ["late"]
+    assert Message.objects.filter(state=State.DEAD).count() == 2
+    assert Message.objects.count() == 4  # the refused ones stored nothing
+
+
 def test_every_error_status(api_server, make_token):
     djqueue.create_queue("h.small", max_payload_bytes=100, max_depth=2)
     token = make_token({"h.*": "full_control"})
