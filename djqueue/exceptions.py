@@ -120,8 +120,9 @@ class TaskDeadLettered(DjqueueError):
         """The error for a message with these attempts and recorded errors, naming the
         last of them (a task's result and a workflow step's error both say it so)."""
         last = errors[-1].get("error") if errors else None
-        return cls(f"Its message {message_id} was dead-lettered after {attempts} "
-                   f"deliveries; the last error: {last or '(none recorded)'}")
+        deliveries = "1 delivery" if attempts == 1 else f"{attempts} deliveries"
+        return cls(f"Its message {message_id} was dead-lettered after {deliveries}; "
+                   f"the last error: {last or '(none recorded)'}")
 
 
 class NotFinished(DjqueueError, TimeoutError):

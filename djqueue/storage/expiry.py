@@ -117,7 +117,11 @@ def _dead_letter(db: str, expired: Sequence[Message], now: datetime) -> None:
                 if stamp is None:
                     continue  # its expiry is no longer there: it is not expired
                 headers = {k: v for k, v in row.headers.items() if k != EXPIRES_HEADER}
-                Message.objects.using(db).filter(pk=row.pk).update(headers=headers or None)
+                # The claim counted a delivery that never happened: uncount it, so the
+                # dead letter says how many runs the message really had.
+                row.attempts = max(row.attempts - 1, 0)
+                Message.objects.using(db).filter(pk=row.pk).update(
+                    headers=headers or None, attempts=row.attempts)
                 row.headers = headers or None
                 at = datetime.fromtimestamp(max(0.0, stamp), tz=UTC)  # a -1e300 written by hand
                 record_failure(row, f"Expired at {at.isoformat()}, "

@@ -46,7 +46,8 @@ def test_a_message_not_delivered_by_its_expiry_is_dead_lettered_unrun():
     got = djqueue.receive("t.expiring", max_messages=10)
     assert sorted(m.pk for m in got) == [lasting.pk, plain.pk]
     dead = Message.objects.get(pk=expiring.pk)
-    assert (dead.state, dead.attempts) == (State.DEAD, 1)
+    assert (dead.state, dead.attempts) == (State.DEAD, 0)  # never delivered
+    assert dead.errors[-1]["attempt"] == 0
     assert dead.errors[-1]["error"].startswith("Expired at ")
     assert "before a delivery: not run." in dead.errors[-1]["error"]
     assert dead.headers == {"tenant": "a"}  # the expiry went with the dead-lettering
@@ -164,6 +165,7 @@ def test_a_task_not_started_by_its_expiry_never_starts_and_reads_failed():
     assert result.status == TaskResultStatus.FAILED
     [error] = result.errors
     assert error.exception_class is TaskDeadLettered and "Expired at" in error.traceback
+    assert "dead-lettered after 0 deliveries" in error.traceback
     with pytest.raises(InvalidTask, match="A task's expires must be a number of seconds above 0"):
         dataclasses.replace(tasks.expiring_add, expires=-1)
 

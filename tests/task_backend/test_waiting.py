@@ -86,7 +86,7 @@ def test_a_task_whose_message_was_dead_lettered_reads_failed_until_redriven(spaw
     assert result.status == TaskResultStatus.FAILED and result.finished_at is not None
     [error] = result.errors
     assert error.exception_class is TaskDeadLettered
-    assert f"Its message {message.pk} was dead-lettered after 1 deliveries" in error.traceback
+    assert f"Its message {message.pk} was dead-lettered after 1 delivery" in error.traceback
     assert "lease expired (held by host-1)" in error.traceback
     assert result.worker_ids == [message.owner]
     assert djqueue.redrive(dead.queue, ids=[message.pk]) == 1

@@ -125,7 +125,7 @@ def test_a_step_whose_message_is_dead_lettered_settles_failed_and_stops_its_depe
     assert handle.wait(timeout=5).status == "FAILED"
     assert [s.get_state_display() for s in handle.steps] == ["failed", "cancelled"]
     assert handle.steps[0].error_class == "djqueue.exceptions.TaskDeadLettered"
-    assert "dead-lettered after 1 deliveries; the last error: lease expired (held by host-1)" in (
+    assert "dead-lettered after 1 delivery; the last error: lease expired (held by host-1)" in (
         handle.errors["doomed"])
     assert handle.retry() == 2  # a retry runs it again, then its dependant
     drained = djqueue.drain("t.wf")
