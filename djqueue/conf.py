@@ -45,6 +45,10 @@ class Settings:
     VISIBILITY_TIMEOUT: float = 30.0
     MAX_ATTEMPTS: int = 16
     BACKOFF: tuple[int, ...] = DEFAULT_BACKOFF
+    #: Each backoff step is lengthened by up to this fraction, at random, so that
+    #: messages that failed together do not all retry together (Oban's and Celery's
+    #: jitter); 0: the exact steps.
+    RETRY_JITTER: float = 0.1
     RETENTION: float = 7 * 24 * 3600.0
     #: Create a queue on first ``send`` instead of raising ``QueueNotFound``.
     AUTO_CREATE_QUEUES: bool = False
@@ -151,6 +155,8 @@ class Settings:
                 threshold, int) or not 100 <= threshold <= 10**7):
             raise ConfigurationError("DJQUEUE['WORKER_GC_THRESHOLD'] must be None or a whole "
                                      f"number from 100 to 10,000,000, got {threshold!r}")
+        _check_seconds(overrides, "RETRY_JITTER", "a fraction from 0 to 1",
+                       lambda v: v is not None and 0 <= v <= 1)
         _check_seconds(overrides, "CLAIM_RESCAN", "a number of seconds in [0, 60]",
                        lambda v: v is not None and 0 <= v <= 60)
         token = overrides.get("METRICS_TOKEN")

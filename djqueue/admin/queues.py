@@ -49,7 +49,7 @@ class QueueAdmin(OperationPermissions, PlacedAdmin):
     actions = [queue_action(op) for op in QUEUE_OPERATIONS.values()]
     fieldsets = [
         (None, {"fields": ["name", "paused", "visibility_timeout", "max_attempts", "backoff",
-                           "dead_letter_queue", "retention", "message_ttl", "max_depth",
+                           "retry_jitter", "dead_letter_queue", "retention", "message_ttl", "max_depth",
                            "max_payload_bytes"]}),
         ("Limits", {"fields": ["rate_limit", "rate_burst", "concurrency_limit",
                                "group_concurrency", "group_rate_limit", "group_rate_burst"],

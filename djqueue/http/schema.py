@@ -212,6 +212,9 @@ def openapi() -> dict[str, Any]:
             "name": {"type": "string"}, "paused": {"type": "boolean"},
             "visibility_timeout": {"type": "number"}, "max_attempts": {"type": "integer"},
             "dead_letter_queue": nullable_string, "ordered": {"type": "boolean"},
+            "retry_jitter": {"type": "number", "minimum": 0, "maximum": 1, "description":
+                             "The fraction by which a retry's backoff step is lengthened "
+                             "at random."},
             "message_ttl": {"type": ["number", "null"], "description":
                             "Seconds a message may wait once visible before it is "
                             "dead-lettered unrun; null: no limit."},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 from datetime import timedelta
 
@@ -68,6 +69,10 @@ def default_backoff() -> list[float]:
     return list(get_settings().BACKOFF)
 
 
+def default_retry_jitter() -> float:
+    return get_settings().RETRY_JITTER
+
+
 def default_retention() -> float:
     return get_settings().RETENTION
 
@@ -83,6 +88,11 @@ class Queue(models.Model):
     backoff = models.JSONField(
         default=default_backoff, validators=[validate_backoff],
         help_text="Seconds to wait before retry n (list; the last step repeats).")
+    retry_jitter = models.FloatField(
+        default=default_retry_jitter,
+        help_text="Each backoff step is lengthened by up to this fraction, at random "
+                  "(0.1: up to 10 % longer), so that messages that failed together do not "
+                  "retry together; 0: the exact steps.")
     dead_letter_queue = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
         help_text="Where dead messages go; without one they stay in this queue, state dead.")
@@ -181,6 +191,11 @@ class Queue(models.Model):
                 durations.check(value, name, high=high, positive=positive)
             except ValueError as exc:
                 raise ValidationError({name: str(exc)}) from None
+        jitter = self.retry_jitter
+        if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not (
+                0 <= jitter <= 1):
+            raise ValidationError({"retry_jitter": f"Must be a fraction from 0 to 1, got "
+                                                   f"{jitter!r}."})
         if self.max_attempts is not None and not 1 <= self.max_attempts <= MAX_ATTEMPTS:
             raise ValidationError({"max_attempts": f"Must be 1 to {MAX_ATTEMPTS}."})
         if self.group_concurrency == 0:
@@ -222,10 +237,13 @@ class Queue(models.Model):
         return self.group_concurrency or None
 
     def retry_delay(self, attempt: int) -> timedelta:
-        """Delay before the retry that follows failed delivery number ``attempt`` (1-based)."""
+        """Delay before the retry that follows failed delivery number ``attempt``
+        (1-based): its backoff step, lengthened by up to ``retry_jitter`` of it at random."""
         steps = self.backoff if isinstance(self.backoff, list) and self.backoff else [0]
-        step = steps[min(max(attempt, 1), len(steps)) - 1]
-        return timedelta(seconds=durations.clamp(step, high=durations.MAX_DELAY, default=0.0))
+        step = durations.clamp(steps[min(max(attempt, 1), len(steps)) - 1],
+                               high=durations.MAX_DELAY, default=0.0)
+        jitter = durations.clamp(self.retry_jitter, high=1.0, default=0.0)
+        return timedelta(seconds=min(step * (1 + jitter * random.random()), durations.MAX_DELAY))
 
     # The stored durations as they may be used: a row written past validation (an old
     # version's, or one edited by hand) is clamped here, so no worker or reaper pass

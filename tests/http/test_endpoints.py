@@ -101,7 +101,8 @@ def test_messages_sent_with_an_expiry_are_set_aside_once_it_passes(api_server, m
     djqueue.create_queue("h.expiring", message_ttl=600)
     token = make_token({"h.expiring": "full_control"})
     with api_server.client(token) as http:
-        assert conforms(http.get("queues/h.expiring"), Q, "GET")["message_ttl"] == 600
+        shown = conforms(http.get("queues/h.expiring"), Q, "GET")
+        assert (shown["message_ttl"], shown["retry_jitter"]) == (600, 0.1)
         one = http.post("queues/h.expiring/messages", json={"payload": "soon", "expires": 0.2})
         sent = conforms(one, MESSAGES, "POST")
         batch = http.post("queues/h.expiring/messages", json={"messages": [
