@@ -30,7 +30,14 @@ from djqueue.models import Message, Queue
 from djqueue.models import Worker as WorkerRecord
 from djqueue.monitoring import alarms, rollups
 from djqueue.processes.base import ProcessBase
-from djqueue.storage import dialects, ordered_groups, partitions, placement, queue_lookup
+from djqueue.storage import (
+    dialects,
+    expiry,
+    ordered_groups,
+    partitions,
+    placement,
+    queue_lookup,
+)
 from djqueue.storage.requeueing import promote_due, return_claims
 from djqueue.storage.session_locks import session_lock_free
 
@@ -48,6 +55,8 @@ class ReapReport:
     dead_workers: int = 0
     returned_from_dead: int = 0
     expired: int = 0
+    #: Messages past their expiry set aside at the head of a queue with a message_ttl.
+    past_expiry: int = 0
     promoted: int = 0
     pruned: int = 0
     periodic: int = 0
@@ -67,7 +76,8 @@ class ReapReport:
 
 class Reaper(ProcessBase):
     """One pass (``tick``) every ``interval`` seconds: dead workers' claims, expired
-    leases, due messages, periodic tasks, statistics and alarms, pruning."""
+    leases, due messages, periodic tasks, expired messages at the head of queues with a
+    ``message_ttl``, statistics and alarms, pruning."""
 
     logger = logger
 
@@ -140,7 +150,8 @@ class Reaper(ProcessBase):
         report.expired = self._drain(
             Message.objects.expired(timezone.now()), "lease expired (held by {owner})")
         report.promoted = self._step("promotion", promote_due)
-        if stats_due:
+        if stats_due:  # the expired go first, so the depths sampled leave them out
+            report.past_expiry = self._step("expiry", self.sweep_expired)
             report.counted = self._step("statistics", rollups.roll_up)
             self._step("depth snapshot", rollups.sample_depth)
             report.alarms = self._step("alarms", lambda: len(alarms.evaluate()))
@@ -186,6 +197,22 @@ class Reaper(ProcessBase):
             return 0
         with transaction.atomic(using=db):
             return ordered_groups.repair(db, ordered)
+
+    @staticmethod
+    def sweep_expired() -> int:
+        """Set aside the expired messages at the head of each queue with a
+        ``message_ttl`` (djqueue.storage.expiry.sweep_head), so that a queue no worker
+        serves does not fill with them. An error in one queue is counted on it and the
+        others are still served."""
+        db, now, total = dialects.alias(), timezone.now(), 0
+        for queue_id in Queue.objects.using(db).filter(
+                message_ttl__isnull=False).values_list("pk", flat=True):
+            try:
+                total += expiry.sweep_head(db, queue_id, now)
+            except Exception as exc:
+                logger.exception("Reaper: the expiry of queue %s failed; going on", queue_id)
+                queue_lookup.note_error(queue_id, f"reaper: {type(exc).__name__}: {exc}")
+        return total
 
     def _drain(self, query, error: str) -> int:
         """Return the claims of ``query``, queue by queue: an error serving one queue

@@ -11,8 +11,12 @@ A claim sets expired messages aside before anyone runs them (:func:`set_aside_ex
 after each claim of ``receiver_claims``, which claims again for the rest): each is
 dead-lettered with an error that says when it
 expired, and its expiry is dropped, so a redrive runs it (RabbitMQ drops a dead
-letter's expiry too). Until a claim reaches it, an expired message waits in its queue
-and counts in its depth, as a Celery task past ``expires`` waits in its broker.
+letter's expiry too). On a queue with a ``message_ttl``, the reaper also sets aside the
+expired messages at the head of the queue, where the next claim would look
+(:func:`sweep_head`), so that a queue no worker serves does not fill with them and hold
+its senders back at ``max_depth``: RabbitMQ drops expired messages at a queue's head
+too. Elsewhere an expired message waits for a claim and counts in its queue's depth,
+as a Celery task past ``expires`` waits in its broker.
 """
 
 from __future__ import annotations
@@ -102,6 +106,51 @@ def set_aside_expired(db: str, claimed: list[Message], now: datetime) -> list[Me
     return [m for m in claimed if id(m) not in gone]
 
 
+#: Messages at a queue's head that one round of :func:`sweep_head` looks at.
+SWEEP_BATCH = 500
+#: Rounds of :func:`sweep_head` in one reaper pass, while each round's messages all expired.
+SWEEP_ROUNDS = 20
+
+
+def sweep_head(db: str, queue_id: int, now: datetime) -> int:
+    """Dead-letter the expired messages at the head of the queue, in claim order (what
+    the next claim would reach), without a claim: rounds of SWEEP_BATCH messages, each
+    in its own short transaction, while a round found nothing but expired messages. Rows
+    a worker holds locked are skipped. Returns how many were set aside."""
+    moment, total = now.timestamp(), 0
+
+    def one_round() -> tuple[int, int]:
+        with dialects.using(db), transaction.atomic(using=db):
+            head = list(Message.objects.using(db).select_for_update(skip_locked=True)
+                        .filter(queue_id=queue_id, state=State.READY)
+                        .order_by("-priority", "id")[:SWEEP_BATCH])
+            expired = [(row, stamp) for row in head
+                       if (stamp := expires_at(row)) is not None and stamp <= moment]
+            for row, stamp in expired:
+                _set_aside(db, row, stamp, now)
+        return len(head), len(expired)
+
+    for _ in range(SWEEP_ROUNDS):
+        looked, set_aside = dialects.retry_deadlocks(one_round)
+        total += set_aside
+        if looked < SWEEP_BATCH or set_aside < looked:
+            break
+    return total
+
+
+def _set_aside(db: str, row: Message, stamp: float, now: datetime) -> None:
+    """On a locked row past its expiry ``stamp``: dead-letter it with its expiry as its
+    error, and without the header, so that a redrive runs it."""
+    headers = {k: v for k, v in row.headers.items() if k != EXPIRES_HEADER}
+    Message.objects.using(db).filter(pk=row.pk).update(
+        headers=headers or None, attempts=row.attempts)
+    row.headers = headers or None
+    at = datetime.fromtimestamp(max(0.0, stamp), tz=UTC)  # a -1e300 written by hand
+    record_failure(row, f"Expired at {at.isoformat()}, "
+                   f"{(now - row.sent_at).total_seconds():.3f} s after it was "
+                   "sent, before a delivery: not run.", now, give_up=True)
+
+
 def _dead_letter(db: str, expired: Sequence[Message], now: datetime) -> None:
     """Dead-letter the claimed ``expired`` messages, each with its expiry as its error
     and without the header, so that a redrive runs it."""
@@ -116,16 +165,9 @@ def _dead_letter(db: str, expired: Sequence[Message], now: datetime) -> None:
                 stamp = expires_at(row)
                 if stamp is None:
                     continue  # its expiry is no longer there: it is not expired
-                headers = {k: v for k, v in row.headers.items() if k != EXPIRES_HEADER}
                 # The claim counted a delivery that never happened: uncount it, so the
                 # dead letter says how many runs the message really had.
                 row.attempts = max(row.attempts - 1, 0)
-                Message.objects.using(db).filter(pk=row.pk).update(
-                    headers=headers or None, attempts=row.attempts)
-                row.headers = headers or None
-                at = datetime.fromtimestamp(max(0.0, stamp), tz=UTC)  # a -1e300 written by hand
-                record_failure(row, f"Expired at {at.isoformat()}, "
-                               f"{(now - row.sent_at).total_seconds():.3f} s after it was "
-                               "sent, before a delivery: not run.", now, give_up=True)
+                _set_aside(db, row, stamp, now)
 
     dialects.retry_deadlocks(expiring)

@@ -1,0 +1,70 @@
+"""The reaper sets aside expired messages at the head of a queue with a ``message_ttl``
+(djqueue.storage.expiry.sweep_head), so that a queue no worker serves does not fill
+with them and hold its senders back at ``max_depth``.
+
+The tests wait for the clock to pass an expiry, never for a process to be late."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import djqueue
+from djqueue.exceptions import QueueFull
+from djqueue.maintenance.reaper import Reaper
+from djqueue.models import Message, State
+from djqueue.storage import expiry
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def past(*messages: Message) -> None:
+    last = max(expiry.expires_at(m) for m in messages)
+    wait_until(lambda: time.time() > last, 30, "the expiry to pass", interval=0.01)
+
+
+def test_a_queue_no_worker_serves_is_emptied_of_expired_messages_and_takes_sends_again():
+    dead = djqueue.create_queue("quotes.dead")
+    djqueue.create_queue("quotes", message_ttl=0.2, max_depth=5, dead_letter_queue=dead)
+    sent = djqueue.send_batch("quotes", [{"n": i} for i in range(5)])
+    with pytest.raises(QueueFull):
+        djqueue.send("quotes", {"n": 5})
+    djqueue.pause("quotes")  # no claim reaches them: the reaper alone sets them aside
+    past(*sent)
+    assert Reaper().tick().past_expiry == 5
+    rows = list(Message.objects.filter(pk__in=[m.pk for m in sent]))
+    assert {(r.state, r.queue_id, r.attempts) for r in rows} == {(State.DEAD, dead.pk, 0)}
+    assert all(r.errors[-1]["error"].startswith("Expired at ") for r in rows)
+    assert all(expiry.EXPIRES_HEADER not in (r.headers or {}) for r in rows)
+    assert djqueue.send("quotes", {"n": 5}).state == State.READY  # depth 0 again
+    assert Reaper().tick().past_expiry == 0  # its expiry is 0.2 s away
+
+
+def test_the_sweep_stops_at_the_first_live_message_of_the_head(monkeypatch):
+    """In claim order, rounds of SWEEP_BATCH (2 here) go on while a round found only
+    expired messages: what is behind a live one waits for a claim, as at RabbitMQ."""
+    monkeypatch.setattr(expiry, "SWEEP_BATCH", 2)
+    djqueue.create_queue("quotes", message_ttl=0.2)
+    first = djqueue.send_batch("quotes", [{"n": i} for i in range(3)])
+    live = djqueue.send("quotes", {"n": "live"}, expires=3600)  # its own expiry wins
+    behind = djqueue.send("quotes", {"n": 4})
+    past(*first, behind)
+    assert Reaper().tick().past_expiry == 3
+    states = dict(Message.objects.values_list("pk", "state"))
+    assert [states[m.pk] for m in first] == [State.DEAD] * 3
+    assert (states[live.pk], states[behind.pk]) == (State.READY, State.READY)
+    [got] = djqueue.receive("quotes", max_messages=10)  # the claim sets the last aside
+    assert got.pk == live.pk
+    assert Message.objects.get(pk=behind.pk).state == State.DEAD
+
+
+def test_queues_without_a_message_ttl_are_left_to_their_claims():
+    djqueue.create_queue("plain")
+    message = djqueue.send("plain", {"n": 1}, expires=0.2)
+    past(message)
+    assert Reaper().tick().past_expiry == 0
+    assert Message.objects.get(pk=message.pk).state == State.READY
+    assert djqueue.receive("plain") == []
+    assert Message.objects.get(pk=message.pk).state == State.DEAD
