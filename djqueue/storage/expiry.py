@@ -82,7 +82,10 @@ def _check_after(at: datetime, visible_at: datetime) -> None:
 def expires_at(message: Message) -> float | None:
     """The message's expiry in seconds since the epoch, or None (none, or a header that
     is not a number: a row written past the checks never stops a claim)."""
-    headers = message.headers
+    return _stamp(message.headers)
+
+
+def _stamp(headers: object) -> float | None:
     if not isinstance(headers, dict):
         return None
     stamp = headers.get(EXPIRES_HEADER)
@@ -114,28 +117,40 @@ SWEEP_ROUNDS = 20
 
 def sweep_head(db: str, queue_id: int, now: datetime) -> int:
     """Dead-letter the expired messages at the head of the queue, in claim order (what
-    the next claim would reach), without a claim: rounds of SWEEP_BATCH messages, each
-    in its own short transaction, while a round found nothing but expired messages. Rows
-    a worker holds locked are skipped. Returns how many were set aside."""
+    the next claim would reach), without a claim: rounds of SWEEP_BATCH messages while
+    a round found nothing but expired messages. Each round reads the head's headers
+    without a lock; only the expired rows are then locked (rows a worker holds are
+    skipped), in a short transaction, so a served queue's claims are not held back.
+    Returns how many were set aside."""
     moment, total = now.timestamp(), 0
-
-    def one_round() -> tuple[int, int]:
-        with dialects.using(db), transaction.atomic(using=db):
-            head = list(Message.objects.using(db).select_for_update(skip_locked=True)
-                        .filter(queue_id=queue_id, state=State.READY)
-                        .order_by("-priority", "id")[:SWEEP_BATCH])
-            expired = [(row, stamp) for row in head
-                       if (stamp := expires_at(row)) is not None and stamp <= moment]
-            for row, stamp in expired:
-                _set_aside(db, row, stamp, now)
-        return len(head), len(expired)
-
     for _ in range(SWEEP_ROUNDS):
-        looked, set_aside = dialects.retry_deadlocks(one_round)
+        with dialects.using(db):
+            head = list(Message.objects.using(db).filter(
+                queue_id=queue_id, state=State.READY).order_by("-priority", "id")
+                .values_list("pk", "headers")[:SWEEP_BATCH])
+        due = [pk for pk, headers in head
+               if (stamp := _stamp(headers)) is not None and stamp <= moment]
+        set_aside = dialects.retry_deadlocks(lambda due=due: _lock_and_set_aside(db, due, now))
         total += set_aside
-        if looked < SWEEP_BATCH or set_aside < looked:
+        if len(head) < SWEEP_BATCH or set_aside < len(head):
             break
     return total
+
+
+def _lock_and_set_aside(db: str, ids: list[int], now: datetime) -> int:
+    """Set aside the messages ``ids`` still READY and past their expiry; those a worker
+    holds locked are skipped."""
+    if not ids:
+        return 0
+    moment, count = now.timestamp(), 0
+    with dialects.using(db), transaction.atomic(using=db):
+        for row in Message.objects.using(db).select_for_update(skip_locked=True).filter(
+                pk__in=ids, state=State.READY):
+            stamp = expires_at(row)
+            if stamp is not None and stamp <= moment:
+                _set_aside(db, row, stamp, now)
+                count += 1
+    return count
 
 
 def _set_aside(db: str, row: Message, stamp: float, now: datetime) -> None:
