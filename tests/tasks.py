@@ -72,6 +72,15 @@ def fails_twice(n: int) -> int:
     return n
 
 
+@task(backend="retrying", queue_name="t.retrying", backoff=[30, 120])
+def fails_with_own_backoff(n: int, asked: float | None = None) -> int:
+    """Always fails: with a RetryAfter of ``asked`` seconds if given, else a ValueError."""
+    Effect.objects.create(key=n)
+    if asked is not None:
+        raise djqueue.RetryAfter(asked)
+    raise ValueError("the mail server is still down")
+
+
 @task(backend="retrying", queue_name="t.asks.tasks")
 def asks_later(n: int, postpones: int, failures: int) -> int:
     """Postpones (0.1 s) its first ``postpones`` runs, then raises RetryAfter(0.1) from a

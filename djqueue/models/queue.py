@@ -41,6 +41,17 @@ def validate_backoff(value: object) -> None:
             raise ValidationError(str(exc)) from None
 
 
+def stepped_delay(steps: object, attempt: int, jitter: object) -> timedelta:
+    """The delay before the retry that follows failure number ``attempt`` (1-based) of a
+    backoff schedule ``steps`` (the last step repeats), lengthened by up to ``jitter`` of
+    it at random: a queue's, or a task's own. Stored values are read clamped."""
+    steps = steps if isinstance(steps, list | tuple) and steps else [0]
+    step = durations.clamp(steps[min(max(attempt, 1), len(steps)) - 1],
+                           high=durations.MAX_DELAY, default=0.0)
+    fraction = durations.clamp(jitter, high=1.0, default=0.0)
+    return timedelta(seconds=min(step * (1 + fraction * random.random()), durations.MAX_DELAY))
+
+
 def validate_rate(value: object) -> None:
     if value in ("", None):
         return
@@ -239,11 +250,7 @@ class Queue(models.Model):
     def retry_delay(self, attempt: int) -> timedelta:
         """Delay before the retry that follows failed delivery number ``attempt``
         (1-based): its backoff step, lengthened by up to ``retry_jitter`` of it at random."""
-        steps = self.backoff if isinstance(self.backoff, list) and self.backoff else [0]
-        step = durations.clamp(steps[min(max(attempt, 1), len(steps)) - 1],
-                               high=durations.MAX_DELAY, default=0.0)
-        jitter = durations.clamp(self.retry_jitter, high=1.0, default=0.0)
-        return timedelta(seconds=min(step * (1 + jitter * random.random()), durations.MAX_DELAY))
+        return stepped_delay(self.backoff, attempt, self.retry_jitter)
 
     # The stored durations as they may be used: a row written past validation (an old
     # version's, or one edited by hand) is clamped here, so no worker or reaper pass

@@ -26,6 +26,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -40,8 +41,9 @@ from djqueue.models import (
     Message,
     TaskRecord,
 )
-from djqueue.storage import placement
-from djqueue.storage.queue_lookup import get_queue
+from djqueue.models.queue import stepped_delay, validate_backoff
+from djqueue.storage import fastpath, placement
+from djqueue.storage.queue_lookup import get_queue, get_queue_by_id
 from djqueue.tasks import known_tasks, workflow_joins
 from djqueue.tasks.compat import (
     BaseTaskBackend,
@@ -80,6 +82,8 @@ class QueueTask(Task):
     ``GROUP_KEY_KWARG``. ``expires``: seconds after a run is due (its enqueue, or its
     ``run_after``) by which it must have started; a run not started by then is never
     started, and its result reads FAILED with TaskDeadLettered (Celery's ``expires``).
+    ``backoff``: seconds before each retry of this task (a list or tuple; the last step
+    repeats), lengthened by its queue's ``retry_jitter``, instead of the queue's backoff.
     """
 
     max_attempts: int | None = None
@@ -88,6 +92,7 @@ class QueueTask(Task):
     unique_key: bool | str | Callable[..., str] | None = None
     group_key: str | Callable[..., Any] | None = None
     expires: float | None = None
+    backoff: tuple[float, ...] | list[float] | None = None
 
     def key_for(self, args: Any, kwargs: Any) -> str | None:
         key = self.unique_key
@@ -135,6 +140,12 @@ class QueueBackend(BaseTaskBackend):
                 durations.check(expires, "A task's expires", high=durations.MAX_RETENTION)
             except ValueError as error:
                 raise InvalidTask(str(error)) from None
+        backoff = getattr(task, "backoff", None)
+        if backoff is not None:
+            try:
+                validate_backoff(list(backoff) if isinstance(backoff, tuple) else backoff)
+            except ValidationError as error:
+                raise InvalidTask(f"A task's backoff: {' '.join(error.messages)}") from None
         known_tasks.remember(task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
@@ -225,6 +236,20 @@ class QueueBackend(BaseTaskBackend):
             if any(getattr(queue, k) != v for k, v in limits.items()):
                 queue = set_limits(queue, **limits)
         return queue
+
+    @staticmethod
+    def retry_delay(task: Task, runs: int, message: Message,
+                    exc: BaseException) -> float | None:
+        """Seconds before the retry of a task's failed run number ``runs``: a RetryAfter's
+        delay, else its own ``backoff`` step lengthened by its queue's jitter, else None
+        (the queue's backoff)."""
+        if isinstance(exc, RetryAfter):
+            return exc.delay
+        steps = getattr(task, "backoff", None)
+        if not steps:
+            return None
+        queue = get_queue_by_id(message.queue_id, fastpath.database_of(message))
+        return stepped_delay(steps, runs, queue.retry_jitter).total_seconds()
 
     def should_retry(self, task: Task, attempts: int, exc: BaseException) -> bool:
         max_attempts, retry_on = self.max_attempts, self.retry_on

@@ -244,7 +244,7 @@ def _failed(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, bat
         record.errors = [*record.errors, error_entry(exc, tb)]
         record.status = TaskStatus.READY
         message_inserts.upsert(conn.alias, [record], FINISHED_FIELDS)
-        raise RetryTask(exc.delay if isinstance(exc, RetryAfter) else None,
+        raise RetryTask(backend.retry_delay(task, len(record.worker_ids), message, exc),
                         f"{record.task_path} failed; retrying") from exc
     _finish(conn, message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
 
