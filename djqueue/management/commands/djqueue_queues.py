@@ -1,0 +1,136 @@
+"""Look at queues and operate on them from a shell (the admin and the HTTP API do the
+same): what ``celery inspect``/``celery purge`` and ``aws sqs`` give their users.
+
+    manage.py djqueue_queues                       # every queue's depth, as last sampled
+    manage.py djqueue_queues list --now --json     # sampled now, as JSON
+    manage.py djqueue_queues pause emails reports
+    manage.py djqueue_queues resume emails
+    manage.py djqueue_queues redrive emails.dead --limit 100 [--to emails]
+    manage.py djqueue_queues purge emails --yes
+
+The depths are the reaper's samples (one row a queue, every ``STATS_INTERVAL``), so a
+listing never counts the message table; ``--now`` takes a sample first (one grouped
+pass over the claim index a database, as the reaper's). A partitioned queue has a
+line for each database its rows are on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from djqueue.api import queue_operations, queues
+from djqueue.exceptions import DjqueueError
+from djqueue.management.arguments import whole_number
+from djqueue.models import Message, Queue, State
+from djqueue.monitoring import rollups
+from djqueue.storage import dialects, placement
+
+COLUMNS = ("ready", "scheduled", "in_flight", "waiting", "dead")
+
+
+class Command(BaseCommand):
+    help = "List queues with their depths; pause, resume, redrive or purge them."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action")
+        listing = actions.add_parser("list", help="Every queue's depth (the default).")
+        listing.add_argument("--now", action="store_true",
+                             help="Sample the depths now instead of reading the reaper's.")
+        listing.add_argument("--json", action="store_true", help="One JSON list.")
+        for name, text in (("pause", "Stop workers claiming from the queues."),
+                           ("resume", "Let workers claim from the queues again.")):
+            action = actions.add_parser(name, help=text)
+            action.add_argument("queues", nargs="+", metavar="QUEUE")
+        redrive = actions.add_parser("redrive", help="Move a queue's dead messages back to "
+                                                     "where each failed, or --to a queue.")
+        redrive.add_argument("queue")
+        redrive.add_argument("--to", default=None, metavar="QUEUE")
+        redrive.add_argument("--limit", type=whole_number(), default=None)
+        purge = actions.add_parser("purge", help="Delete a queue's ready, scheduled, waiting "
+                                                 "and dead messages (in-flight ones finish).")
+        purge.add_argument("queue")
+        purge.add_argument("--yes", action="store_true", help="Do it (without: say how many).")
+
+    def handle(self, *args: object, **options: Any) -> None:
+        action = options["action"] or "list"
+        try:
+            if action == "list":
+                self._list(now=options.get("now", False), as_json=options.get("json", False))
+            elif action in ("pause", "resume"):
+                for name in options["queues"]:
+                    queue = (queues.pause if action == "pause" else queues.resume)(name)
+                    self.stdout.write(f"{queue.name}: {'paused' if queue.paused else 'resumed'}")
+            elif action == "redrive":
+                moved = queue_operations.redrive(options["queue"], options["to"],
+                                                 limit=options["limit"])
+                self.stdout.write(f"{options['queue']}: {moved} message(s) redriven")
+            else:
+                self._purge(options["queue"], confirmed=options["yes"])
+        except DjqueueError as exc:  # an unknown queue, a redrive across databases, ...
+            raise CommandError(str(exc)) from None
+
+    def _purge(self, name: str, *, confirmed: bool) -> None:
+        if not confirmed:
+            queue = queues.get_queue(name, fresh=True)
+            doomed = _count_purgeable(queue)
+            raise CommandError(f"Purging {name!r} deletes its {doomed} ready, scheduled, "
+                               "waiting and dead message(s) for good; add --yes to do it.")
+        self.stdout.write(f"{name}: {queue_operations.purge(name)} message(s) purged")
+
+    def _list(self, *, now: bool, as_json: bool) -> None:
+        rows = []
+        for db in placement.databases():
+            if now:
+                with dialects.using(db):
+                    rollups.sample_depth()
+            # A sample taken now is read where it was written, not from a lagging replica.
+            source = db if now else placement.read_database(db)
+            for queue in Queue.objects.using(source).select_related("depth").order_by("name"):
+                rows.append(_row(queue, db))
+        if as_json:
+            self.stdout.write(json.dumps(rows, indent=2))
+            return
+        header = ("QUEUE", "DATABASE", "PAUSED", "READY", "SCHEDULED", "IN FLIGHT", "WAITING",
+                  "DEAD", "OLDEST READY", "SAMPLED")
+        lines = [header] + [(
+            r["name"], r["database"], "yes" if r["paused"] else "no",
+            *("-" if r[c] is None else str(r[c]) for c in COLUMNS),
+            _seconds(r["oldest_ready_age"]),
+            "never" if r["sample_age"] is None else f"{_seconds(r['sample_age'])} ago")
+            for r in rows]
+        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+        for line in lines:
+            self.stdout.write("  ".join(text.ljust(w) for text, w in zip(line, widths,
+                                                                         strict=True)).rstrip())
+
+
+def _row(queue: Queue, db: str) -> dict[str, Any]:
+    """A queue row's line: its depth sample (None where the reaper has taken none)."""
+    depth = getattr(queue, "depth", None)
+    at = timezone.now()
+    return {"name": queue.name, "database": db, "paused": queue.paused,
+            **{c: getattr(depth, c) if depth else None for c in COLUMNS},
+            "oldest_ready_age": _age(at, depth.oldest_ready_at if depth else None),
+            "sample_age": _age(at, depth.sampled_at if depth else None)}
+
+
+def _age(now: Any, then: Any) -> float | None:
+    return None if then is None else round((now - then).total_seconds(), 3)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def _count_purgeable(queue: Queue) -> int:
+    """What a purge would delete, on each database the queue's rows are on."""
+    total = 0
+    for db in placement.databases():
+        total += Message.objects.using(db).filter(
+            queue__name=queue.name,
+            state__in=[State.READY, State.SCHEDULED, State.WAITING, State.DEAD]).count()
+    return total

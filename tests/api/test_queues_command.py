@@ -1,0 +1,99 @@
+"""``manage.py djqueue_queues``: queues' depths, and pause, resume, redrive and purge
+from a shell."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+import djqueue
+from djqueue.models import Message, Queue, State
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def command(*args: str) -> str:
+    out = io.StringIO()
+    call_command("djqueue_queues", *args, stdout=out)
+    return out.getvalue().strip()
+
+
+def _fill() -> None:
+    """emails: 2 ready, 1 scheduled, 1 in flight, 1 dead; reports: empty and paused."""
+    djqueue.create_queue("emails", max_attempts=1)
+    djqueue.create_queue("reports", paused=True)
+    djqueue.send_batch("emails", [{"n": i} for i in range(4)])
+    djqueue.send("emails", {"n": "later"}, delay=600)
+    djqueue.receive("emails")  # in flight
+    [failing] = djqueue.receive("emails")
+    failing.nack(error="bounced")  # max_attempts 1: dead in place
+
+
+def test_the_listing_shows_each_queues_depth_sampled_now_or_by_the_reaper():
+    _fill()
+    before = command()  # no sample yet: the reaper has not run
+    assert before.splitlines()[0].split()[:4] == ["QUEUE", "DATABASE", "PAUSED", "READY"]
+    assert "never" in before and "emails" in before
+    rows = {r["name"]: r for r in json.loads(command("list", "--now", "--json"))}
+    assert {k: rows["emails"][k] for k in ("ready", "scheduled", "in_flight", "waiting",
+                                           "dead")} == {
+        "ready": 2, "scheduled": 1, "in_flight": 1, "waiting": 0, "dead": 1}
+    assert rows["emails"]["oldest_ready_age"] >= 0 and rows["emails"]["sample_age"] >= 0
+    assert (rows["reports"]["paused"], rows["reports"]["ready"]) == (True, 0)
+    table = command("list")  # the sample just taken
+    [emails] = [line.split() for line in table.splitlines() if line.startswith("emails")]
+    assert emails[:8] == ["emails", "default", "no", "2", "1", "1", "0", "1"]
+
+
+def test_pause_and_resume_name_several_queues():
+    _fill()
+    assert command("pause", "emails", "reports") == "emails: paused\nreports: paused"
+    assert set(Queue.objects.values_list("paused", flat=True)) == {True}
+    assert command("resume", "emails") == "emails: resumed"
+    assert Queue.objects.get(name="emails").paused is False
+
+
+def test_a_purge_says_what_it_would_delete_until_told_yes():
+    _fill()
+    with pytest.raises(CommandError, match=r"deletes its 4 ready, scheduled, waiting and dead "
+                                           r"message\(s\) for good; add --yes"):
+        command("purge", "emails")
+    assert Message.objects.count() == 5
+    assert command("purge", "emails", "--yes") == "emails: 4 message(s) purged"
+    assert list(Message.objects.values_list("state", flat=True)) == [State.CLAIMED]
+
+
+def test_a_redrive_moves_dead_letters_back():
+    dead = djqueue.create_queue("jobs.dead")
+    djqueue.create_queue("jobs", max_attempts=1, dead_letter_queue=dead)
+    sent = djqueue.send_batch("jobs", [{"n": i} for i in range(3)])
+    for message in djqueue.receive("jobs", max_messages=3):
+        message.nack(error="down")
+    assert command("redrive", "jobs.dead", "--limit", "2") == "jobs.dead: 2 message(s) redriven"
+    states = dict(Message.objects.filter(pk__in=[m.pk for m in sent]).values_list("pk", "state"))
+    assert sorted(states.values()) == [State.READY, State.READY, State.DEAD]
+
+
+@pytest.mark.parametrize("args, error", [
+    (("pause", "nope"), "nope"),
+    (("purge", "nope", "--yes"), "nope"),
+    (("redrive", "jobs", "--limit", "0"), "must be 1 to"),
+    (("redrive", "jobs", "--limit", "many"), "not a whole number"),
+    (("list", "--everything"), "unrecognized arguments"),
+])
+def test_bad_arguments_are_refused_with_a_reason(args, error):
+    djqueue.create_queue("jobs")
+    with pytest.raises(CommandError, match=error):
+        command(*args)
+
+
+def test_from_a_shell_an_unknown_queue_exits_with_status_1(spawn):
+    djqueue.create_queue("emails")
+    process = spawn("djqueue_queues", "pause", "emails", "nope")
+    assert process.wait(60) == 1
+    output = process.output()
+    assert "emails: paused" in output and "nope" in output
+    assert Queue.objects.get(name="emails").paused
