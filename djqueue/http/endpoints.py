@@ -13,6 +13,7 @@ from typing import Any
 
 from djqueue.http.endpoint_base import endpoint
 from djqueue.http.queue_endpoints import (
+    pausing,
     peek_messages,
     purge_queue,
     queue_attributes,
@@ -42,6 +43,8 @@ def views() -> dict[str, Any]:
         "extend": endpoint(POST=extend_messages),
         "redrive": endpoint(POST=redrive_messages),
         "purge": endpoint(POST=purge_queue),
+        "pause": endpoint(POST=pausing(True)),
+        "resume": endpoint(POST=pausing(False)),
         "publish": endpoint(POST=publish_messages),
         "group-receive": endpoint(POST=receive_from_group),
         "group-ack": endpoint(POST=ack_group_messages),

@@ -1,8 +1,9 @@
 """A queue over HTTP: its attributes and statistics, peek, and full control (redrive,
-purge)."""
+purge, pause and resume)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.db.models import Count, Min
@@ -10,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from djqueue.api import queue_operations
-from djqueue.api.queues import get_queue
+from djqueue.api.queues import get_queue, set_paused
 from djqueue.http import access, bodies
 from djqueue.http.database_threads import in_database
 from djqueue.http.endpoint_base import caller_of, check_name, granted, iso, json_response
@@ -111,3 +112,18 @@ async def purge_queue(request: HttpRequest, queue: str) -> HttpResponse:
         return {"purged": queue_operations.purge(queue)}
 
     return json_response(await in_database(work))
+
+
+def pausing(paused: bool) -> Callable[[HttpRequest, str], Awaitable[HttpResponse]]:
+    """The endpoint that pauses (or resumes) a queue: workers stop (or go on) claiming
+    from it; sends go on either way."""
+
+    async def pause_or_resume(request: HttpRequest, queue: str) -> HttpResponse:
+        def work() -> dict[str, Any]:
+            granted(request, queue, ApiPermission.FULL_CONTROL)
+            bodies.check_fields(bodies.json_body(request), set())
+            return {"paused": set_paused(queue, paused).paused}
+
+        return json_response(await in_database(work))
+
+    return pause_or_resume

@@ -58,6 +58,16 @@ def _finishing(verb: str, fields: dict[str, Any], required: list[str], what: str
         "responses": {**_ok("Done for every receipt", _ref("Done")), **_problems(404, 409)}}}
 
 
+def _pausing(verb: str, what: str) -> dict[str, Any]:
+    return {"post": {
+        "operationId": verb, "tags": ["queues"], "security": [{"token": []}],
+        "summary": what, "parameters": [QUEUE],
+        "requestBody": _body({"type": "object", "additionalProperties": False}),
+        "responses": {**_ok("Whether it is paused now", {
+            "type": "object", "required": ["paused"],
+            "properties": {"paused": {"type": "boolean"}}}), **_problems(404)}}}
+
+
 def openapi() -> dict[str, Any]:
     settings = get_settings()
     batch = settings.HTTP_MAX_BATCH
@@ -128,6 +138,10 @@ def openapi() -> dict[str, Any]:
             "responses": {**_ok("Purged", {"type": "object", "required": ["purged"],
                                            "properties": {"purged": {"type": "integer"}}}),
                           **_problems(404)}}},
+        "/queues/{queue}/pause": _pausing("pause", "Stop workers claiming from the queue; "
+                                                   "sends go on (FULL_CONTROL)"),
+        "/queues/{queue}/resume": _pausing("resume", "Let workers claim from the queue "
+                                                     "again (FULL_CONTROL)"),
         "/topics/{topic}/messages": {"post": {
             "operationId": "publish", "tags": ["topics"], "security": [{"token": []}],
             "summary": "Publish to every consumer group of a topic (SEND on the topic)",

@@ -39,6 +39,8 @@ urlpatterns = [
     path("queues/<str:queue>/extend", _views["extend"], name="extend"),
     path("queues/<str:queue>/redrive", _views["redrive"], name="redrive"),
     path("queues/<str:queue>/purge", _views["purge"], name="purge"),
+    path("queues/<str:queue>/pause", _views["pause"], name="pause"),
+    path("queues/<str:queue>/resume", _views["resume"], name="resume"),
     path("topics/<str:topic>/messages", _views["publish"], name="publish"),
     path("topics/<str:topic>/groups/<str:group>/receive", _views["group-receive"],
          name="group-receive"),

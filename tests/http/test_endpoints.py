@@ -138,7 +138,7 @@ def test_a_lost_lease_gets_409_and_the_others_are_done(api_server, make_token):
         assert Message.objects.get(pk=second["id"]).state == State.CLAIMED  # untouched
 
 
-def test_full_control_redrives_and_purges_and_others_get_403(api_server, make_token):
+def test_full_control_redrives_purges_pauses_and_others_get_403(api_server, make_token):
     djqueue.create_queue("h.dead")
     djqueue.create_queue("h.main", max_attempts=1, dead_letter_queue="h.dead")
     owner = make_token({"h.*": "full_control"})
@@ -149,7 +149,8 @@ def test_full_control_redrives_and_purges_and_others_get_403(api_server, make_to
         http.post("queues/h.main/nack", json={"receipts": [m["receipt"]], "error": "boom"})
         assert Message.objects.get(pk=m["id"]).queue.name == "h.dead"
     with api_server.client(sender) as http:
-        for path in ("queues/h.dead/redrive", "queues/h.main/purge"):
+        for path in ("queues/h.dead/redrive", "queues/h.main/purge", "queues/h.main/pause",
+                     "queues/h.main/resume"):
             denied = http.post(path, json={})
             assert denied.status_code == 403, denied.text
             assert denied.json()["type"] == "urn:djqueue:error:Forbidden"
@@ -158,7 +159,17 @@ def test_full_control_redrives_and_purges_and_others_get_403(api_server, make_to
         assert conforms(moved, "/queues/{queue}/redrive", "POST") == {"moved": 1}
         purged = http.post("queues/h.main/purge", json={})
         assert conforms(purged, "/queues/{queue}/purge", "POST") == {"purged": 1}
-    assert not Message.objects.exists()
+        paused = http.post("queues/h.main/pause", json={})
+        assert conforms(paused, "/queues/{queue}/pause", "POST") == {"paused": True}
+        http.post("queues/h.main/messages", json={"payload": "held"})
+        assert http.post("queues/h.main/receive", json={}).json()["messages"] == []
+        resumed = http.post("queues/h.main/resume", json={})
+        assert conforms(resumed, "/queues/{queue}/resume", "POST") == {"paused": False}
+        got = http.post("queues/h.main/receive", json={}).json()["messages"]
+        assert [m["payload"] for m in got] == ["held"]
+        assert http.post("queues/h.nothing/pause", json={}).status_code == 404
+        assert http.post("queues/h.main/pause", json={"x": 1}).status_code == 400
+    assert Message.objects.get().payload == "held"
 
 
 def test_topics_publish_and_a_group_receives_and_acks(api_server, make_token):

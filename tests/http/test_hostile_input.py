@@ -22,7 +22,8 @@ FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
                                        HealthCheck.too_slow])
 ENDPOINTS = ["queues/h.fuzz/messages", "queues/h.fuzz/receive", "queues/h.fuzz/ack",
              "queues/h.fuzz/nack", "queues/h.fuzz/extend", "queues/h.fuzz/redrive",
-             "queues/h.fuzz/purge", "topics/h.fuzz-topic/messages",
+             "queues/h.fuzz/purge", "queues/h.fuzz/pause", "queues/h.fuzz/resume",
+             "topics/h.fuzz-topic/messages",
              "topics/h.fuzz-topic/groups/g/receive", "topics/h.fuzz-topic/groups/g/ack"]
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70)

@@ -39,5 +39,5 @@ def test_the_server_serves_the_schema_and_its_page(api_server):
         assert http.get("openapi.json").json() == schema.openapi()
         page = http.get("docs/").text
     for operation_id in ("send", "receive", "ack", "nack", "extend", "peek", "getQueue",
-                         "redrive", "purge", "publish", "receiveGroup"):
+                         "redrive", "purge", "pause", "resume", "publish", "receiveGroup"):
         assert f'id="{operation_id}"' in page
