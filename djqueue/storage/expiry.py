@@ -16,7 +16,8 @@ expired messages at the head of the queue, where the next claim would look
 (:func:`sweep_head`), so that a queue no worker serves does not fill with them and hold
 its senders back at ``max_depth``: RabbitMQ drops expired messages at a queue's head
 too. Elsewhere an expired message waits for a claim and counts in its queue's depth,
-as a Celery task past ``expires`` waits in its broker.
+as a Celery task past ``expires`` waits in its broker; a claim that finds nothing but
+expired messages sweeps the head of their queue the same way before it claims again.
 """
 
 from __future__ import annotations

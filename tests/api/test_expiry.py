@@ -70,6 +70,22 @@ def test_a_receive_of_one_behind_expired_messages_gets_the_live_one():
     assert Message.objects.filter(state=State.DEAD).count() == 3
 
 
+def test_a_receive_behind_a_long_run_of_expired_messages_sweeps_them_and_gets_the_live_one():
+    # More than a claim a round could set aside (EXPIRED_ROUNDS + 1 claims of one), on a
+    # queue without a message_ttl, which the reaper does not sweep: the receive sweeps
+    # the head once its claim found nothing but expired messages.
+    djqueue.create_queue("t.expiring")
+    expired = djqueue.send_batch("t.expiring", [{"n": i} for i in range(1200)], expires=0.3)
+    live = djqueue.send("t.expiring", {"n": "live"})
+    past(*expired)
+    [got] = djqueue.receive("t.expiring")
+    assert got.pk == live.pk
+    dead = Message.objects.filter(state=State.DEAD)
+    assert dead.count() == 1200
+    assert set(dead.values_list("attempts", flat=True)) == {0}
+    assert all(m.errors[-1]["error"].startswith("Expired at ") for m in dead[:50])
+
+
 def test_a_worker_never_runs_an_expired_message(spawn):
     djqueue.create_queue("t.record")
     expiring = djqueue.send_batch("t.record", [{"n": i} for i in range(5)], expires=0.2)
