@@ -73,6 +73,8 @@ bench-metrics: $(VENV)/.installed
 soak: $(VENV)/.installed
 	scripts/ensure_system.sh mariadb
 	$(PY) -m tests.faults.soak
+	DJQUEUE_SPREAD_TOTAL=60000 DATABASE_URL=mysql://root@127.0.0.1:3306/test \
+	    $(PY) -m pytest -p no:cacheprovider -q -s tests/placement/test_partition_servers.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache
