@@ -13,6 +13,7 @@ from django.db import connections
 import djqueue
 from djqueue.exceptions import ConfigurationError, PartitionUnavailable
 from djqueue.models import History, Message, Queue, State, Worker
+from djqueue.monitoring import queue_listing
 from djqueue.storage import partitions
 from tests.conftest import wait_until
 from tests.models import Effect
@@ -55,6 +56,19 @@ def test_keys_keep_their_partition_and_keyless_messages_spread():
                                group_keys=["k1", None, "k2", "k1"])
     assert [m.payload["n"] for m in mixed] == [0, 1, 2, 3]
     assert mixed[0]._state.db == mixed[3]._state.db == PARTS[zlib.crc32(b"k1") % 3]
+
+
+def test_the_queue_list_has_a_row_for_each_database_and_one_sum_for_the_queue():
+    djqueue.create_queue("parted.listed")
+    djqueue.send_batch("parted.listed", [{"n": i} for i in range(30)])
+    queue_listing.sample_now()
+    rows, more = queue_listing.queue_rows(prefix="parted.listed", fresh=True)
+    assert [r["database"] for r in rows] == ["default", *PARTS] and not more
+    assert sum(r["ready"] or 0 for r in rows) == 30
+    [combined] = queue_listing.by_queue(rows)
+    assert (combined["name"], combined["ready"], combined["in_flight"]) == (
+        "parted.listed", 30, 0)
+    assert "database" not in combined and combined["sample_age"] >= 0
 
 
 def test_receive_takes_from_every_partition_and_acks_where_each_lives():

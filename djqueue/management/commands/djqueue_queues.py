@@ -8,10 +8,10 @@ same): what ``celery inspect``/``celery purge`` and ``aws sqs`` give their users
     manage.py djqueue_queues redrive emails.dead --limit 100 [--to emails]
     manage.py djqueue_queues purge emails --yes
 
-The depths are the reaper's samples (one row a queue, every ``STATS_INTERVAL``), so a
-listing never counts the message table; ``--now`` takes a sample first (one grouped
-pass over the claim index a database, as the reaper's). A partitioned queue has a
-line for each database its rows are on.
+The depths are the reaper's samples (djqueue.monitoring.queue_listing), so a listing
+never counts the message table; ``--now`` takes a sample first (one grouped pass over
+the claim index a database, as the reaper's). A partitioned queue has a line for each
+database its rows are on.
 """
 
 from __future__ import annotations
@@ -20,16 +20,13 @@ import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 
 from djqueue.api import queue_operations, queues
 from djqueue.exceptions import DjqueueError
 from djqueue.management.arguments import whole_number
 from djqueue.models import Message, Queue, State
-from djqueue.monitoring import rollups
-from djqueue.storage import dialects, placement
-
-COLUMNS = ("ready", "scheduled", "in_flight", "waiting", "dead")
+from djqueue.monitoring import queue_listing
+from djqueue.storage import placement
 
 
 class Command(BaseCommand):
@@ -82,15 +79,9 @@ class Command(BaseCommand):
         self.stdout.write(f"{name}: {queue_operations.purge(name)} message(s) purged")
 
     def _list(self, *, now: bool, as_json: bool) -> None:
-        rows = []
-        for db in placement.databases():
-            if now:
-                with dialects.using(db):
-                    rollups.sample_depth()
-            # A sample taken now is read where it was written, not from a lagging replica.
-            source = db if now else placement.read_database(db)
-            for queue in Queue.objects.using(source).select_related("depth").order_by("name"):
-                rows.append(_row(queue, db))
+        if now:
+            queue_listing.sample_now()
+        rows, _ = queue_listing.queue_rows(fresh=now)
         if as_json:
             self.stdout.write(json.dumps(rows, indent=2))
             return
@@ -98,7 +89,7 @@ class Command(BaseCommand):
                   "DEAD", "OLDEST READY", "SAMPLED")
         lines = [header] + [(
             r["name"], r["database"], "yes" if r["paused"] else "no",
-            *("-" if r[c] is None else str(r[c]) for c in COLUMNS),
+            *("-" if r[c] is None else str(r[c]) for c in queue_listing.COLUMNS),
             _seconds(r["oldest_ready_age"]),
             "never" if r["sample_age"] is None else f"{_seconds(r['sample_age'])} ago")
             for r in rows]
@@ -106,20 +97,6 @@ class Command(BaseCommand):
         for line in lines:
             self.stdout.write("  ".join(text.ljust(w) for text, w in zip(line, widths,
                                                                          strict=True)).rstrip())
-
-
-def _row(queue: Queue, db: str) -> dict[str, Any]:
-    """A queue row's line: its depth sample (None where the reaper has taken none)."""
-    depth = getattr(queue, "depth", None)
-    at = timezone.now()
-    return {"name": queue.name, "database": db, "paused": queue.paused,
-            **{c: getattr(depth, c) if depth else None for c in COLUMNS},
-            "oldest_ready_age": _age(at, depth.oldest_ready_at if depth else None),
-            "sample_age": _age(at, depth.sampled_at if depth else None)}
-
-
-def _age(now: Any, then: Any) -> float | None:
-    return None if then is None else round((now - then).total_seconds(), 3)
 
 
 def _seconds(value: float | None) -> str:
