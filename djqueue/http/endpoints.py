@@ -3,8 +3,9 @@ grant, then calls the queue's Python API (djqueue.api) on a database thread. Eac
 endpoint's request and response are in djqueue.http.schema.
 
 Sending is in djqueue.http.sending_endpoints, receiving and finishing by receipt in
-djqueue.http.receiving_endpoints, a queue's attributes, peek and full control in
-djqueue.http.queue_endpoints; what they share in djqueue.http.endpoint_base.
+djqueue.http.receiving_endpoints, the list of queues, a queue's attributes, peek and
+full control in djqueue.http.queue_endpoints; what they share in
+djqueue.http.endpoint_base.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from djqueue.http.endpoint_base import endpoint
 from djqueue.http.queue_endpoints import (
+    list_queues,
     pausing,
     peek_messages,
     purge_queue,
@@ -35,6 +37,7 @@ from djqueue.http.sending_endpoints import publish_messages, send_messages
 def views() -> dict[str, Any]:
     """The endpoint views by URL name (djqueue.http.urls)."""
     return {
+        "queues": endpoint(GET=list_queues),
         "queue": endpoint(GET=queue_attributes),
         "messages": endpoint(POST=send_messages, GET=peek_messages),
         "receive": endpoint(POST=receive_messages),

@@ -1,5 +1,6 @@
-"""A queue over HTTP: its attributes and statistics, peek, and full control (redrive,
-purge, pause and resume)."""
+"""Queues over HTTP: the list of those a caller has a grant on, with their sampled
+depths; a queue's attributes and statistics, peek, and full control (redrive, purge,
+pause and resume)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,39 @@ from djqueue.http.database_threads import in_database
 from djqueue.http.endpoint_base import caller_of, check_name, granted, iso, json_response
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission, Message, Period, Queue, QueueStat, State
+from djqueue.models.queue import QUEUE_NAME_RE
+from djqueue.monitoring import queue_listing
 from djqueue.storage import placement
 
 STATE_NAMES = {state.name.lower(): state for state in State}
+#: Queues one ``GET queues`` lists at most (its ``limit``).
+MAX_LISTED = 1000
+
+
+async def list_queues(request: HttpRequest) -> HttpResponse:
+    """The queues the caller has any grant on, in name order, each with its depth as the
+    reaper last sampled it (never a count of the message table): ``prefix``, ``after``
+    (the last name of the previous page, which ``next`` gives) and ``limit``."""
+    def work() -> dict[str, Any]:
+        caller = caller_of(request)
+        prefix, after = _query_name(request, "prefix"), _query_name(request, "after")
+        limit = bodies.query_whole(request, "limit", low=1, high=MAX_LISTED, default=100)
+        rows, more = queue_listing.queue_rows(
+            prefix=prefix, after=after, limit=limit,
+            visible=lambda name: any(caller.allows(name, p) for p in ApiPermission))
+        listed = queue_listing.by_queue(rows)
+        return {"queues": listed, "next": listed[-1]["name"] if more else None}
+
+    return json_response(await in_database(work))
+
+
+def _query_name(request: HttpRequest, name: str) -> str:
+    """A query parameter that is a queue's name or the start of one ("" when absent)."""
+    value = request.GET.get(name, "")
+    if value and not QUEUE_NAME_RE.match(value):
+        raise InvalidRequest(f"Query parameter {name!r} must be 1-100 letters, digits, '_', "
+                             "'.', ':' or '-'.")
+    return value
 
 
 async def queue_attributes(request: HttpRequest, queue: str) -> HttpResponse:

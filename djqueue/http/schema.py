@@ -24,14 +24,15 @@ def _ok(description: str, schema: dict[str, Any], status: str = "200") -> dict[s
     return {status: {"description": description, "content": {JSON: {"schema": schema}}}}
 
 
-def _problems(*statuses: int) -> dict[str, Any]:
+def _problems(*statuses: int, forbidden: bool = True) -> dict[str, Any]:
+    """The problem responses: 400 and 401 always, 403 where a grant is needed."""
     text = {400: "Bad input (the detail names the field)", 401: "No usable token",
             403: "No grant for this", 404: "No such queue, topic or group",
             409: "A receipt's lease was lost", 413: "Payload or body too large",
             415: "The body is not JSON",
             429: "The queue is full, or the client's quota is used up"}
     return {str(s): {"description": text[s], "content": {PROBLEM: {"schema": _ref("Problem")}}}
-            for s in (400, 401, 403, *statuses)}
+            for s in (400, 401, *((403,) if forbidden else ()), *statuses)}
 
 
 def _name(where: str, what: str) -> dict[str, Any]:
@@ -78,7 +79,21 @@ def openapi() -> dict[str, Any]:
                       "description": "Seconds before it is visible again."}}
     extend = {"seconds": {"type": "number", "exclusiveMinimum": 0,
                           "description": "The lease's new end, seconds from now."}}
+    name_start = {"type": "string", "pattern": r"^[A-Za-z0-9_.:-]{1,100}$"}
     paths: dict[str, Any] = {
+        "/queues": {"get": {
+            "operationId": "listQueues", "tags": ["queues"], "security": [{"token": []}],
+            "summary": "The queues the caller has a grant on, in name order, with their "
+                       "depths as last sampled (any grant)",
+            "parameters": [
+                {"name": "prefix", "in": "query", "schema": name_start,
+                 "description": "Only the queues whose names start with it."},
+                {"name": "after", "in": "query", "schema": name_start,
+                 "description": "Only the queues after it: the previous page's 'next'."},
+                {"name": "limit", "in": "query", "schema": {
+                    "type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}],
+            "responses": {**_ok("A page of queues (an empty one without grants)",
+                                _ref("QueueList")), **_problems(forbidden=False)}}},
         "/queues/{queue}": {"get": {
             "operationId": "getQueue", "tags": ["queues"], "security": [{"token": []}],
             "summary": "A queue's attributes and statistics (any grant on it)",
@@ -222,6 +237,26 @@ def openapi() -> dict[str, Any]:
                                   "errors": {"type": "array"}}},
         "Done": {"type": "object", "required": ["done"], "properties": {
             "done": {"type": "array", "items": {"type": "integer"}}}},
+        "QueueList": {"type": "object", "required": ["queues", "next"], "properties": {
+            "queues": {"type": "array", "items": _ref("QueueDepth")},
+            "next": {"type": ["string", "null"], "description":
+                     "The 'after' of the next page; null on the last page."}}},
+        "QueueDepth": {"type": "object", "required": [
+            "name", "paused", "ready", "scheduled", "in_flight", "waiting", "dead",
+            "oldest_ready_age", "sample_age"], "properties": {
+            "name": {"type": "string"}, "paused": {"type": "boolean"},
+            **{state: {"type": ["integer", "null"], "description": f"Messages {what}, as "
+                       "the reaper last sampled them (every STATS_INTERVAL); null before "
+                       "its first sample."}
+               for state, what in (("ready", "ready to be claimed"),
+                                   ("scheduled", "delayed or waiting to retry"),
+                                   ("in_flight", "claimed"),
+                                   ("waiting", "behind their ordered group's head"),
+                                   ("dead", "dead-lettered"))},
+            "oldest_ready_age": {"type": ["number", "null"], "description":
+                                 "Seconds the oldest ready message has waited."},
+            "sample_age": {"type": ["number", "null"], "description":
+                           "Seconds since the depths were sampled."}}},
         "Queue": {"type": "object", "required": ["name", "paused", "statistics"], "properties": {
             "name": {"type": "string"}, "paused": {"type": "boolean"},
             "visibility_timeout": {"type": "number"}, "max_attempts": {"type": "integer"},

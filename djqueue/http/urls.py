@@ -31,6 +31,7 @@ def docs_page(request: HttpRequest) -> HttpResponse:
 urlpatterns = [
     path("openapi.json", openapi_json, name="openapi"),
     path("docs/", docs_page, name="docs"),
+    path("queues", _views["queues"], name="queues"),
     path("queues/<str:queue>", _views["queue"], name="queue"),
     path("queues/<str:queue>/messages", _views["messages"], name="messages"),
     path("queues/<str:queue>/receive", _views["receive"], name="receive"),

@@ -172,6 +172,44 @@ def test_full_control_redrives_purges_pauses_and_others_get_403(api_server, make
     assert Message.objects.get().payload == "held"
 
 
+def test_the_queue_list_pages_through_the_granted_queues_with_their_sampled_depths(
+        api_server, make_token):
+    for name in ("h.a1", "h.a2", "h.b1", "other.x"):
+        djqueue.create_queue(name)
+    djqueue.send_batch("h.a1", [1, 2, 3])
+    djqueue.send("h.a2", "later", delay=60)
+    rollups.sample_depth()  # as the reaper does every STATS_INTERVAL
+    djqueue.send("h.a1", 4)  # after the sample: the list reads samples, not messages
+    djqueue.create_queue("h.a3")  # never sampled
+    reader = make_token({"h.a*": "receive", "h.b1": "send"})
+    with api_server.client(reader) as http:
+        page = conforms(http.get("queues", params={"limit": 2}), "/queues", "GET")
+        assert [q["name"] for q in page["queues"]] == ["h.a1", "h.a2"]
+        assert page["next"] == "h.a2"
+        a1, a2 = page["queues"]
+        assert (a1["ready"], a1["scheduled"], a1["in_flight"], a1["waiting"], a1["dead"]) == (
+            3, 0, 0, 0, 0)
+        assert (a2["ready"], a2["scheduled"], a2["paused"]) == (0, 1, False)
+        assert 0 <= a1["sample_age"] < 60 and 0 <= a1["oldest_ready_age"] < 60
+        rest = conforms(http.get("queues", params={"limit": 2, "after": "h.a2"}),
+                        "/queues", "GET")
+        assert [q["name"] for q in rest["queues"]] == ["h.a3", "h.b1"]  # never other.x
+        assert rest["next"] is None
+        a3 = rest["queues"][0]
+        assert a3["ready"] is None and a3["sample_age"] is None  # no sample yet
+        only_b = conforms(http.get("queues", params={"prefix": "h.b"}), "/queues", "GET")
+        assert [q["name"] for q in only_b["queues"]] == ["h.b1"]
+        assert http.get("queues", params={"prefix": "H.B"}).json()["queues"] == []
+        for params, field in (({"limit": 0}, "limit"), ({"limit": 1001}, "limit"),
+                              ({"limit": "x"}, "limit"), ({"prefix": "h b"}, "prefix"),
+                              ({"after": "a" * 101}, "after")):
+            refused = http.get("queues", params=params)
+            assert refused.status_code == 400, (params, refused.text)
+            assert field in refused.json()["detail"]
+    with api_server.client() as http:
+        assert http.get("queues").status_code == 401
+
+
 def test_topics_publish_and_a_group_receives_and_acks(api_server, make_token):
     djqueue.create_topic("h.events")
     djqueue.subscribe("h.events", "billing")

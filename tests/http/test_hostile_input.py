@@ -96,6 +96,18 @@ def test_a_huge_body_gets_413_before_it_is_parsed(fuzz_setup):
 
 
 @FUZZ
+@given(endpoint=st.sampled_from(["queues", "queues/h.fuzz/messages"]),
+       params=st.dictionaries(
+           st.sampled_from(["prefix", "after", "limit", "state", "x"]),
+           st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=120)
+           | st.integers(-(2**40), 2**40).map(str), max_size=3))
+def test_random_query_parameters(fuzz_setup, endpoint, params):
+    before = snapshot()
+    response = fuzz_setup.get(endpoint, params=params)
+    refused_cleanly(response, before, {200, 400})
+
+
+@FUZZ
 @given(token=st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126),
                      min_size=1, max_size=80))
 def test_bad_tokens_get_401(api_server, token):
