@@ -86,6 +86,17 @@ def poison(message: Message) -> None:
     record(message)
 
 
+#: What leaking() keeps: gone only with its process.
+_kept: list[bytes] = []
+
+
+def leaking(message: Message) -> None:
+    """Keeps ``mb`` MB written (so resident) for as long as its process lives, as a
+    handler caching without bound would; records an effect with the process's pid."""
+    _kept.append(b"x" * (message.payload["mb"] << 20))
+    record(message)
+
+
 def lease_test(message: Message) -> None:
     """First delivery: with ``extend``, works ``work`` seconds extending the lease every
     0.3 s; without it, works until the message has been redelivered and the second

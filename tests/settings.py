@@ -107,6 +107,7 @@ DJQUEUE = {
         "t.flaky": "tests.handlers.fail_then_succeed",
         "t.report": "tests.handlers.reporting",
         "t.gc": "tests.handlers.garbage_collection",
+        "t.leak": "tests.handlers.leaking",
         "t.asks": "tests.handlers.asks_later",
         "news:all": "tests.handlers.record",
         # the placement tests (tests/placement): queues on the second database

@@ -26,6 +26,7 @@ from djqueue.models import Message
 from djqueue.polling import Backoff, local_wakeup
 from djqueue.processes.base import ProcessBase
 from djqueue.processes.garbage_collection import collected_less
+from djqueue.processes.memory_limit import ResidentMemoryWatch
 from djqueue.processes.registration import Registration
 from djqueue.processes.thread_switch import switch_interval
 from djqueue.storage import partitions, placement
@@ -56,9 +57,10 @@ class Worker(ProcessBase):
         self.lock_key = uuid.uuid4().hex
         self.id = f"{socket.gethostname()[:60]}:{os.getpid()}:{self.lock_key[:8]}"
         self.stats = WorkerStats()
-        #: Set when stuck handler threads made the worker stop to be started afresh.
+        #: Set when stuck handler threads or --max-rss made it stop to be started afresh.
         self.recycle = False
         self.max_stuck = options.max_stuck or max(4, 2 * options.concurrency)
+        self._memory = ResidentMemoryWatch(options.max_rss, self.id)
         self._held = HeldMessages(self.id)
         self._hook = ClaimHooks(self.handlers, options.queues).hook()
         self._acks = AckBatches(self.id, self.stats, self._held.forget, self._hook)
@@ -143,6 +145,9 @@ class Worker(ProcessBase):
                 logger.error("%d handler thread(s) stuck past the time limit; stopping so the "
                              "process starts afresh", self._threads.stuck,
                              extra={"worker": self.id})
+                self.recycle = True
+                return
+            if self._memory.outgrown():  # --max-rss: finish what it holds, start afresh
                 self.recycle = True
                 return
             # Finished messages awaiting their ack make room: the claim settles them.

@@ -28,6 +28,9 @@ class WorkerOptions:
     #: Abandoned (still running) handler threads past which the worker recycles its
     #: process; default: twice the concurrency, at least 4.
     max_stuck: int | None = None
+    #: Resident memory (MB) past which the worker stops claiming, finishes what it
+    #: holds and starts its process afresh (Celery's --max-memory-per-child).
+    max_rss: int | None = None
 
     def __post_init__(self) -> None:
         """Refuse options no worker could run with (ConfigurationError), before it starts."""
@@ -43,7 +46,7 @@ class WorkerOptions:
                                                         positive=positive))
                 except ValueError as exc:
                     raise ConfigurationError(str(exc)) from None
-        for name in ("concurrency", "batch_size", "max_messages", "max_stuck"):
+        for name in ("concurrency", "batch_size", "max_messages", "max_stuck", "max_rss"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):

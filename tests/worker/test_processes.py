@@ -1,6 +1,7 @@
 """Real worker, reaper and producer processes receiving real signals."""
 
 import itertools
+import os
 import random
 import signal
 import time
@@ -223,3 +224,44 @@ def test_stuck_handler_threads_make_the_worker_restart_its_process_and_carry_on(
     errors = [m.errors[-1]["error"] for m in Message.objects.filter(state=State.DEAD)]
     assert all("TimeLimitExceeded" in e for e in errors), errors
     assert Effect.objects.filter(key=99).count() == 1
+
+
+def test_past_max_rss_the_worker_finishes_what_it_holds_and_starts_afresh(spawn):
+    """A handler keeping 40 MB a message, 480 MB in all: past --max-rss the worker stops
+    claiming, finishes its messages and re-executes itself (same pid), which gives the
+    memory back; every message runs once, none waits out a lease."""
+    djqueue.create_queue("t.leak", visibility_timeout=300)
+    djqueue.send_batch("t.leak", [{"n": i, "mb": 40} for i in range(12)])
+    worker = spawn("djqueue_worker", "t.leak", "-c", "1", "-b", "2", "--max-rss", "320",
+                   env={"DJQUEUE_TEST_LOG_INFO": "1"})
+
+    def resident() -> int:
+        with open(f"/proc/{worker.pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def settled() -> bool:
+        """Every message finished, and the process at work is a fresh one under the limit
+        (the 40 MB blocks went with the exec)."""
+        log = worker.output()
+        restarts = log.count("then starting the process afresh")
+        return (History.objects.count() == 12 and restarts >= 1
+                and log.count("started on t.leak") == restarts + 1 and resident() < 320 << 20)
+
+    wait_until(settled, 120, "every message finished and a fresh process at work",
+               progress=lambda: (History.objects.count(), len(worker.output())))
+    assert worker.popen.poll() is None, worker.output()
+    effects = list(Effect.objects.values_list("key", "attempt", "pid"))
+    assert sorted(key for key, _, _ in effects) == list(range(12))
+    assert {(attempt, pid) for _, attempt, pid in effects} == {(1, worker.pid)}
+    assert not Message.objects.exists()
+
+
+def test_a_max_rss_below_the_workers_own_start_is_refused(spawn):
+    djqueue.create_queue("t.leak")
+    refused = spawn("djqueue_worker", "t.leak", "--max-rss", "5")
+    assert refused.wait(60) == 1
+    assert "--max-rss 5 MB is below the" in refused.output()
+    supervised = spawn("djqueue_worker", "t.leak", "--processes", "2", "--max-rss", "5")
+    assert supervised.wait(60) == 1
+    assert "--max-rss 5 MB is below the" in supervised.output()
+    assert spawn("djqueue_worker", "t.leak", "--max-rss", "0").wait(60) == 2

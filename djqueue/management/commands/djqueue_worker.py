@@ -12,7 +12,7 @@ from djqueue.api.condition_parser import checked_condition
 from djqueue.api.consumer_groups import register_consumer
 from djqueue.exceptions import DjqueueError
 from djqueue.management.arguments import seconds, whole_number
-from djqueue.processes.memory_limit import limit_memory
+from djqueue.processes.memory_limit import limit_memory, resident_megabytes
 from djqueue.worker import registry
 from djqueue.worker.message_worker import Worker
 from djqueue.worker.options import WorkerOptions
@@ -75,6 +75,12 @@ class Command(BaseCommand):
                             help="Cap this process's address space, so a handler allocating "
                                  "past it fails with MemoryError instead of the OOM killer "
                                  "ending the worker.")
+        parser.add_argument("--max-rss", type=whole_number(1, 1 << 30), default=None,
+                            metavar="MB",
+                            help="Once this process's resident memory passes MB, stop "
+                                 "claiming, finish the messages in hand and start the "
+                                 "process afresh (same pid and arguments), so memory a "
+                                 "handler keeps is given back.")
         parser.add_argument("--where", default=None,
                             help="Only claim messages matching this condition, e.g. "
                                  "\"priority >= 5 and headers.region = 'eu'\".")
@@ -102,9 +108,11 @@ class Command(BaseCommand):
                 max_seconds=options["max_seconds"], burst=options["burst"],
                 visibility_timeout=options["visibility_timeout"],
                 shutdown_grace=options["shutdown_grace"], where=options["where"],
-                time_limit=options["time_limit"], max_stuck=options["max_stuck"]))
+                time_limit=options["time_limit"], max_stuck=options["max_stuck"],
+                max_rss=options["max_rss"]))
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
+        check_max_rss(options["max_rss"])
         if task_run_logs is not None:  # records no handler writes are not made
             task_run_logs.follow()
         try:
@@ -123,6 +131,7 @@ class Command(BaseCommand):
             checked_condition(options["where"])
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
+        check_max_rss(options["max_rss"])
         connections.close_all()
         supervisor = Supervisor([sys.executable, *sys.argv], options["processes"],
                                 replace=not options["burst"])
@@ -139,7 +148,8 @@ class Command(BaseCommand):
 
     @staticmethod
     def subscription_queue(spec: str, consumer: str | None) -> str:
-
+        """The queue of the consumer group ``spec`` names (TOPIC:GROUP), where this
+        worker is registered as consumer ``consumer`` (default: the host's name)."""
         topic, sep, group = spec.partition(":")
         if not sep or not topic or not group:
             raise CommandError(f"--subscribe takes TOPIC:GROUP, got {spec!r}.")
@@ -148,3 +158,11 @@ class Command(BaseCommand):
             return register_consumer(topic, group, name).name
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
+
+
+def check_max_rss(limit: int | None) -> None:
+    """Refuse a ``--max-rss`` the process is already past before its first message: it
+    would start afresh again and again without running one."""
+    if limit is not None and (resident := resident_megabytes()) >= limit:
+        raise CommandError(f"--max-rss {limit} MB is below the {resident:.0f} MB this "
+                           "process holds before its first message.")
