@@ -55,7 +55,8 @@ class ReapReport:
     dead_workers: int = 0
     returned_from_dead: int = 0
     expired: int = 0
-    #: Messages past their expiry set aside at the head of a queue with a message_ttl.
+    #: Messages past their expiry set aside at the head of a queue with a message_ttl
+    #: or whose head stood still.
     past_expiry: int = 0
     promoted: int = 0
     pruned: int = 0
@@ -77,7 +78,7 @@ class ReapReport:
 class Reaper(ProcessBase):
     """One pass (``tick``) every ``interval`` seconds: dead workers' claims, expired
     leases, due messages, periodic tasks, expired messages at the head of queues with a
-    ``message_ttl``, statistics and alarms, pruning."""
+    ``message_ttl`` or a head that stood still, statistics and alarms, pruning."""
 
     logger = logger
 
@@ -201,12 +202,19 @@ class Reaper(ProcessBase):
     @staticmethod
     def sweep_expired() -> int:
         """Set aside the expired messages at the head of each queue with a
-        ``message_ttl`` (djqueue.storage.expiry.sweep_head), so that a queue no worker
-        serves does not fill with them. An error in one queue is counted on it and the
-        others are still served."""
+        ``message_ttl``, and of each queue whose head stood still (its oldest ready
+        message, at the last depth sample, had waited over ``STATS_INTERVAL``: paused,
+        served by no worker, or behind a backlog), with
+        djqueue.storage.expiry.sweep_head: so a queue no worker serves does not fill
+        with expired messages, and senders its ``max_depth`` holds back can send again.
+        A queue whose workers keep up is left to its claims, which set expired
+        messages aside as they reach them, and costs nothing here. An error in one
+        queue is counted on it and the others are still served."""
         db, now, total = dialects.alias(), timezone.now(), 0
+        stood_still = now - timedelta(seconds=get_settings().STATS_INTERVAL)
         for queue_id in Queue.objects.using(db).filter(
-                message_ttl__isnull=False).values_list("pk", flat=True):
+                Q(message_ttl__isnull=False) | Q(depth__oldest_ready_at__lt=stood_still)
+        ).values_list("pk", flat=True):
             try:
                 total += expiry.sweep_head(db, queue_id, now)
             except Exception as exc:

@@ -11,13 +11,13 @@ A claim sets expired messages aside before anyone runs them (:func:`set_aside_ex
 after each claim of ``receiver_claims``, which claims again for the rest): each is
 dead-lettered with an error that says when it
 expired, and its expiry is dropped, so a redrive runs it (RabbitMQ drops a dead
-letter's expiry too). On a queue with a ``message_ttl``, the reaper also sets aside the
-expired messages at the head of the queue, where the next claim would look
-(:func:`sweep_head`), so that a queue no worker serves does not fill with them and hold
-its senders back at ``max_depth``: RabbitMQ drops expired messages at a queue's head
-too. Elsewhere an expired message waits for a claim and counts in its queue's depth,
-as a Celery task past ``expires`` waits in its broker; a claim that finds nothing but
-expired messages sweeps the head of their queue the same way before it claims again.
+letter's expiry too). On a queue with a ``message_ttl``, or whose head stood still,
+the reaper also sets aside the expired messages at the head of the queue, where the
+next claim would look (:func:`sweep_head`), so that a queue no worker serves does not
+fill with them and hold its senders back at ``max_depth``: RabbitMQ drops expired
+messages at a queue's head too. A queue whose workers keep up is left to its claims;
+a claim that finds nothing but expired messages sweeps the head of their queue the
+same way before it claims again.
 """
 
 from __future__ import annotations

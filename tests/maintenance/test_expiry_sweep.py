@@ -1,16 +1,19 @@
 """The reaper sets aside expired messages at the head of a queue with a ``message_ttl``
-(djqueue.storage.expiry.sweep_head), so that a queue no worker serves does not fill
-with them and hold its senders back at ``max_depth``.
+or whose head stood still (djqueue.storage.expiry.sweep_head), so that a queue no
+worker serves does not fill with them and hold its senders back at ``max_depth``.
 
 The tests wait for the clock to pass an expiry, never for a process to be late."""
 
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 import djqueue
+from djqueue.conf import get_settings
 from djqueue.exceptions import QueueFull
 from djqueue.maintenance.reaper import Reaper
 from djqueue.models import Message, State
@@ -60,11 +63,27 @@ def test_the_sweep_stops_at_the_first_live_message_of_the_head(monkeypatch):
     assert Message.objects.get(pk=behind.pk).state == State.DEAD
 
 
-def test_queues_without_a_message_ttl_are_left_to_their_claims():
+def test_a_queue_without_a_ttl_is_swept_once_its_head_stood_still():
+    """Without a message_ttl a queue is swept only when the last depth sample showed
+    its oldest ready message waiting over STATS_INTERVAL (0.5 s in the tests): a head
+    its workers keep moving is left to their claims."""
     djqueue.create_queue("plain")
     message = djqueue.send("plain", {"n": 1}, expires=0.2)
     past(message)
-    assert Reaper().tick().past_expiry == 0
+    assert Reaper().tick().past_expiry == 0  # no depth sample yet; this tick takes one
     assert Message.objects.get(pk=message.pk).state == State.READY
+    stood_still = message.sent_at + timedelta(seconds=get_settings().STATS_INTERVAL)
+    wait_until(lambda: timezone.now() > stood_still, 30, "the head to stand still",
+               interval=0.01)
+    assert Reaper().tick().past_expiry == 1
+    dead = Message.objects.get(pk=message.pk)
+    assert (dead.state, dead.attempts) == (State.DEAD, 0)
+    assert dead.errors[-1]["error"].startswith("Expired at ")
+
+
+def test_a_claim_sets_aside_what_no_sweep_has_reached():
+    djqueue.create_queue("plain")
+    message = djqueue.send("plain", {"n": 1}, expires=0.2)
+    past(message)
     assert djqueue.receive("plain") == []
     assert Message.objects.get(pk=message.pk).state == State.DEAD
