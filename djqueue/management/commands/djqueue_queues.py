@@ -24,6 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from djqueue.api import queue_operations, queues
 from djqueue.exceptions import DjqueueError
 from djqueue.management.arguments import whole_number
+from djqueue.management.tables import seconds_text, write_table
 from djqueue.models import Message, Queue, State
 from djqueue.monitoring import queue_listing
 from djqueue.storage import placement
@@ -87,20 +88,12 @@ class Command(BaseCommand):
             return
         header = ("QUEUE", "DATABASE", "PAUSED", "READY", "SCHEDULED", "IN FLIGHT", "WAITING",
                   "DEAD", "OLDEST READY", "SAMPLED")
-        lines = [header] + [(
+        write_table(self.stdout, header, [(
             r["name"], r["database"], "yes" if r["paused"] else "no",
             *("-" if r[c] is None else str(r[c]) for c in queue_listing.COLUMNS),
-            _seconds(r["oldest_ready_age"]),
-            "never" if r["sample_age"] is None else f"{_seconds(r['sample_age'])} ago")
-            for r in rows]
-        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-        for line in lines:
-            self.stdout.write("  ".join(text.ljust(w) for text, w in zip(line, widths,
-                                                                         strict=True)).rstrip())
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} s"
+            seconds_text(r["oldest_ready_age"]),
+            "never" if r["sample_age"] is None else f"{seconds_text(r['sample_age'])} ago")
+            for r in rows])
 
 
 def _count_purgeable(queue: Queue) -> int:

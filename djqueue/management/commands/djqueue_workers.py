@@ -1,0 +1,41 @@
+"""The worker processes serving queues, from their heartbeat rows
+(djqueue.monitoring.worker_listing): what ``celery status`` and ``celery inspect
+active`` give their users.
+
+    manage.py djqueue_workers           # a table, oldest process first
+    manage.py djqueue_workers --json    # one JSON list, with the held messages' ids
+
+A process silent past ``WORKER_TIMEOUT`` is marked late: the reaper judges it dead and
+returns its claims.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from djqueue.management.tables import seconds_text, write_table
+from djqueue.monitoring.worker_listing import worker_rows
+
+
+class Command(BaseCommand):
+    help = "List the worker processes serving queues, with what each holds."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", help="One JSON list.")
+
+    def handle(self, *args: object, **options: Any) -> None:
+        rows = worker_rows()
+        if options["json"]:
+            self.stdout.write(json.dumps(rows, indent=2))
+            return
+        if not rows:
+            self.stdout.write("No worker is registered.")
+            return
+        write_table(self.stdout, ("WORKER", "QUEUES", "THREADS", "HOLDING", "HEARTBEAT", "UP",
+                                  "DATABASES"), [(
+            r["id"], ",".join(r["queues"]) or "-", str(r["concurrency"]), str(r["holding"]),
+            f"{seconds_text(r['heartbeat_age'])} ago" + (" (late)" if r["late"] else ""),
+            seconds_text(r["up"]), ",".join(r["databases"])) for r in rows])

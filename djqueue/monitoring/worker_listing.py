@@ -1,0 +1,44 @@
+"""The processes registered as serving queues (workers, and HTTP API servers holding
+long polls), from the rows they keep alive: what ``manage.py djqueue_workers`` prints,
+as ``celery status`` and ``celery inspect active`` show Celery's workers.
+
+A process writes its row at its start and at every heartbeat (``HEARTBEAT_INTERVAL``)
+on each database whose queues it serves, with how many messages it holds and the ids
+of the first few; one silent for ``WORKER_TIMEOUT`` is judged dead by the reaper,
+which returns its claims. The rows are read from each database itself, not from a
+replica: a heartbeat seconds behind would read as a late worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from djqueue.conf import get_settings
+from djqueue.models import Worker
+from djqueue.storage import placement
+
+
+def worker_rows() -> list[dict[str, Any]]:
+    """One row a process, oldest first: its queues, threads, the messages it held at its
+    freshest heartbeat, that heartbeat's and its start's ages, the databases it is
+    registered on, and whether it is late (silent past WORKER_TIMEOUT)."""
+    now, timeout = timezone.now(), get_settings().WORKER_TIMEOUT
+    found: dict[str, dict[str, Any]] = {}
+    for db in placement.databases():
+        for worker in Worker.objects.using(db):
+            beat_age = round((now - worker.heartbeat_at).total_seconds(), 3)
+            row = found.get(worker.id)
+            if row is not None:
+                row["databases"].append(db)
+                if beat_age >= row["heartbeat_age"]:
+                    continue  # an older beat than the one already read
+            else:
+                row = found[worker.id] = {"databases": [db]}
+            row.update(id=worker.id, hostname=worker.hostname, pid=worker.pid,
+                       queues=list(worker.queues or []), concurrency=worker.concurrency,
+                       holding=worker.holding, held_ids=list(worker.held_ids or []),
+                       up=round((now - worker.started_at).total_seconds(), 3),
+                       heartbeat_age=beat_age, late=beat_age > timeout)
+    return sorted(found.values(), key=lambda row: -row["up"])
