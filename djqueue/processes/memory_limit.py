@@ -50,8 +50,10 @@ class ResidentMemoryWatch:
         self._checked = 0.0
 
     def outgrown(self) -> bool:
+        if self.limit is None:  # the worker's loop asks on every round
+            return False
         now = time.monotonic()
-        if self.limit is None or now < self._checked + self.interval:
+        if now < self._checked + self.interval:
             return False
         self._checked = now
         resident = resident_megabytes()

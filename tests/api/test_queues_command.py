@@ -1,5 +1,5 @@
-"""``manage.py djqueue_queues``: queues' depths, and pause, resume, redrive and purge
-from a shell."""
+"""``manage.py djqueue_queues``: queues' depths, and peek, pause, resume, redrive and
+purge from a shell."""
 
 from __future__ import annotations
 
@@ -66,6 +66,30 @@ def test_a_purge_says_what_it_would_delete_until_told_yes():
     assert list(Message.objects.values_list("state", flat=True)) == [State.CLAIMED]
 
 
+def test_peek_shows_messages_oldest_first_without_claiming_them():
+    _fill()
+    table = command("peek", "emails").splitlines()
+    assert table[0].split() == ["ID", "STATE", "ATTEMPTS", "SENT", "GROUP", "PAYLOAD", "LAST",
+                                "ERROR"]
+    assert [line.split()[1] for line in table[1:]] == [
+        "claimed", "dead", "ready", "ready", "scheduled"]
+    [dead_line] = [line for line in table if " dead " in line]
+    assert '{"n":1}' in dead_line and dead_line.rstrip().endswith("bounced")
+    dead = json.loads(command("peek", "emails", "--state", "dead", "--json"))
+    assert [(m["state"], m["payload"], m["attempts"]) for m in dead] == [("dead", {"n": 1}, 1)]
+    assert dead[0]["errors"][-1]["error"] == "bounced"
+    assert len(command("peek", "emails", "--limit", "2").splitlines()) == 3
+    assert Message.objects.filter(state=State.CLAIMED).count() == 1  # nothing claimed
+    long = djqueue.send("emails", {"text": "x" * 500})
+    [line] = [line for line in command("peek", "emails", "--state", "ready", "--limit", "5")
+              .splitlines() if line.startswith(str(long.pk))]
+    assert "…" in line and len(line) < 200
+    # A body written past the checks (not JSON) is shown as text, not a traceback.
+    Message.objects.filter(pk=long.pk).update(body="{not json")
+    [bad] = [m for m in json.loads(command("peek", "emails", "--json")) if m["id"] == long.pk]
+    assert bad["payload"] == {"unreadable_body": "{not json"}
+
+
 def test_a_redrive_moves_dead_letters_back():
     dead = djqueue.create_queue("jobs.dead")
     djqueue.create_queue("jobs", max_attempts=1, dead_letter_queue=dead)
@@ -83,6 +107,9 @@ def test_a_redrive_moves_dead_letters_back():
     (("redrive", "jobs", "--limit", "0"), "must be 1 to"),
     (("redrive", "jobs", "--limit", "many"), "not a whole number"),
     (("list", "--everything"), "unrecognized arguments"),
+    (("peek", "nope"), "nope"),
+    (("peek", "jobs", "--state", "lost"), "invalid choice"),
+    (("peek", "jobs", "--limit", "10001"), "must be 1 to"),
 ])
 def test_bad_arguments_are_refused_with_a_reason(args, error):
     djqueue.create_queue("jobs")

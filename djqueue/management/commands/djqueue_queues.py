@@ -5,6 +5,7 @@ same): what ``celery inspect``/``celery purge`` and ``aws sqs`` give their users
     manage.py djqueue_queues list --now --json     # sampled now, as JSON
     manage.py djqueue_queues pause emails reports
     manage.py djqueue_queues resume emails
+    manage.py djqueue_queues peek emails.dead --limit 20 [--state dead] [--json]
     manage.py djqueue_queues redrive emails.dead --limit 100 [--to emails]
     manage.py djqueue_queues purge emails --yes
 
@@ -31,7 +32,7 @@ from djqueue.storage import placement
 
 
 class Command(BaseCommand):
-    help = "List queues with their depths; pause, resume, redrive or purge them."
+    help = "List queues with their depths; peek at, pause, resume, redrive or purge them."
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action")
@@ -48,6 +49,15 @@ class Command(BaseCommand):
         redrive.add_argument("queue")
         redrive.add_argument("--to", default=None, metavar="QUEUE")
         redrive.add_argument("--limit", type=whole_number(), default=None)
+        peek = actions.add_parser("peek", help="A queue's messages, oldest first, without "
+                                               "claiming them.")
+        peek.add_argument("queue")
+        peek.add_argument("--state", choices=[state.name.lower() for state in State],
+                          default=None)
+        peek.add_argument("--limit", type=whole_number(1, queue_operations.MAX_PEEK),
+                          default=10)
+        peek.add_argument("--json", action="store_true",
+                          help="One JSON list, with whole payloads, headers and errors.")
         purge = actions.add_parser("purge", help="Delete a queue's ready, scheduled, waiting "
                                                  "and dead messages (in-flight ones finish).")
         purge.add_argument("queue")
@@ -62,6 +72,9 @@ class Command(BaseCommand):
                 for name in options["queues"]:
                     queue = (queues.pause if action == "pause" else queues.resume)(name)
                     self.stdout.write(f"{queue.name}: {'paused' if queue.paused else 'resumed'}")
+            elif action == "peek":
+                self._peek(options["queue"], options["state"], options["limit"],
+                           as_json=options["json"])
             elif action == "redrive":
                 moved = queue_operations.redrive(options["queue"], options["to"],
                                                  limit=options["limit"])
@@ -94,6 +107,50 @@ class Command(BaseCommand):
             seconds_text(r["oldest_ready_age"]),
             "never" if r["sample_age"] is None else f"{seconds_text(r['sample_age'])} ago")
             for r in rows])
+
+
+    def _peek(self, name: str, state: str | None, limit: int, *, as_json: bool) -> None:
+        found = queue_operations.peek(name, state=None if state is None else State[
+            state.upper()], limit=limit)
+        if as_json:
+            self.stdout.write(json.dumps([_peeked(m) for m in found], indent=2))
+            return
+        write_table(self.stdout, ("ID", "STATE", "ATTEMPTS", "SENT", "GROUP", "PAYLOAD",
+                                  "LAST ERROR"), [(
+            str(m.pk), State(m.state).name.lower(), str(m.attempts),
+            m.sent_at.isoformat(timespec="seconds"), m.group_key or "-",
+            _excerpt(m.encoded_body), _excerpt(_last_error(m.errors))) for m in found])
+
+
+def _peeked(message: Message) -> dict[str, Any]:
+    """A message as ``peek --json`` shows it; a body that is not JSON (a row written by
+    hand) is shown as its text, so one bad row does not end the listing."""
+    try:
+        payload: Any = message.payload
+    except ValueError:
+        payload = {"unreadable_body": message.encoded_body[:1000]}
+    return {"id": message.pk, "state": State(message.state).name.lower(),
+            "attempts": message.attempts, "priority": message.priority,
+            "group_key": message.group_key, "sent_at": message.sent_at.isoformat(),
+            "visible_at": message.visible_at.isoformat() if message.visible_at else None,
+            "headers": message.headers or {}, "payload": payload,
+            "errors": message.errors or []}
+
+
+def _last_error(errors: object) -> object:
+    """The last recorded error's text, if ``errors`` holds one (it may be anything in a
+    row written by hand)."""
+    if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
+        return errors[-1].get("error")
+    return None
+
+
+def _excerpt(text: object, width: int = 60) -> str:
+    """``text`` on one line, cut to ``width`` characters ('-' for none)."""
+    if text is None:
+        return "-"
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= width else flat[:width - 1] + "…"
 
 
 def _count_purgeable(queue: Queue) -> int:
