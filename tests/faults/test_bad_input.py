@@ -9,6 +9,7 @@ database is exactly as it was. Runs on the suite's test database.
 
 from __future__ import annotations
 
+import io
 import math
 import time
 import traceback
@@ -191,6 +192,19 @@ def test_reaper_and_export_command_options(world, interval, since):
     attempt(lambda: call_command("djqueue_reaper", "--once", "--interval", interval))
     attempt(lambda: call_command("djqueue_export", "--out", "/nonexistent/x", "--since", since,
                                  "--until", "1999-01-01", "--format", "nope"))
+
+
+@FUZZ
+@given(state=option_values, limit=option_values,
+       queue=st.sampled_from(["jobs", "jobs.dead", "nope", "", "x" * 200, "a b"]))
+def test_queues_and_workers_command_options(world, state, limit, queue):
+    quiet = io.StringIO()
+    attempt(lambda: call_command("djqueue_queues", "peek", queue, "--state", state,
+                                 "--limit", limit, stdout=quiet))
+    attempt(lambda: call_command("djqueue_queues", "redrive", queue, "--limit", limit,
+                                 "--to", state, stdout=quiet))
+    attempt(lambda: call_command("djqueue_queues", "list", "--json", stdout=quiet))
+    attempt(lambda: call_command("djqueue_workers", "--json", stdout=quiet))
 
 
 @pytest.fixture
