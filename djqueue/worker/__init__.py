@@ -8,7 +8,9 @@ runs handlers on threads, acks in batches), the calls of handlers
 (``held_messages``), the acks that wait to ride with the next claim
 (``ack_batches``), handlers' hooks in that transaction (``claim_hooks``),
 the claims on each database (``database_claims``) and when each is next due
-(``database_pacing``), prefetch pacing (``prefetch``), the supervisor of several worker processes
+(``database_pacing``), prefetch pacing (``prefetch``), when the worker's loop
+ends by itself (``run_limits``: --max-messages, --max-seconds, stuck threads,
+--max-rss), the supervisor of several worker processes
 (``djqueue_worker --processes``), and ``djqueue.drain()``, which runs handlers in
 the caller's thread for tests (``inline_drain``).
 

@@ -26,7 +26,6 @@ from djqueue.models import Message
 from djqueue.polling import Backoff, local_wakeup
 from djqueue.processes.base import ProcessBase
 from djqueue.processes.garbage_collection import collected_less
-from djqueue.processes.memory_limit import ResidentMemoryWatch
 from djqueue.processes.registration import Registration
 from djqueue.processes.thread_switch import switch_interval
 from djqueue.storage import partitions, placement
@@ -40,6 +39,7 @@ from djqueue.worker.handler_threads import HandlerThreads
 from djqueue.worker.held_messages import HeldMessages
 from djqueue.worker.options import WorkerOptions
 from djqueue.worker.prefetch import Prefetch
+from djqueue.worker.run_limits import RunLimits
 
 logger = logging.getLogger("djqueue.worker")
 
@@ -57,10 +57,7 @@ class Worker(ProcessBase):
         self.lock_key = uuid.uuid4().hex
         self.id = f"{socket.gethostname()[:60]}:{os.getpid()}:{self.lock_key[:8]}"
         self.stats = WorkerStats()
-        #: Set when stuck handler threads or --max-rss made it stop to be started afresh.
-        self.recycle = False
-        self.max_stuck = options.max_stuck or max(4, 2 * options.concurrency)
-        self._memory = ResidentMemoryWatch(options.max_rss, self.id)
+        self.limits = RunLimits(options, self.id, self.stats)
         self._held = HeldMessages(self.id)
         self._hook = ClaimHooks(self.handlers, options.queues).hook()
         self._acks = AckBatches(self.id, self.stats, self._held.forget, self._hook)
@@ -139,22 +136,13 @@ class Worker(ProcessBase):
             backoff.answered()  # before the results are collected and the claim starts
             self._give_up_overdue()
             self._acks.collect()
-            if self._limit_reached():
-                return
-            if self._threads.stuck >= self.max_stuck or self._threads.exhausted:
-                logger.error("%d handler thread(s) stuck past the time limit; stopping so the "
-                             "process starts afresh", self._threads.stuck,
-                             extra={"worker": self.id})
-                self.recycle = True
-                return
-            if self._memory.outgrown():  # --max-rss: finish what it holds, start afresh
-                self.recycle = True
+            if self.limits.reached(self._threads):  # what it holds is finished at shutdown
                 return
             # Finished messages awaiting their ack make room: the claim settles them.
             outstanding = len(self._held) - len(self._acks.unflushed)
             room = self._prefetch.most_held(outstanding) - outstanding
             batch = self._prefetch.batch_size
-            want = min(room, batch, self._left())
+            want = min(room, batch, self.limits.left(batch, len(self._held)))
             got = 0
             if want > 0 and (room >= batch or not outstanding):
                 # An idle worker's poll reads before it opens a claim; one woken by a
@@ -215,20 +203,6 @@ class Worker(ProcessBase):
         self.stats.claim_errors += 1
         if isinstance(exc, DatabaseError):
             reset_connection()
-
-    def _left(self) -> int:
-        """How many more messages ``--max-messages`` lets this worker claim."""
-        limit = self.options.max_messages
-        if limit is None:
-            return self._prefetch.batch_size
-        return limit - self.stats.processed - len(self._held)
-
-    def _limit_reached(self) -> bool:
-        limit = self.options.max_messages
-        if limit is not None and self.stats.processed >= limit:
-            return True
-        seconds = self.options.max_seconds
-        return seconds is not None and time.monotonic() - self.stats.started >= seconds
 
     # Handler threads
 

@@ -120,7 +120,7 @@ class Command(BaseCommand):
         finally:
             if task_run_logs is not None:
                 task_run_logs.stop_following()
-        if worker.recycle:
+        if worker.limits.recycle:
             self.restart()
 
     @staticmethod
