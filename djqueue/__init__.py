@@ -13,6 +13,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "send": "djqueue.api.sending", "send_batch": "djqueue.api.sending",
+    "asend": "djqueue.api.async_sending", "asend_batch": "djqueue.api.async_sending",
+    "apublish": "djqueue.api.async_sending", "apublish_batch": "djqueue.api.async_sending",
     "receive": "djqueue.api.receiving", "consume": "djqueue.api.receiving",
     "OwnerSession": "djqueue.api.receiving",
     "ack_many": "djqueue.storage.transitions",

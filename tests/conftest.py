@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
 from djqueue.storage.queue_lookup import forget_cached
@@ -283,6 +285,18 @@ def in_threads(work: Callable[[int], object], count: int, timeout: float = 120,
     if late:
         pytest.fail(f"threads {late} of {count} still running after {timeout}s")
     return results
+
+
+def run_async(coroutine: Any) -> Any:
+    """Run a coroutine from a sync test, closing afterwards the connections of the
+    thread that ``sync_to_async`` used (it is not the test's own)."""
+    async def main() -> Any:
+        try:
+            return await coroutine
+        finally:
+            await sync_to_async(connections.close_all, thread_sensitive=True)()
+
+    return asyncio.run(main())
 
 
 def kill(process: Process) -> None:

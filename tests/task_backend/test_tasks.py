@@ -1,12 +1,9 @@
 """django.tasks on djqueue, through the public Tasks API and real worker processes."""
 
-import asyncio
 import signal
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connections
 from django.utils import timezone
 
 from djqueue.exceptions import TaskCancelled, TaskTimeout
@@ -14,21 +11,10 @@ from djqueue.models import History, Message, TaskRecord, TaskStatus, Worker
 from djqueue.tasks.backend import cancel
 from djqueue.tasks.compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
 from tests import tasks
-from tests.conftest import in_threads, kill, wait_until
+from tests.conftest import in_threads, kill, run_async, wait_until
 from tests.models import Effect, SignalLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_async(coroutine):
-    """Run a coroutine, closing the connections of the thread sync_to_async used."""
-    async def main():
-        try:
-            return await coroutine
-        finally:
-            await sync_to_async(connections.close_all, thread_sensitive=True)()
-
-    return asyncio.run(main())
 
 
 def finished(*results) -> bool:
