@@ -45,6 +45,7 @@ _EXPORTS = {
     "group_queues": "djqueue.api.consumer_groups",
     "Message": "djqueue.models", "Queue": "djqueue.models", "State": "djqueue.models",
     "Postpone": "djqueue.exceptions", "RetryAfter": "djqueue.exceptions",
+    "BatchFailures": "djqueue.exceptions",
     "drain": "djqueue.worker.inline_drain",
 }
 

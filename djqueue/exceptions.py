@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -89,6 +90,20 @@ class RetryAfter(DjqueueError):
 def _seconds(delay: object) -> object:
     """A delay as written in a message: a timedelta in seconds, anything else as given."""
     return f"{delay.total_seconds():g}" if isinstance(delay, timedelta) else delay
+
+
+class BatchFailures(DjqueueError):
+    """Raised by a batch handler (``@handler(queue, batch=N)``) when some of its messages
+    failed and the rest are done (SQS's partial batch response). ``failures`` maps each
+    failed message (or its id) to what came of it: an exception, as a handler of one
+    message would raise it (``RetryAfter``, ``Postpone`` and ``UnprocessableMessage``
+    keep their meaning), or a text, recorded as the delivery's error. The messages it
+    does not name are acked. Naming a message that is not in the batch fails the whole
+    batch, so that a mistake never acks a message by chance."""
+
+    def __init__(self, failures: Mapping[Any, BaseException | str]) -> None:
+        self.failures = dict(failures)
+        super().__init__(f"{len(self.failures)} message(s) of the batch failed")
 
 
 class UntrustedTask(UnprocessableMessage):

@@ -6,7 +6,8 @@ project: ``opentelemetry-instrument``, or its own set-up code), ``send``,
 its context in the message's headers (W3C ``traceparent``/``tracestate``); the
 worker continues the trace with a CONSUMER span around each handler run, so
 one trace goes from the web request that sent a message to every delivery of
-it (a retry is a second consumer span of the same trace). Names and
+it (a retry is a second consumer span of the same trace). A batch handler's run
+is one CONSUMER span of its own trace, linked to each message's sending span. Names and
 attributes follow OpenTelemetry's messaging conventions: spans ``send <queue>``
 and ``process <queue>``; ``messaging.system`` (djqueue),
 ``messaging.destination.name``, ``messaging.operation.type``,
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from djqueue.conf import get_settings
@@ -128,6 +129,43 @@ def _processing(tracer: Any, queue: str, message_id: int, attempt: int,
         attributes["djqueue.message.group_key"] = group_key
     with tracer.start_as_current_span(f"process {queue}", context=propagate.extract(carrier),
                                       kind=SpanKind.CONSUMER, attributes=attributes,
+                                      record_exception=False,
+                                      set_status_on_exception=False) as span:
+        try:
+            yield
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+
+
+def processing_batch(queue: str, messages: Sequence[Any]) -> contextlib.AbstractContextManager[None]:
+    """A CONSUMER span around one batch handler run: a trace of its own, linked to the
+    trace each message's headers carry (OpenTelemetry's rule for batch processing)."""
+    tracer = _tracer()
+    if tracer is None:
+        return _UNTRACED
+    return _processing_batch(tracer, queue, messages)
+
+
+@contextlib.contextmanager
+def _processing_batch(tracer: Any, queue: str, messages: Sequence[Any]) -> Iterator[None]:
+    from opentelemetry import propagate
+    from opentelemetry.trace import Link, SpanKind, Status, StatusCode, get_current_span
+
+    links = []
+    for message in messages:
+        carrier = {k: v for k, v in (message.headers or {}).items()
+                   if k in CONTEXT_HEADERS and isinstance(v, str)}
+        context = get_current_span(propagate.extract(carrier)).get_span_context()
+        if context.is_valid:
+            links.append(Link(context, {"messaging.message.id": str(message.pk)}))
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM, "messaging.destination.name": queue,
+        "messaging.operation.type": "process", "messaging.operation.name": "process",
+        "messaging.batch.message_count": len(messages)}
+    with tracer.start_as_current_span(f"process {queue}", kind=SpanKind.CONSUMER,
+                                      attributes=attributes, links=links,
                                       record_exception=False,
                                       set_status_on_exception=False) as span:
         try:

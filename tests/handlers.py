@@ -7,8 +7,9 @@ import random
 import time
 from pathlib import Path
 
-from djqueue.exceptions import Postpone, RetryAfter
+from djqueue.exceptions import BatchFailures, Postpone, RetryAfter
 from djqueue.models import Message
+from djqueue.worker.registry import handler
 from tests.models import Effect, Run
 
 
@@ -147,3 +148,29 @@ def reporting(message: Message) -> None:
     logging.getLogger("tests.quiet").debug("below the kept level")
     message.progress(1.0, "done")
     log.info("saved image %s", payload["n"])
+
+
+@handler("t.batched", batch=50)
+def record_batch(messages: list[Message]) -> None:
+    """A batch handler: an Effect row a message, ``attempt`` the size of its run. A
+    payload's ``fail`` names it in a BatchFailures; ``raise`` raises for the whole run
+    (``"retry"``: RetryAfter(60), ``"stranger"``: a BatchFailures naming no message of
+    the run); ``sleep`` holds the run that many seconds first."""
+    time.sleep(max((m.payload.get("sleep", 0) for m in messages), default=0))
+    Effect.objects.bulk_create([Effect(key=m.payload["n"], attempt=len(messages),
+                                       pid=os.getpid()) for m in messages])
+    raises = {m.payload.get("raise") for m in messages}
+    if "retry" in raises:
+        raise RetryAfter(60, "the service asked for a minute")
+    if "stranger" in raises:
+        raise BatchFailures({-1: "no such message"})
+    failed = {m: f"refused {m.payload['n']}" for m in messages if m.payload.get("fail")}
+    if failed:
+        raise BatchFailures(failed)
+
+
+@handler("t.abatched", batch=10)
+async def record_batch_async(messages: list[Message]) -> None:
+    """An async batch handler: an Effect row a message, ``attempt`` the run's size."""
+    await Effect.objects.abulk_create([Effect(key=m.payload["n"], attempt=len(messages))
+                                       for m in messages])

@@ -1,4 +1,5 @@
-"""Running one message's handler on a handler thread: the call, and what came of it.
+"""Running a handler on a handler thread, for one message or a batch: the call, and what
+came of it.
 
 A handler runs outside any transaction (unless its queue asks for exactly-once,
 when it runs inside the transaction that acks it). Whatever it raises becomes
@@ -7,7 +8,8 @@ exceptions say instead what to do with the message: Postpone (give it back for a
 while, uncounted), RetryAfter (a failure, retried after the delay it names) and
 UnprocessableMessage (dead-letter it now). A stale delivery of an ordered group
 is skipped, and a thread's connection that sat idle is checked before the handler
-uses it.
+uses it. A batch handler's exception fails each of its messages, but BatchFailures,
+which fails only those it names.
 """
 
 from __future__ import annotations
@@ -23,7 +25,13 @@ from collections.abc import Callable
 from django.db import DatabaseError, close_old_connections, connections
 
 from djqueue import tracing
-from djqueue.exceptions import NotOwner, Postpone, RetryAfter, UnprocessableMessage
+from djqueue.exceptions import (
+    BatchFailures,
+    NotOwner,
+    Postpone,
+    RetryAfter,
+    UnprocessableMessage,
+)
 from djqueue.models import Message
 from djqueue.storage import dialects, fastpath, handler_reports, ordered_groups, placement
 from djqueue.storage.transitions import asked_delay, run_and_ack
@@ -61,10 +69,41 @@ class HandlerCalls:
         self.inline = inline
         self._prefetch = prefetch
         self._thread_state = threading.local()
+        #: The most messages a run of each batch handler's queue takes.
+        self.batches = {name: entry.batch for name, entry in handlers.items()
+                        if entry.batch is not None}
+
+    def runs(self, messages: list[Message]) -> list[Message | list[Message]]:
+        """The handler runs of one claim's ``messages``, in their order: a run a message,
+        but a batch handler's messages in lists of up to its ``batch``."""
+        if not self.batches:
+            return list(messages)
+        runs: list[Message | list[Message]] = []
+        open_batches: dict[str, list[Message]] = {}
+        for message in messages:
+            name = message.queue.name
+            most = self.batches.get(name)
+            if most is None:
+                runs.append(message)
+                continue
+            batch = open_batches.get(name)
+            if batch is None or len(batch) >= most:
+                batch = open_batches[name] = []
+                runs.append(batch)
+            batch.append(message)
+        return runs
+
+    def run(self, item: Message | list[Message]) -> Done | list[Done]:
+        """One handler run of :meth:`runs`."""
+        return self.execute_batch(item) if isinstance(item, list) else self.execute(item)
 
     def exactly_once(self, message: Message) -> bool:
+        """Whether ``message``'s handler runs in the transaction that acks it (a batch
+        handler never does; djqueue.worker.registry.serving refuses one on an
+        exactly-once queue)."""
         queue = message.queue
-        return _exactly_once(self.handlers[queue.name], queue.exactly_once)
+        entry = self.handlers[queue.name]
+        return entry.batch is None and _exactly_once(entry, queue.exactly_once)
 
     def execute(self, message: Message) -> Done:
         queue = message.queue
@@ -86,6 +125,41 @@ class HandlerCalls:
         # goes to its message's database (djqueue.storage.placement).
         with dialects.using(fastpath.database_of(message)):
             return self._run(message, queue.skip_stale, call, exactly_once)
+
+    def execute_batch(self, messages: list[Message]) -> list[Done]:
+        """Call a batch handler with ``messages`` (of one queue, claimed together): those
+        it did not fail are done, the stale deliveries of an ordered queue skipped."""
+        queue = messages[0].queue
+        entry = self.handlers[queue.name]
+        if not self.inline:
+            self._check_idle_connection()
+        stale: list[Done] = []
+        running = messages
+        try:
+            if queue.skip_stale:
+                stale = [Done(m, lost=True) for m in messages if ordered_groups.is_stale(m)]
+                skipped = {d.message.pk for d in stale}
+                running = [m for m in messages if m.pk not in skipped]
+            if not running:
+                return stale
+            started = time.monotonic()
+            with dialects.using(fastpath.database_of(running[0])), \
+                    tracing.processing_batch(queue.name, running):
+                if entry.is_async:
+                    asyncio.run(entry.func(running))
+                else:
+                    entry.func(running)
+            if self._prefetch is not None:
+                self._prefetch.handled((time.monotonic() - started) / len(running))
+            return stale + [Done(message) for message in running]
+        except BaseException as exc:
+            if isinstance(exc, DatabaseError) and not self.inline:
+                reset_connection()
+            return stale + batch_outcomes(running, exc)
+        finally:
+            if not self.inline:
+                close_old_connections()
+            self._thread_state.last_used = time.monotonic()
 
     def _run(self, message: Message, skip_stale: bool, call: Callable[[], None],
              exactly_once: bool) -> Done:
@@ -146,6 +220,25 @@ def outcome_of(message: Message, exc: BaseException) -> Done:
                     retry_delay=delay)
     error = "".join(traceback.format_exception(exc)) or repr(exc)
     return Done(message, error=error, dead=isinstance(exc, UnprocessableMessage))
+
+
+def batch_outcomes(messages: list[Message], exc: BaseException) -> list[Done]:
+    """What a batch handler's exception makes of its messages: BatchFailures fails those
+    it names, each as its own exception would, and the rest are done; a BatchFailures
+    that names a message not in the batch, or any other exception, fails them all."""
+    if not isinstance(exc, BatchFailures):
+        return [outcome_of(message, exc) for message in messages]
+    by_id = {message.pk: message for message in messages}
+    failed: dict[int, BaseException] = {}
+    for named, failure in exc.failures.items():
+        pk = named.pk if isinstance(named, Message) else named
+        if isinstance(pk, bool) or not isinstance(pk, int) or pk not in by_id:
+            error = ValueError(f"BatchFailures names {named!r}, which is not a message of "
+                               f"this batch (its ids: {sorted(by_id)}); the whole batch failed.")
+            return [outcome_of(message, error) for message in messages]
+        failed[pk] = failure if isinstance(failure, BaseException) else Exception(str(failure))
+    return [outcome_of(message, failed[message.pk]) if message.pk in failed
+            else Done(message) for message in messages]
 
 
 def _exactly_once(entry: registry.Handler, queue_says: bool) -> bool:

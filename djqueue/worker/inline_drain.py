@@ -33,7 +33,7 @@ DRAIN_LIMIT = 10_000
 class Drained:
     """What one :func:`drain` did."""
 
-    #: Handler runs (deliveries claimed).
+    #: Deliveries claimed (a batch handler's run counts each of its messages).
     runs: int = 0
     acked: int = 0
     #: Failed runs, retried later or dead-lettered; their errors are in ``errors``.
@@ -58,7 +58,8 @@ def drain(*queues: str | Queue, delayed: bool = False, limit: int = DRAIN_LIMIT)
     made ready at once, again after every run, so retries run to their end. The
     queues' own rules hold: paused queues, ordered groups, rate and concurrency
     limits (a limit that holds a message back ends the drain, as nothing is ready).
-    Handlers that are ``async`` run with ``asyncio.run``: call from sync code.
+    Handlers that are ``async`` run with ``asyncio.run``: call from sync code. A batch
+    handler gets up to its ``batch`` of its queue's ready messages a run.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"drain() needs a limit of at least 1 run, got {limit!r}.")
@@ -73,8 +74,19 @@ def drain(*queues: str | Queue, delayed: bool = False, limit: int = DRAIN_LIMIT)
         got = receive(names, owner="djqueue.drain") if names else []
         if not got:
             break
-        drained.runs += 1
-        _settle(calls.execute(got[0]), drained)
+        most = calls.batches.get(got[0].queue.name)
+        if most is None:
+            drained.runs += 1
+            _settle(calls.execute(got[0]), drained)
+            continue
+        # A batch handler takes its queue's ready messages together, as a worker's claim
+        # hands them over (a partition's own queue row names the rest).
+        more = min(most, limit - drained.runs) - 1
+        if more:
+            got += receive(got[0].queue, max_messages=more, owner="djqueue.drain")
+        drained.runs += len(got)
+        for done in calls.execute_batch(got):
+            _settle(done, drained)
     return drained
 
 

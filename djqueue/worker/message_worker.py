@@ -63,9 +63,12 @@ class Worker(ProcessBase):
         self._acks = AckBatches(self.id, self.stats, self._held.forget, self._hook)
         self._prefetch = Prefetch(options.concurrency, options.batch_size)
         self._calls = HandlerCalls(self.id, self.handlers, self._prefetch)
-        self._threads: HandlerThreads[Message, Done] = HandlerThreads(
-            self._calls.execute, self._deliver, size=options.concurrency,
-            time_limit=options.time_limit, accepting=lambda: not self.stop_signals.stop.is_set())
+        # A run is one message, or a list of them for a batch handler (HandlerCalls.runs).
+        execute = self._calls.run if self._calls.batches else self._calls.execute
+        self._threads: HandlerThreads[Message | list[Message], Done | list[Done]] = (
+            HandlerThreads(execute, self._deliver, size=options.concurrency,
+                           time_limit=options.time_limit,
+                           accepting=lambda: not self.stop_signals.stop.is_set()))
         self._claims = DatabaseClaims(self.id, visibility_timeout=options.visibility_timeout,
                                       where=self.where, hook=self._hook,
                                       on_error=self._claim_failed)
@@ -194,8 +197,8 @@ class Worker(ProcessBase):
         if claimed.tried:
             self._acks.acked(claimed.tried, claimed.acked)
         self._held.hold(messages)
-        for message in messages:
-            self._threads.submit(message)
+        for run in self._calls.runs(messages) if self._calls.batches else messages:
+            self._threads.submit(run)
         self.stats.claimed += len(messages)
         return len(messages)
 
@@ -206,8 +209,11 @@ class Worker(ProcessBase):
 
     # Handler threads
 
-    def _deliver(self, done: Done) -> None:
-        if self._acks.add(done):
+    def _deliver(self, done: Done | list[Done]) -> None:
+        if isinstance(done, list):
+            if any([self._acks.add(one) for one in done]):
+                local_wakeup.notify()
+        elif self._acks.add(done):
             local_wakeup.notify()
 
     def _give_up_overdue(self) -> None:
@@ -217,7 +223,7 @@ class Worker(ProcessBase):
         so its delivery cannot be failed from here: the worker lets go of it, and the
         lease expiry returns it once that transaction ends.
         """
-        for message in self._threads.overdue():
+        for message in _messages(self._threads.overdue()):
             logger.error("Message %s: handler still running after %g s; thread abandoned",
                          message.pk, self.options.time_limit,
                          extra={"worker": self.id, "message_id": message.pk})
@@ -244,7 +250,7 @@ class Worker(ProcessBase):
 
     def shutdown(self) -> None:
         """Release unstarted work at once, let running handlers finish within the grace period."""
-        self._release(self._threads.unstarted())
+        self._release(_messages(self._threads.unstarted()))
         grace = (self.options.shutdown_grace if self.options.shutdown_grace is not None
                  else self.settings.SHUTDOWN_GRACE)
         deadline = time.monotonic() + grace
@@ -256,7 +262,7 @@ class Worker(ProcessBase):
             if busy <= 0 or self.stop_signals.force.is_set() or time.monotonic() >= deadline:
                 break
             local_wakeup.wait(local_wakeup.generation, 0.05)
-        self._release(self._threads.unstarted())
+        self._release(_messages(self._threads.unstarted()))
         still_running = self._held.other_than([d.message for d in self._acks.unflushed])
         if still_running:
             logger.warning("Releasing %d message(s) whose handlers did not finish in time",
@@ -266,6 +272,11 @@ class Worker(ProcessBase):
 
     def _release(self, messages: list[Message]) -> None:
         self.stats.released += self._held.release(messages)
+
+
+def _messages(runs: list[Message | list[Message]]) -> list[Message]:
+    """The messages of handler runs, a batch handler's lists opened."""
+    return [m for run in runs for m in (run if isinstance(run, list) else [run])]
 
 
 def _soonest(acks_due: float | None, database_due: float | None,

@@ -19,7 +19,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 
 from djqueue.api.queues import create_queue
 from djqueue.conf import get_settings
-from djqueue.exceptions import HandlerNotFound
+from djqueue.exceptions import ConfigurationError, HandlerNotFound
 from djqueue.models import Queue
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.types import AckHook, HandlerFunc
@@ -36,6 +36,9 @@ class Handler:
     #: the messages changes with them, and may be copied from their rows (see
     #: djqueue.tasks.task_handler).
     in_claim_transaction: AckHook | None = None
+    #: A batch handler's most messages a call: ``func`` takes a list of messages of its
+    #: queue (see :func:`handler`). None: one message a call.
+    batch: int | None = None
 
     @cached_property
     def is_async(self) -> bool:
@@ -58,6 +61,8 @@ class HandlerSource(Protocol):
         ...
 
 
+#: The most messages a batch handler takes a call (a claim's most is 10,000 with -b).
+MAX_BATCH = 10_000
 _registry: dict[str, Handler] = {}
 _sources: list[HandlerSource] = []
 _calling = threading.local()
@@ -89,16 +94,31 @@ def hook_will_run() -> bool:
 
 
 def handler(
-    queue: str, *, exactly_once: bool | None = None,
+    queue: str, *, exactly_once: bool | None = None, batch: int | None = None,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated ``func(message)`` as the handler of ``queue``.
 
     Modules named ``handlers`` in installed apps are imported when a worker
     starts, so decorators there register themselves.
+
+    ``batch=N`` makes it a batch handler (Oban's chunks, an SQS consumer's batches):
+    ``func(messages)`` takes a list of up to N messages of the queue, those one claim
+    of the worker took, in their claim order; the worker does not wait to fill a list.
+    Returning acks them all; raising fails them all (retried on the queue's backoff,
+    or as a ``RetryAfter`` or ``Postpone`` says); raising
+    :class:`~djqueue.exceptions.BatchFailures` fails only the messages it names. A
+    batch handler cannot be exactly-once: its messages are settled after it returns.
     """
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
+                              or not 1 <= batch <= MAX_BATCH):
+        raise ConfigurationError(f"A handler's batch must be a whole number of messages "
+                                 f"from 1 to {MAX_BATCH}, got {batch!r}.")
+    if batch is not None and exactly_once:
+        raise ConfigurationError(f"The batch handler of queue {queue!r} cannot be "
+                                 "exactly-once: its messages are acked after it returns.")
 
     def register(func: HandlerFunc) -> HandlerFunc:
-        _registry[queue] = Handler(func, exactly_once)
+        _registry[queue] = Handler(func, exactly_once, batch=batch)
         return func
 
     return register
@@ -171,5 +191,11 @@ def serving(queue_names: Sequence[str]) -> tuple[dict[str, Handler], list[Queue]
     discover()
     found = {name: resolve(name) for name in queue_names}
     sourced = sourced_queues()
-    return found, [create_queue(name, exist_ok=True) if name in sourced
-                   else get_queue(name, fresh=True) for name in queue_names]
+    queues = [create_queue(name, exist_ok=True) if name in sourced
+              else get_queue(name, fresh=True) for name in queue_names]
+    for queue in queues:
+        if found[queue.name].batch is not None and queue.exactly_once:
+            raise ConfigurationError(
+                f"Queue {queue.name!r} is exactly-once and its handler takes batches: a "
+                "batch's messages are acked after its handler returns. Turn one off.")
+    return found, queues

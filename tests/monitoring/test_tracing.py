@@ -87,3 +87,18 @@ def test_a_batch_is_one_producer_span_and_every_message_carries_it(tracing_on):
     parents = {Message.objects.get(pk=m.pk).headers["traceparent"].split("-")[2]
                for m in messages}
     assert parents == {f"{producer.context.span_id:016x}"}
+
+
+def test_a_batch_handler_run_is_one_consumer_span_linked_to_each_sending_span(tracing_on):
+    djqueue.create_queue("t.batched")
+    sent = [djqueue.send("t.batched", {"n": n}) for n in range(3)]
+    producers = [s for s in tracing_on.get_finished_spans() if s.name == "send t.batched"]
+    tracing_on.clear()
+    assert djqueue.drain("t.batched").acked == 3
+    [run] = [s for s in tracing_on.get_finished_spans() if s.name == "process t.batched"]
+    assert run.kind == trace.SpanKind.CONSUMER and run.parent is None
+    assert run.attributes["messaging.batch.message_count"] == 3
+    assert [link.attributes["messaging.message.id"] for link in run.links] == [
+        str(m.pk) for m in sent]
+    assert [link.context.span_id for link in run.links] == [p.context.span_id
+                                                           for p in producers]
