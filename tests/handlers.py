@@ -174,3 +174,11 @@ async def record_batch_async(messages: list[Message]) -> None:
     """An async batch handler: an Effect row a message, ``attempt`` the run's size."""
     await Effect.objects.abulk_create([Effect(key=m.payload["n"], attempt=len(messages))
                                        for m in messages])
+
+
+@handler("t.windowed", batch=20, batch_wait=4)
+def record_windowed(messages: list[Message]) -> None:
+    """A batch handler with a window of 4 s: an Effect row a message, ``attempt`` the
+    run's size."""
+    Effect.objects.bulk_create([Effect(key=m.payload["n"], attempt=len(messages),
+                                       pid=os.getpid()) for m in messages])

@@ -3,7 +3,8 @@
 Owns: the handler registry and its handler sources (``registry``), the
 worker's options, the worker (``message_worker.Worker``: claims in batches,
 runs handlers on threads, acks in batches), the calls of handlers
-(``handler_calls``) on handler threads with their time limit
+(``handler_calls``, a message or a batch handler's list a run; a batch
+handler's window, ``batch_windows``) on handler threads with their time limit
 (``handler_threads``), the messages claimed and not yet settled
 (``held_messages``), the acks that wait to ride with the next claim
 (``ack_batches``), handlers' hooks in that transaction (``claim_hooks``),

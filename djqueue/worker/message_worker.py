@@ -32,6 +32,7 @@ from djqueue.storage import partitions, placement
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.worker import handler_logs, registry
 from djqueue.worker.ack_batches import AckBatches, Done, WorkerStats
+from djqueue.worker.batch_windows import BatchWindows, batch_windows
 from djqueue.worker.claim_hooks import ClaimHooks
 from djqueue.worker.database_claims import DatabaseClaims
 from djqueue.worker.handler_calls import HandlerCalls, reset_connection
@@ -63,6 +64,8 @@ class Worker(ProcessBase):
         self._acks = AckBatches(self.id, self.stats, self._held.forget, self._hook)
         self._prefetch = Prefetch(options.concurrency, options.batch_size)
         self._calls = HandlerCalls(self.id, self.handlers, self._prefetch)
+        self._windows = BatchWindows(batch_windows(self.handlers, self.queues,
+                                                   options.visibility_timeout))
         # A run is one message, or a list of them for a batch handler (HandlerCalls.runs).
         execute = self._calls.run if self._calls.batches else self._calls.execute
         self._threads: HandlerThreads[Message | list[Message], Done | list[Done]] = (
@@ -139,10 +142,13 @@ class Worker(ProcessBase):
             backoff.answered()  # before the results are collected and the claim starts
             self._give_up_overdue()
             self._acks.collect()
+            for run in self._windows.due():  # a batch handler's list that waited its window
+                self._threads.submit(run)
             if self.limits.reached(self._threads):  # what it holds is finished at shutdown
                 return
             # Finished messages awaiting their ack make room: the claim settles them.
-            outstanding = len(self._held) - len(self._acks.unflushed)
+            # Messages held in a batch window are not at work: they make no room either.
+            outstanding = len(self._held) - len(self._acks.unflushed) - self._windows.held
             room = self._prefetch.most_held(outstanding) - outstanding
             batch = self._prefetch.batch_size
             want = min(room, batch, self.limits.left(batch, len(self._held)))
@@ -167,11 +173,12 @@ class Worker(ProcessBase):
             if self.options.burst and not self._held and not self._acks:
                 return
             if self._acks.wait_for(self._prefetch.finished_awaited(
-                    len(self._held), len(self._acks.unflushed))):
+                    len(self._held) - self._windows.held, len(self._acks.unflushed))):
                 continue
             woken = backoff.sleep(_soonest(self._acks.due(self._prefetch.batch_size),
                                            self._claims.pacing.next_due(),
-                                           self._claims.limit_wait.seconds))
+                                           self._windows.next_due(),
+                                           seconds=self._claims.limit_wait.seconds))
 
     def _claim(self, limit: int, peek: bool = False) -> int:
         """Claim up to ``limit``, acking the finished messages in the same transactions
@@ -197,7 +204,8 @@ class Worker(ProcessBase):
         if claimed.tried:
             self._acks.acked(claimed.tried, claimed.acked)
         self._held.hold(messages)
-        for run in self._calls.runs(messages) if self._calls.batches else messages:
+        runs = self._calls.runs(messages) if self._calls.batches else messages
+        for run in self._windows.add(runs) if self._windows else runs:
             self._threads.submit(run)
         self.stats.claimed += len(messages)
         return len(messages)
@@ -250,7 +258,7 @@ class Worker(ProcessBase):
 
     def shutdown(self) -> None:
         """Release unstarted work at once, let running handlers finish within the grace period."""
-        self._release(_messages(self._threads.unstarted()))
+        self._release(self._windows.take_all() + _messages(self._threads.unstarted()))
         grace = (self.options.shutdown_grace if self.options.shutdown_grace is not None
                  else self.settings.SHUTDOWN_GRACE)
         deadline = time.monotonic() + grace
@@ -279,10 +287,9 @@ def _messages(runs: list[Message | list[Message]]) -> list[Message]:
     return [m for run in runs for m in (run if isinstance(run, list) else [run])]
 
 
-def _soonest(acks_due: float | None, database_due: float | None,
-             seconds: float | None) -> float | None:
-    """The earliest of two monotonic deadlines and ``seconds`` from now (any may be None)."""
-    times = [at for at in (acks_due, database_due) if at is not None]
+def _soonest(*deadlines: float | None, seconds: float | None) -> float | None:
+    """The earliest of monotonic deadlines and ``seconds`` from now (any may be None)."""
+    times = [at for at in deadlines if at is not None]
     if seconds is not None:
         times.append(time.monotonic() + seconds)
     return min(times, default=None)

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
+from djqueue import durations
 from djqueue.api.queues import create_queue
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, HandlerNotFound
@@ -39,6 +40,8 @@ class Handler:
     #: A batch handler's most messages a call: ``func`` takes a list of messages of its
     #: queue (see :func:`handler`). None: one message a call.
     batch: int | None = None
+    #: Seconds a batch handler's short list may wait to fill (djqueue.worker.batch_windows).
+    batch_wait: float | None = None
 
     @cached_property
     def is_async(self) -> bool:
@@ -95,6 +98,7 @@ def hook_will_run() -> bool:
 
 def handler(
     queue: str, *, exactly_once: bool | None = None, batch: int | None = None,
+    batch_wait: float | None = None,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated ``func(message)`` as the handler of ``queue``.
 
@@ -103,22 +107,32 @@ def handler(
 
     ``batch=N`` makes it a batch handler (Oban's chunks, an SQS consumer's batches):
     ``func(messages)`` takes a list of up to N messages of the queue, those one claim
-    of the worker took, in their claim order; the worker does not wait to fill a list.
-    Returning acks them all; raising fails them all (retried on the queue's backoff,
-    or as a ``RetryAfter`` or ``Postpone`` says); raising
-    :class:`~djqueue.exceptions.BatchFailures` fails only the messages it names. A
+    of the worker took, in their claim order. ``batch_wait=S`` holds a list that is not
+    full up to S seconds (from its first message's claim) to fill from later claims;
+    without it the worker does not wait. Returning acks them all; raising fails them
+    all (retried on the queue's backoff, or as a ``RetryAfter`` or ``Postpone`` says);
+    raising :class:`~djqueue.exceptions.BatchFailures` fails only the messages it names. A
     batch handler cannot be exactly-once: its messages are settled after it returns.
     """
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
                               or not 1 <= batch <= MAX_BATCH):
         raise ConfigurationError(f"A handler's batch must be a whole number of messages "
                                  f"from 1 to {MAX_BATCH}, got {batch!r}.")
+    if batch_wait is not None:
+        if batch is None:
+            raise ConfigurationError(f"The handler of queue {queue!r} has a batch_wait "
+                                     "but no batch: give it batch=N too.")
+        try:
+            batch_wait = durations.check(batch_wait, f"The batch_wait of queue {queue!r}",
+                                         high=durations.MAX_LEASE)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
     if batch is not None and exactly_once:
         raise ConfigurationError(f"The batch handler of queue {queue!r} cannot be "
                                  "exactly-once: its messages are acked after it returns.")
 
     def register(func: HandlerFunc) -> HandlerFunc:
-        _registry[queue] = Handler(func, exactly_once, batch=batch)
+        _registry[queue] = Handler(func, exactly_once, batch=batch, batch_wait=batch_wait)
         return func
 
     return register

@@ -1,6 +1,8 @@
 """Batch handlers (``@handler(queue, batch=N)``): a run takes a list of messages, and each
 message is settled on its own (tests.handlers.record_batch and record_batch_async)."""
 
+import asyncio
+import signal
 from collections import Counter
 from datetime import timedelta
 
@@ -12,7 +14,7 @@ import djqueue
 from djqueue.exceptions import ConfigurationError
 from djqueue.models import History, Message, State
 from djqueue.worker import registry
-from tests.conftest import wait_until
+from tests.conftest import run_async, wait_until
 from tests.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,6 +78,8 @@ def test_an_async_batch_handler_runs_and_a_drain_limit_cuts_its_run():
     assert Counter(Effect.objects.values_list("key", flat=True)) == Counter(range(25))
     assert sorted(Counter(Effect.objects.values_list("attempt", flat=True)).items()) == [
         (1, 1), (4, 4), (10, 20)]
+    # The handler's ORM calls ran in asgiref's thread for sync code: close its connection.
+    run_async(asyncio.sleep(0))
 
 
 def test_a_batch_run_past_the_time_limit_fails_each_of_its_messages(spawn):
@@ -104,3 +108,56 @@ def test_a_worker_refuses_a_batch_handler_on_an_exactly_once_queue():
         registry.serving(["t.batched"])
     with pytest.raises(CommandError, match="exactly-once"):
         call_command("djqueue_worker", "t.batched", "--burst")
+
+
+def test_a_batch_window_fills_a_list_from_later_claims(spawn):
+    """t.windowed: batch 20, batch_wait 4 s. Three messages are claimed and wait; two
+    sent after that join them, and the five run together once the window is out."""
+    djqueue.create_queue("t.windowed")
+    spawn("djqueue_worker", "t.windowed")
+    for n in range(3):
+        djqueue.send("t.windowed", {"n": n})
+    wait_until(lambda: _claimed(3), 10, "the first three to be claimed")
+    assert not Effect.objects.exists()
+    for n in range(3, 5):
+        djqueue.send("t.windowed", {"n": n})
+    wait_until(lambda: Effect.objects.count() == 5, 20, "the window's run")
+    assert sorted(Effect.objects.values_list("key", "attempt")) == [(n, 5) for n in range(5)]
+    wait_until(lambda: History.objects.filter(queue__name="t.windowed").count() == 5, 10,
+               "the five acks")
+
+
+def test_a_full_list_leaves_its_window_at_once_and_a_stopping_worker_releases_the_rest(
+        spawn):
+    djqueue.create_queue("t.windowed", visibility_timeout=600)
+    worker = spawn("djqueue_worker", "t.windowed", "-b", "100")
+    djqueue.send_batch("t.windowed", [{"n": n} for n in range(25)])
+    wait_until(lambda: Effect.objects.count() == 20 and _claimed(5), 10,
+               "a run of twenty at once, five held in the window")
+    assert set(Effect.objects.values_list("attempt", flat=True)) == {20}
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    left = Message.objects.filter(queue__name="t.windowed")
+    assert sorted(m.state for m in left) == [State.READY] * 5
+    assert Effect.objects.count() == 20
+
+
+@pytest.mark.parametrize("options", [
+    {"batch_wait": 1}, {"batch": 5, "batch_wait": 0}, {"batch": 5, "batch_wait": -1},
+    {"batch": 5, "batch_wait": "1"}, {"batch": 5, "batch_wait": float("nan")},
+])
+def test_a_batch_window_is_refused_where_it_cannot_work(options):
+    with pytest.raises(ConfigurationError, match="batch_wait"):
+        registry.handler("t.nowhere", **options)
+
+
+def test_a_worker_refuses_a_batch_window_not_shorter_than_the_lease():
+    djqueue.create_queue("t.windowed", visibility_timeout=4)
+    with pytest.raises(CommandError, match=r"batch_wait of queue 't.windowed' \(4 s\)"):
+        call_command("djqueue_worker", "t.windowed", "--burst")
+    with pytest.raises(CommandError, match=r"shorter than its lease \(3 s\)"):
+        call_command("djqueue_worker", "t.windowed", "--burst", "--visibility-timeout", "3")
+
+
+def _claimed(count: int) -> bool:
+    return Message.objects.filter(queue__name="t.windowed", state=State.CLAIMED).count() == count
