@@ -9,7 +9,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from djqueue.conf import get_settings
-from djqueue.exceptions import ConfigurationError, HandlerNotFound
+from djqueue.exceptions import ConfigurationError
 from djqueue.maintenance.periodic import schedules
 from djqueue.storage import placement
 from djqueue.worker import registry
@@ -28,7 +28,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     for queue in registry.configured_paths():
         try:
             registry.resolve(queue)
-        except HandlerNotFound as exc:
+        except ConfigurationError as exc:  # HandlerNotFound, or its options
             found.append(Error(str(exc), id="djqueue.E003"))
     for alias in placement.databases():
         found.extend(_check_database(alias))

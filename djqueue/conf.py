@@ -40,7 +40,7 @@ class Settings:
     #: read the home database itself.
     READ_DATABASE: str | None = None
     #: Queue name -> dotted path of a handler ``callable(message)``.
-    HANDLERS: dict[str, str] = field(default_factory=dict)
+    HANDLERS: dict[str, Any] = field(default_factory=dict)
     #: Defaults for queues created without explicit options.
     VISIBILITY_TIMEOUT: float = 30.0
     MAX_ATTEMPTS: int = 16

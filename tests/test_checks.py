@@ -7,6 +7,8 @@ from django.core.checks import run_checks
 from django.test import override_settings
 
 from djqueue.processes.garbage_collection import collected_less
+from djqueue.worker import registry
+from tests import handlers
 
 
 def ids(**kwargs) -> set[str]:
@@ -97,3 +99,25 @@ def test_unknown_database_alias_is_e002():
 def test_handler_that_does_not_import_is_e003():
     with override_settings(DJQUEUE={"HANDLERS": {"jobs": "tests.handlers.nothing_here"}}):
         assert ids() == {"djqueue.E003"}
+
+
+@pytest.mark.parametrize("spec", [
+    {"handler": "tests.handlers.record_windowed", "batch": 0},
+    {"handler": "tests.handlers.record_windowed", "batch_wait": 2},
+    {"handler": "tests.handlers.record_windowed", "batch": 5, "exactly_once": True},
+    {"handler": "tests.handlers.record_windowed", "batch": 5, "bacth_wait": 2},
+    {"path": "tests.handlers.record_windowed"},
+    ["tests.handlers.record_windowed"],
+])
+def test_handler_options_that_do_not_hold_are_e003(spec):
+    with override_settings(DJQUEUE={"HANDLERS": {"jobs": spec}}):
+        assert ids() == {"djqueue.E003"}
+
+
+def test_a_batch_handler_from_the_settings_has_its_options():
+    spec = {"handler": "tests.handlers.record", "batch": 25, "batch_wait": 1.5}
+    with override_settings(DJQUEUE={"HANDLERS": {"jobs": spec}}):
+        assert ids() == set()
+        entry = registry.resolve("jobs")
+    assert (entry.func, entry.batch, entry.batch_wait, entry.exactly_once) == (
+        handlers.record, 25, 1.5, None)

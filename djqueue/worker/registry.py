@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
@@ -64,6 +64,8 @@ class HandlerSource(Protocol):
         ...
 
 
+#: What a handler may be given beside its function, in ``@handler`` or the settings.
+HANDLER_OPTIONS = ("exactly_once", "batch", "batch_wait")
 #: The most messages a batch handler takes a call (a claim's most is 10,000 with -b).
 MAX_BATCH = 10_000
 _registry: dict[str, Handler] = {}
@@ -113,11 +115,28 @@ def handler(
     all (retried on the queue's backoff, or as a ``RetryAfter`` or ``Postpone`` says);
     raising :class:`~djqueue.exceptions.BatchFailures` fails only the messages it names. A
     batch handler cannot be exactly-once: its messages are settled after it returns.
+    ``DJQUEUE["HANDLERS"]`` takes the same options (:func:`configured_handler`).
     """
+    options = _checked_options(queue, exactly_once=exactly_once, batch=batch,
+                               batch_wait=batch_wait)
+
+    def register(func: HandlerFunc) -> HandlerFunc:
+        _registry[queue] = Handler(func, **options)
+        return func
+
+    return register
+
+
+def _checked_options(queue: str, *, exactly_once: object = None, batch: object = None,
+                     batch_wait: object = None) -> dict[str, Any]:
+    """A handler's options, checked (ConfigurationError), as Handler's keywords."""
+    if exactly_once is not None and not isinstance(exactly_once, bool):
+        raise ConfigurationError(f"The handler of queue {queue!r}: exactly_once must be "
+                                 f"True, False or None, got {exactly_once!r}.")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
                               or not 1 <= batch <= MAX_BATCH):
-        raise ConfigurationError(f"A handler's batch must be a whole number of messages "
-                                 f"from 1 to {MAX_BATCH}, got {batch!r}.")
+        raise ConfigurationError(f"The handler of queue {queue!r}: batch must be a whole "
+                                 f"number of messages from 1 to {MAX_BATCH}, got {batch!r}.")
     if batch_wait is not None:
         if batch is None:
             raise ConfigurationError(f"The handler of queue {queue!r} has a batch_wait "
@@ -130,19 +149,35 @@ def handler(
     if batch is not None and exactly_once:
         raise ConfigurationError(f"The batch handler of queue {queue!r} cannot be "
                                  "exactly-once: its messages are acked after it returns.")
+    return {"exactly_once": exactly_once, "batch": batch, "batch_wait": batch_wait}
 
-    def register(func: HandlerFunc) -> HandlerFunc:
-        _registry[queue] = Handler(func, exactly_once, batch=batch, batch_wait=batch_wait)
-        return func
 
-    return register
+def configured_handler(queue: str, spec: object) -> tuple[str, dict[str, Any]]:
+    """The dotted path and options of ``DJQUEUE["HANDLERS"][queue]``: a path, or a dict
+    with the path as ``"handler"`` and the decorator's options beside it
+    (``{"handler": "myapp.handlers.index", "batch": 100, "batch_wait": 2}``)."""
+    if isinstance(spec, str):
+        return spec, {}
+    if not isinstance(spec, dict) or not isinstance(spec.get("handler"), str):
+        raise ConfigurationError(
+            f"DJQUEUE['HANDLERS'][{queue!r}] must be a dotted path, or a dict with the "
+            f"path as 'handler' and options beside it, got {spec!r}.")
+    unknown = sorted(set(spec) - {"handler", *HANDLER_OPTIONS})
+    if unknown:
+        raise ConfigurationError(
+            f"DJQUEUE['HANDLERS'][{queue!r}] has unknown option(s) {unknown}; it takes "
+            f"'handler' and {', '.join(map(repr, HANDLER_OPTIONS))}.")
+    options = {name: spec[name] for name in HANDLER_OPTIONS if name in spec}
+    return spec["handler"], _checked_options(queue, **options)
 
 
 def discover() -> None:
     autodiscover_modules("handlers")
 
 
-def configured_paths() -> dict[str, str]:
+def configured_paths() -> dict[str, Any]:
+    """``DJQUEUE["HANDLERS"]``: queue name → a dotted path, or a dict (see
+    :func:`configured_handler`)."""
     return dict(get_settings().HANDLERS)
 
 
@@ -164,8 +199,9 @@ def resolve(queue: str) -> Handler:
 
 
 def _resolve(queue: str) -> Handler:
-    path = configured_paths().get(queue)
-    if path is not None:
+    spec = configured_paths().get(queue)
+    if spec is not None:
+        path, options = configured_handler(queue, spec)
         try:
             func = import_string(path)
         except ImportError as exc:
@@ -173,7 +209,7 @@ def _resolve(queue: str) -> Handler:
                 f"Handler {path!r} for queue {queue!r} does not import: {exc}") from None
         if not callable(func):
             raise HandlerNotFound(f"Handler {path!r} for queue {queue!r} is not callable.")
-        return Handler(func)
+        return Handler(func, **options)
     if queue in _registry:
         return _registry[queue]
     for source in _sources:
