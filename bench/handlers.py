@@ -8,3 +8,7 @@ def noop(message) -> None:
 def wait_10ms(message) -> None:
     """The I/O row's handler: waits 10 ms, as on a call to another service."""
     time.sleep(0.01)
+
+
+def noop_batch(messages) -> None:
+    """The batch handler row's handler: takes a list of messages and does nothing."""

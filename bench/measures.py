@@ -262,6 +262,19 @@ def limited_worker(n: int) -> dict[str, float]:
     return {"worker_limited_1": drain_rate()[0]}
 
 
+def batched_worker(n: int) -> dict[str, float]:
+    """``worker`` (``-b 100``, as its row) on a queue whose handler takes lists of up to 100
+    messages (``@handler(batch=100)``, a no-op): what the batch path costs itself."""
+    import djqueue
+
+    clear()
+    djqueue.create_queue("bench.batched", exist_ok=True)
+    fill(n, "bench.batched")
+    cpu = run_workers("bench.batched", 1)
+    found, count = drain_rate()
+    return {"worker_batched_1": found, "worker_batched_1_cpu_us": cpu / count * 1e6}
+
+
 def traced_worker(n: int) -> dict[str, float]:
     """``worker`` with OpenTelemetry on: the worker process has an SDK tracer provider
     (a batch span processor, spans discarded), so each handler run records a

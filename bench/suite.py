@@ -46,6 +46,7 @@ TARGETS = [
     ("receive(100) + ack_many", "api_batch_100", "raw_claim_ack_100", 0.8),
     ("worker, 1 process", "worker_1", "raw_claim_ack_100", 0.6),
     ("worker, concurrency_limit=1000", "worker_limited_1", "worker_1", 0.9),
+    ("worker, batch handler of 100", "worker_batched_1", "worker_1", 0.9),
     ("worker vs django-tasks-db", "worker_1", "tasks_db_drain_1", 25),
     ("worker vs Celery solo", "worker_1", "celery_drain_1", 10),
     ("django.tasks enqueue vs send", "tasks_enqueue_1", "send_1", 0.7),
@@ -74,6 +75,7 @@ def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
         ("worker_1", lambda: measures.worker(n, processes=1, key="worker_1")),
         ("worker_2", lambda: measures.worker(n * 2, processes=2, key="worker_2")),
         ("limited", lambda: measures.limited_worker(n)),
+        ("batched", lambda: measures.batched_worker(n)),
         # an information row, not a target
         ("traced", None if quick else lambda: measures.traced_worker(n)),
         ("tasks", lambda: measures.tasks(n // 4 if quick else n)),
@@ -156,6 +158,7 @@ LABELS = {
     "worker_2": "two worker processes (no-op handler)",
     "chord_10k": "workflow: chord of 10,000 add() and a sum, enqueue to callback, members/s",
     "worker_limited_1": "worker, queue with concurrency_limit=1000 (never reached)",
+    "worker_batched_1": "worker, a batch handler of 100 (no-op)",
     "worker_backlog_1m": "worker with 1M ready", "worker_10k": "worker with 10k ready",
     "worker_history_1m": "worker beside 1M history rows",
     "partitioned_3": "worker, a queue partitioned over 3 databases of one server",
