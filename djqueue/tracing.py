@@ -113,33 +113,21 @@ def processing(queue: str, message_id: int, attempt: int, group_key: str | None,
     return _processing(tracer, queue, message_id, attempt, group_key, headers)
 
 
-@contextlib.contextmanager
 def _processing(tracer: Any, queue: str, message_id: int, attempt: int,
-                group_key: str | None, headers: dict[str, Any] | None) -> Iterator[None]:
+                group_key: str | None, headers: dict[str, Any] | None
+                ) -> contextlib.AbstractContextManager[None]:
     from opentelemetry import propagate
-    from opentelemetry.trace import SpanKind, Status, StatusCode
 
-    carrier = {k: v for k, v in (headers or {}).items()
-               if k in CONTEXT_HEADERS and isinstance(v, str)}
-    attributes: dict[str, Any] = {
-        "messaging.system": SYSTEM, "messaging.destination.name": queue,
-        "messaging.operation.type": "process", "messaging.operation.name": "process",
-        "messaging.message.id": str(message_id), "djqueue.message.attempt": attempt}
+    attributes: dict[str, Any] = {"messaging.message.id": str(message_id),
+                                  "djqueue.message.attempt": attempt}
     if group_key:
         attributes["djqueue.message.group_key"] = group_key
-    with tracer.start_as_current_span(f"process {queue}", context=propagate.extract(carrier),
-                                      kind=SpanKind.CONSUMER, attributes=attributes,
-                                      record_exception=False,
-                                      set_status_on_exception=False) as span:
-        try:
-            yield
-        except BaseException as exc:
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-            raise
+    return _consumer_span(tracer, queue, attributes,
+                          context=propagate.extract(_carrier(headers)))
 
 
-def processing_batch(queue: str, messages: Sequence[Any]) -> contextlib.AbstractContextManager[None]:
+def processing_batch(queue: str,
+                     messages: Sequence[Any]) -> contextlib.AbstractContextManager[None]:
     """A CONSUMER span around one batch handler run: a trace of its own, linked to the
     trace each message's headers carry (OpenTelemetry's rule for batch processing)."""
     tracer = _tracer()
@@ -148,26 +136,39 @@ def processing_batch(queue: str, messages: Sequence[Any]) -> contextlib.Abstract
     return _processing_batch(tracer, queue, messages)
 
 
-@contextlib.contextmanager
-def _processing_batch(tracer: Any, queue: str, messages: Sequence[Any]) -> Iterator[None]:
+def _processing_batch(tracer: Any, queue: str, messages: Sequence[Any]
+                      ) -> contextlib.AbstractContextManager[None]:
     from opentelemetry import propagate
-    from opentelemetry.trace import Link, SpanKind, Status, StatusCode, get_current_span
+    from opentelemetry.trace import Link, get_current_span
 
     links = []
     for message in messages:
-        carrier = {k: v for k, v in (message.headers or {}).items()
-                   if k in CONTEXT_HEADERS and isinstance(v, str)}
-        context = get_current_span(propagate.extract(carrier)).get_span_context()
+        sender = get_current_span(propagate.extract(_carrier(message.headers)))
+        context = sender.get_span_context()
         if context.is_valid:
             links.append(Link(context, {"messaging.message.id": str(message.pk)}))
-    attributes: dict[str, Any] = {
-        "messaging.system": SYSTEM, "messaging.destination.name": queue,
-        "messaging.operation.type": "process", "messaging.operation.name": "process",
-        "messaging.batch.message_count": len(messages)}
+    return _consumer_span(tracer, queue, {"messaging.batch.message_count": len(messages)},
+                          links=links)
+
+
+def _carrier(headers: dict[str, Any] | None) -> dict[str, str]:
+    """The W3C trace context a message's headers carry."""
+    return {k: v for k, v in (headers or {}).items()
+            if k in CONTEXT_HEADERS and isinstance(v, str)}
+
+
+@contextlib.contextmanager
+def _consumer_span(tracer: Any, queue: str, attributes: dict[str, Any],
+                   **options: Any) -> Iterator[None]:
+    """A CONSUMER span ``process <queue>`` around a handler run, its exception recorded."""
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    attributes = {"messaging.system": SYSTEM, "messaging.destination.name": queue,
+                  "messaging.operation.type": "process", "messaging.operation.name": "process",
+                  **attributes}
     with tracer.start_as_current_span(f"process {queue}", kind=SpanKind.CONSUMER,
-                                      attributes=attributes, links=links,
-                                      record_exception=False,
-                                      set_status_on_exception=False) as span:
+                                      attributes=attributes, record_exception=False,
+                                      set_status_on_exception=False, **options) as span:
         try:
             yield
         except BaseException as exc:
