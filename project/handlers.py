@@ -25,6 +25,17 @@ def build_report(message: Message) -> None:
     logger.info("Report %s built (checksum %s)", message.payload.get("name"), total)
 
 
+def record_events(messages: list[Message]) -> None:
+    """A batch handler (settings: ``batch`` 50, ``batch_wait`` 1 s): page views are written
+    a list at a time, as one bulk insert into an analytics store would take them."""
+    pages: dict[str, int] = {}
+    for message in messages:
+        page = str(message.payload.get("page", "?"))
+        pages[page] = pages.get(page, 0) + 1
+    logger.info("Recorded %d page views in one write: %s", len(messages),
+                ", ".join(f"{page} x{count}" for page, count in sorted(pages.items())))
+
+
 def flaky(message: Message) -> None:
     """Fails half the time, to show retries with backoff and the dead-letter queue."""
     if random.random() < 0.5:

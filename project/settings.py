@@ -112,6 +112,9 @@ DJQUEUE = {
         "emails": "project.handlers.send_email",
         "reports": "project.handlers.build_report",
         "flaky": "project.handlers.flaky",
+        # a batch handler: lists of up to 50 page views, a short list waits up to 1 s
+        "events": {"handler": "project.handlers.record_events", "batch": 50,
+                   "batch_wait": 1},
     },
     "PERIODIC": {
         "tidy-sessions": {"task": "project.tasks.tidy_sessions", "cron": "*/5 * * * *"},

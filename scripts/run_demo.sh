@@ -21,7 +21,7 @@ stop() {
 trap stop INT TERM EXIT
 # Served over ASGI (uvicorn): the admin, the metrics and the HTTP API with its long polls.
 "$PY" manage.py djqueue_http --port "$PORT" & pids+=($!)
-"$PY" manage.py djqueue_worker default emails reports flaky --concurrency 4 & pids+=($!)
+"$PY" manage.py djqueue_worker default emails reports events flaky --concurrency 4 & pids+=($!)
 "$PY" manage.py djqueue_reaper & pids+=($!)
 echo "Web admin: http://127.0.0.1:$PORT/admin/ (Ctrl-C stops everything)"
 echo "Prometheus metrics: http://127.0.0.1:$PORT/metrics"

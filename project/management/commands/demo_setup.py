@@ -17,6 +17,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         djqueue.create_queue("emails", exist_ok=True, visibility_timeout=60)
         djqueue.create_queue("reports", exist_ok=True)
+        djqueue.create_queue("events", exist_ok=True)
         dead = djqueue.create_queue("flaky.dead", exist_ok=True)
         djqueue.create_queue("flaky", exist_ok=True, max_attempts=4, backoff=[2, 4, 8],
                              dead_letter_queue=dead)
@@ -42,6 +43,7 @@ class Command(BaseCommand):
         djqueue.send_batch("reports", [{"name": f"weekly-{i}", "rows": 1_000_000}
                                        for i in range(3)], delay=15)
         djqueue.send_batch("flaky", [{"n": i} for i in range(10)])
+        djqueue.send_batch("events", [{"page": f"/products/{i % 7}"} for i in range(120)])
         djqueue.publish_batch("signups", [{"user": i} for i in range(8)])
         from project.tasks import welcome_email
 
@@ -50,7 +52,7 @@ class Command(BaseCommand):
         # with a fresh token each run (the last run's are revoked).
         client, _ = ApiClient.objects.get_or_create(
             name="demo", defaults={"description": "make run's demo client"})
-        for pattern in ("emails", "reports", "flaky*", "signups"):
+        for pattern in ("emails", "reports", "events", "flaky*", "signups"):
             access.grant(client, pattern, ApiPermission.FULL_CONTROL)
         client.tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         token = access.issue_token(client)
