@@ -124,8 +124,9 @@ def report_progress(fraction: float, note: str = "") -> None:
     """Report the progress of the message whose handler (or task) is running here."""
     report = _current.get()
     if report is None:
-        raise InvalidProgress("report_progress() reports for the handler a worker is running; "
-                              "outside one, call progress() on the received message")
+        raise InvalidProgress("report_progress() reports for the one message whose handler "
+                              "a worker is running; in a batch handler's run, or outside a "
+                              "handler, call progress() on a received message")
     progress(report.message, fraction, note)
 
 

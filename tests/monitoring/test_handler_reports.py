@@ -127,7 +127,7 @@ def test_a_bad_report_gets_a_specific_error_and_changes_nothing(fraction, note, 
         message.progress(fraction, note)
     assert time.monotonic() - started < 0.1
     assert not MessageProgress.objects.exists()
-    with pytest.raises(InvalidProgress, match="outside one"):
+    with pytest.raises(InvalidProgress, match="outside a handler"):
         djqueue.report_progress(0.5)
 
 
