@@ -5,7 +5,6 @@ Screenshots of each step go to test-artifacts/ (kept by CI as artefacts).
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,11 +27,12 @@ def browser() -> Iterator[object]:
     if not Path(CHROMIUM).exists():
         pytest.fail("Chromium is missing: `scripts/ensure_system.sh browser` installs it")
     # Playwright's sync API runs an event loop in this thread; the ORM calls the test
-    # makes between page actions are still synchronous.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    # makes between page actions are still synchronous. The switch is undone after this
+    # module: left on, it hid the guard that later tests of async code check.
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         chromium = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         yield chromium

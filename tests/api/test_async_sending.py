@@ -14,7 +14,8 @@ from tests.conftest import run_async
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_asend_from_a_coroutine_is_committed_where_a_sync_send_is_refused():
+def test_asend_from_a_coroutine_is_committed_where_a_sync_send_is_refused(monkeypatch):
+    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)
     djqueue.create_queue("as")
 
     async def main():
