@@ -16,6 +16,7 @@ _EXPORTS = {
     "asend": "djqueue.api.async_sending", "asend_batch": "djqueue.api.async_sending",
     "apublish": "djqueue.api.async_sending", "apublish_batch": "djqueue.api.async_sending",
     "receive": "djqueue.api.receiving", "consume": "djqueue.api.receiving",
+    "areceive": "djqueue.api.async_receiving", "aconsume": "djqueue.api.async_receiving",
     "OwnerSession": "djqueue.api.receiving",
     "ack_many": "djqueue.storage.transitions",
     "redrive": "djqueue.api.queue_operations", "purge": "djqueue.api.queue_operations",

@@ -22,6 +22,7 @@ import json
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
+from asgiref.sync import sync_to_async
 from django.db import models
 from django.utils import timezone
 
@@ -189,6 +190,25 @@ class Message(models.Model):
         admin and ``djqueue.get_progress()`` to show while it runs. Raises NotOwner if
         the lease was lost, InvalidProgress for anything but a fraction and a text."""
         self.transitions.progress(self, fraction, note)
+
+    # The same for async code: each runs in Django's sync thread, as the ORM's own
+    # a-methods do (a blocking query on the event loop raises SynchronousOnlyOperation).
+
+    async def aack(self) -> None:
+        """:meth:`ack` for async code."""
+        await sync_to_async(self.ack, thread_sensitive=True)()
+
+    async def anack(self, delay: float | None = None, error: str | None = None) -> None:
+        """:meth:`nack` for async code."""
+        await sync_to_async(self.nack, thread_sensitive=True)(delay, error)
+
+    async def aextend(self, seconds: float) -> None:
+        """:meth:`extend` for async code."""
+        await sync_to_async(self.extend, thread_sensitive=True)(seconds)
+
+    async def aprogress(self, fraction: float, note: str = "") -> None:
+        """:meth:`progress` for async code."""
+        await sync_to_async(self.progress, thread_sensitive=True)(fraction, note)
 
 
 class MessageTransitions(Protocol):
