@@ -155,8 +155,11 @@ def record_batch(messages: list[Message]) -> None:
     """A batch handler: an Effect row a message, ``attempt`` the size of its run. A
     payload's ``fail`` names it in a BatchFailures; ``raise`` raises for the whole run
     (``"retry"``: RetryAfter(60), ``"stranger"``: a BatchFailures naming no message of
-    the run); ``sleep`` holds the run that many seconds first."""
+    the run); ``sleep`` holds the run that many seconds first; ``log`` logs a warning
+    naming the run's size."""
     time.sleep(max((m.payload.get("sleep", 0) for m in messages), default=0))
+    if any(m.payload.get("log") for m in messages):
+        logging.getLogger("tests.reporting").warning("a run of %d", len(messages))
     Effect.objects.bulk_create([Effect(key=m.payload["n"], attempt=len(messages),
                                        pid=os.getpid()) for m in messages])
     raises = {m.payload.get("raise") for m in messages}

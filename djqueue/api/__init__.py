@@ -2,9 +2,9 @@
 
 Owns: sending (validation, dedup, expiry stamps; ``sending``) and its flow control
 (``flow_control``: ``max_depth`` and blocking sends), sending from async code
-(``async_sending``), receiving (``receive``,
-``consume``, ``OwnerSession``) and receiving from async code (``async_receiving``), managing queues, operating on them without
-claiming (redrive, purge, peek, delete), topics with consumer groups, the
+(``async_sending``), receiving (``receive``, ``consume``, ``OwnerSession``) and
+receiving from async code (``async_receiving``), managing queues, operating on them
+without claiming (redrive, purge, peek, delete), topics with consumer groups, the
 condition language of conditional receive, and waking idle workers in other
 processes when a send commits.
 

@@ -42,11 +42,18 @@ MAX_LOGGER_CHARS = 100
 
 
 class DeliveryReport:
-    """One handler run's reports, kept until :func:`reporting` writes them."""
+    """One handler run's reports, kept until :func:`reporting` writes them.
 
-    def __init__(self, message: Message, max_records: int, max_chars: int) -> None:
-        self.message = message
-        self.records: list[MessageLog] = []
+    A batch handler's run is one report for all its messages: each of them keeps every
+    record of the run (the run is one call, so a record cannot be told apart by
+    message), and ``message`` is None, as progress is a message's own.
+    """
+
+    def __init__(self, messages: list[Message], max_records: int, max_chars: int) -> None:
+        self.messages = messages
+        self.message = messages[0] if len(messages) == 1 else None
+        #: (level, logger name, text, created) of the records kept, in order.
+        self.records: list[tuple[int, str, str, float]] = []
         self.dropped = 0
         self.max_records = max_records
         self.max_chars = max_chars
@@ -61,39 +68,47 @@ class DeliveryReport:
             return
         if len(text) > self.max_chars:
             text = f"{text[:self.max_chars]}… ({len(text) - self.max_chars} more characters cut)"
-        self.records.append(self._record(level, logger_name, text, created))
-
-    def _record(self, level: int, logger_name: str, text: str, created: float) -> MessageLog:
-        # PostgreSQL stores no NUL character in text; one in a record must not lose the rest.
-        text, logger_name = (value.replace("\x00", "\\x00") for value in (text, logger_name))
-        return MessageLog(
-            message_id=self.message.pk, queue_id=self.message.queue_id,
-            attempt=self.message.attempts, level=level, logger=logger_name[:MAX_LOGGER_CHARS],
-            text=text, logged_at=datetime.fromtimestamp(created, tz=UTC))
+        self.records.append((level, logger_name, text, created))
 
     def save(self) -> None:
-        """Write the records kept and the last progress not yet written."""
+        """Write the records kept, for each message of the run, and the last progress
+        not yet written."""
         if self.dropped:
-            self.records.append(self._record(
-                logging.WARNING, "djqueue.worker", f"{self.dropped} more log record(s) dropped: a delivery "
-                f"keeps at most {self.max_records} (DJQUEUE['HANDLER_LOG_RECORDS'])", time.time()))
+            self.records.append((
+                logging.WARNING, "djqueue.worker", f"{self.dropped} more log record(s) dropped: "
+                f"a delivery keeps at most {self.max_records} (DJQUEUE['HANDLER_LOG_RECORDS'])",
+                time.time()))
         try:
             if self.records:
-                MessageLog.objects.using(dialects.alias()).bulk_create(self.records)
-            if self.pending is not None:
+                MessageLog.objects.using(dialects.alias()).bulk_create(
+                    [_log_row(message, *record)
+                     for message in self.messages for record in self.records])
+            if self.pending is not None and self.message is not None:
                 _write_progress(self.message, *self.pending)
         except NotOwner:
             pass  # the lease was lost: the delivery that took over reports its own
         except DatabaseError:  # the handler's outcome still counts; only its reports are lost
-            logger.exception("Could not keep the log records or progress of message %s",
-                             self.message.pk, extra={"message_id": self.message.pk})
+            ids = [m.pk for m in self.messages]
+            logger.exception("Could not keep the log records or progress of message(s) %s",
+                             ", ".join(map(str, ids)), extra={"message_id": ids[0]})
+
+
+def _log_row(message: Message, level: int, logger_name: str, text: str,
+             created: float) -> MessageLog:
+    # PostgreSQL stores no NUL character in text; one in a record must not lose the rest.
+    text, logger_name = (value.replace("\x00", "\\x00") for value in (text, logger_name))
+    return MessageLog(
+        message_id=message.pk, queue_id=message.queue_id, attempt=message.attempts,
+        level=level, logger=logger_name[:MAX_LOGGER_CHARS], text=text,
+        logged_at=datetime.fromtimestamp(created, tz=UTC))
 
 
 _current: ContextVar[DeliveryReport | None] = ContextVar("djqueue_delivery", default=None)
 
 
 class reporting:  # used like a function: ``with reporting(message):``
-    """Collect the reports of one handler run of ``message``; write them when it ends.
+    """Collect the reports of one handler run of ``message`` (a batch handler's: of the
+    list of its messages); write them when it ends.
 
     A class rather than a generator context manager: it is entered once a message on
     the worker's hot path, where the generator's machinery costs more than the rest.
@@ -101,10 +116,10 @@ class reporting:  # used like a function: ``with reporting(message):``
 
     __slots__ = ("report", "token")
 
-    def __init__(self, message: Message) -> None:
+    def __init__(self, message: Message | list[Message]) -> None:
         settings = get_settings()
-        self.report = DeliveryReport(message, settings.HANDLER_LOG_RECORDS,
-                                     settings.HANDLER_LOG_CHARS)
+        self.report = DeliveryReport(message if isinstance(message, list) else [message],
+                                     settings.HANDLER_LOG_RECORDS, settings.HANDLER_LOG_CHARS)
 
     def __enter__(self) -> DeliveryReport:
         self.token = _current.set(self.report)
@@ -123,7 +138,7 @@ def current() -> DeliveryReport | None:
 def report_progress(fraction: float, note: str = "") -> None:
     """Report the progress of the message whose handler (or task) is running here."""
     report = _current.get()
-    if report is None:
+    if report is None or report.message is None:
         raise InvalidProgress("report_progress() reports for the one message whose handler "
                               "a worker is running; in a batch handler's run, or outside a "
                               "handler, call progress() on a received message")
@@ -134,7 +149,7 @@ def progress(message: Message, fraction: float, note: str = "") -> None:
     """``message.progress()``: write it now, or with the next write inside a worker."""
     fraction, note = checked(fraction, note)
     report = _current.get()
-    if report is not None and report.message.pk == message.pk:
+    if report is not None and report.message is not None and report.message.pk == message.pk:
         now = time.monotonic()
         if now - report.written_at < get_settings().PROGRESS_INTERVAL and fraction < 1:
             report.pending = (fraction, note)

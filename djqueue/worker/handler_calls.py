@@ -144,7 +144,8 @@ class HandlerCalls:
                 return stale
             started = time.monotonic()
             with dialects.using(fastpath.database_of(running[0])), \
-                    tracing.processing_batch(queue.name, running):
+                    tracing.processing_batch(queue.name, running), \
+                    handler_reports.reporting(running):
                 if entry.is_async:
                     asyncio.run(entry.func(running))
                 else:

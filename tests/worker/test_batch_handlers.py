@@ -11,9 +11,10 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 import djqueue
-from djqueue.exceptions import ConfigurationError
+from djqueue.exceptions import ConfigurationError, InvalidProgress
 from djqueue.models import History, Message, State
-from djqueue.worker import registry
+from djqueue.storage import handler_reports
+from djqueue.worker import handler_logs, registry
 from tests.conftest import run_async, wait_until
 from tests.models import Effect
 
@@ -56,6 +57,22 @@ def test_an_exception_fails_every_message_of_the_run_as_it_says():
     assert all(m.attempts == 1 for m in rows)
     assert all(m.visible_at >= before + timedelta(seconds=59) for m in rows)
     assert all("the service asked for a minute" in m.errors[-1]["error"] for m in rows)
+
+
+def test_a_batch_runs_log_records_are_kept_with_each_of_its_messages():
+    handler_logs.install()  # as a worker does at start
+    djqueue.create_queue("t.batched", max_attempts=1)
+    sent = djqueue.send_batch("t.batched", [{"n": n, "log": True, "fail": n == 1}
+                                            for n in range(3)])
+    drained = djqueue.drain("t.batched")
+    assert (drained.runs, drained.acked, drained.dead_lettered) == (3, 2, 1)
+    for message in sent:
+        logs = djqueue.get_logs(message.pk)
+        assert [(r.text, r.logger, r.attempt) for r in logs] == [
+            ("a run of 3", "tests.reporting", 1)], message.payload
+    with pytest.raises(InvalidProgress, match="in a batch handler's run"), \
+            handler_reports.reporting(sent):
+        djqueue.report_progress(0.5)
 
 
 def test_batch_failures_naming_a_message_not_in_the_run_fails_the_whole_run():
