@@ -18,6 +18,7 @@ from djqueue.api import consumer_groups
 from djqueue.api.queues import limits_changed
 from djqueue.models import Alarm, AlarmPolicy, ConsumerGroup, Queue, QueueStat, Topic
 from djqueue.storage import placement
+from djqueue.worker import registry
 
 
 def queue_action(op: QueueOperation):
@@ -57,7 +58,15 @@ class QueueAdmin(OperationPermissions, PlacedAdmin):
                                    "holds from the workers' next claim."}),
         ("Delivery", {"fields": ["ordered", "skip_stale", "dedup_window", "trace",
                                  "exactly_once"]}),
+        ("Handler", {"fields": ["handler"],
+                     "description": "What a worker started with this site's settings and "
+                                    "handlers modules runs for the queue."}),
     ]
+    readonly_fields = ["handler"]
+
+    @admin.display(description="handler")
+    def handler(self, queue: Queue) -> str:
+        return registry.describe(queue.name) if queue.name else "-"
 
     def save_model(self, request: HttpRequest, obj: Queue, form, change: bool) -> None:
         """Save, and apply changed limits as :func:`djqueue.set_limits` does. A new queue

@@ -220,6 +220,26 @@ def _resolve(queue: str) -> Handler:
         "function with @djqueue.handler().")
 
 
+def describe(queue: str) -> str:
+    """One line on what a worker of this project runs for ``queue``, for the admin: the
+    handler's path and its options, or why there is none (the error a worker would
+    stop with). Read in the calling process: its settings and ``handlers`` modules."""
+    discover()
+    try:
+        entry = resolve(queue)
+    except (HandlerNotFound, ConfigurationError) as exc:
+        return str(exc)
+    said = [entry.path + (" (async)" if entry.is_async else "")]
+    if entry.batch is not None:
+        said.append(f"lists of up to {entry.batch} messages a run"
+                    + (f", waiting up to {entry.batch_wait:g} s to fill"
+                       if entry.batch_wait else ""))
+    if entry.exactly_once is not None:
+        said.append("exactly once" if entry.exactly_once else "not exactly once, whatever "
+                    "the queue says")
+    return "; ".join(said)
+
+
 def add_source(source: HandlerSource) -> None:
     """Let ``source`` handle its queues (once per source; called as an app loads)."""
     if source not in _sources:

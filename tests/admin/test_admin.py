@@ -3,6 +3,7 @@ queries, the message browser, and every operation's permission check."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -171,6 +172,29 @@ def test_message_detail_shows_payload_headers_errors_and_trace(superuser, world)
     assert "&quot;n&quot;: 0" in page or '"n": 0' in page
     for event in ("sent", "claimed", "nacked", "dead_lettered"):
         assert f"<td>{event}</td>" in page
+
+
+def test_a_queues_page_says_what_handler_a_worker_runs_for_it(superuser, settings):
+    settings.DJQUEUE = {**settings.DJQUEUE, "HANDLERS": {
+        **settings.DJQUEUE.get("HANDLERS", {}),
+        "adm.set": {"handler": "tests.handlers.record_windowed", "exactly_once": False},
+        "adm.broken": {"handler": "tests.handlers.record_batch", "batch": 0}}}
+    said = {}
+    for name in ("t.batched", "t.abatched", "t.windowed", "adm.set", "adm.broken", "adm.none"):
+        queue = djqueue.create_queue(name)
+        response = superuser.get(reverse("admin:djqueue_queue_change", args=[queue.pk]))
+        assert response.status_code == 200
+        said[name] = re.search(r'field-handler.*?<div class="readonly">(.*?)</div>',
+                               response.content.decode(), re.S).group(1)
+    assert said["t.batched"] == "tests.handlers.record_batch; lists of up to 50 messages a run"
+    assert said["t.abatched"] == ("tests.handlers.record_batch_async (async); lists of up to "
+                                  "10 messages a run")
+    assert said["t.windowed"] == ("tests.handlers.record_windowed; lists of up to 20 messages "
+                                  "a run, waiting up to 4 s to fill")
+    assert said["adm.set"] == ("tests.handlers.record_windowed; not exactly once, whatever "
+                               "the queue says")
+    assert "batch must be" in said["adm.broken"]
+    assert said["adm.none"].startswith("No handler for queue &#x27;adm.none&#x27;")
 
 
 def test_delete_from_the_browser_goes_through_the_api(superuser, world):

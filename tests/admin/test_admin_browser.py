@@ -110,6 +110,8 @@ def test_operator_sees_a_limit_held_and_raises_it_from_the_queue_page(ops_page, 
     page.screenshot(path=ARTIFACTS / "limits-1-held.png", full_page=True)
 
     page.click('tr[data-limited-queue="web.sms"] a')
+    assert page.locator(".field-handler .readonly").inner_text().startswith(
+        "No handler for queue 'web.sms'")
     page.fill("#id_concurrency_limit", "5")
     page.click("input[name=_save]")
     page.wait_for_selector(".messagelist")
