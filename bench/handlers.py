@@ -12,3 +12,7 @@ def wait_10ms(message) -> None:
 
 def noop_batch(messages) -> None:
     """The batch handler row's handler: takes a list of messages and does nothing."""
+
+
+async def noop_async(message) -> None:
+    """The async handler row's handler: a coroutine that does nothing."""

@@ -275,6 +275,19 @@ def batched_worker(n: int) -> dict[str, float]:
     return {"worker_batched_1": found, "worker_batched_1_cpu_us": cpu / count * 1e6}
 
 
+def async_worker(n: int) -> dict[str, float]:
+    """``worker`` on a queue whose handler is a coroutine function (a no-op): what
+    running a handler with ``async_to_sync`` costs, on the loop a handler thread keeps."""
+    import djqueue
+
+    clear()
+    djqueue.create_queue("bench.async", exist_ok=True)
+    fill(n, "bench.async")
+    cpu = run_workers("bench.async", 1)
+    found, count = drain_rate()
+    return {"worker_async_1": found, "worker_async_1_cpu_us": cpu / count * 1e6}
+
+
 def traced_worker(n: int) -> dict[str, float]:
     """``worker`` with OpenTelemetry on: the worker process has an SDK tracer provider
     (a batch span processor, spans discarded), so each handler run records a

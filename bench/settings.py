@@ -20,7 +20,8 @@ DJQUEUE = {**DJQUEUE, "HANDLERS": {"bench": "bench.handlers.noop",
                                    "bench.limited": "bench.handlers.noop",
                                    "bench.parted": "bench.handlers.noop",
                                    "bench.batched": {"handler": "bench.handlers.noop_batch",
-                                                     "batch": 100}},
+                                                     "batch": 100},
+                                   "bench.async": "bench.handlers.noop_async"},
            "QUEUE_DATABASES": {"bench.parted": PARTITIONS} if PARTITIONS else {}}
 LOGGING: dict = {"version": 1, "disable_existing_loggers": False}
 if os.environ.get("DJQUEUE_BENCH_TASKS_LOG"):

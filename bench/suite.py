@@ -76,6 +76,7 @@ def one_repeat(args: argparse.Namespace, url: str) -> dict[str, float]:
         ("worker_2", lambda: measures.worker(n * 2, processes=2, key="worker_2")),
         ("limited", lambda: measures.limited_worker(n)),
         ("batched", lambda: measures.batched_worker(n)),
+        ("async", lambda: measures.async_worker(n)),
         # an information row, not a target
         ("traced", None if quick else lambda: measures.traced_worker(n)),
         ("tasks", lambda: measures.tasks(n // 4 if quick else n)),
@@ -159,6 +160,7 @@ LABELS = {
     "chord_10k": "workflow: chord of 10,000 add() and a sum, enqueue to callback, members/s",
     "worker_limited_1": "worker, queue with concurrency_limit=1000 (never reached)",
     "worker_batched_1": "worker, a batch handler of 100 (no-op)",
+    "worker_async_1": "worker, an async handler (a no-op coroutine)",
     "worker_backlog_1m": "worker with 1M ready", "worker_10k": "worker with 10k ready",
     "worker_history_1m": "worker beside 1M history rows",
     "partitioned_3": "worker, a queue partitioned over 3 databases of one server",

@@ -4,6 +4,7 @@ import gc
 import logging
 import os
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -185,3 +186,27 @@ def record_windowed(messages: list[Message]) -> None:
     run's size."""
     Effect.objects.bulk_create([Effect(key=m.payload["n"], attempt=len(messages),
                                        pid=os.getpid()) for m in messages])
+
+
+@handler("t.async")
+async def record_async(message: Message) -> None:
+    """An async handler: an Effect row through the async ORM, ``attempt`` its delivery and
+    ``pid`` the thread that ran the write's SQL (threading.get_ident, cut to 31 bits);
+    ``log`` logs a warning; ``fail`` raises after the write."""
+    await Effect.objects.acreate(key=message.payload["n"], attempt=message.attempts,
+                                 pid=await _sql_thread())
+    if message.payload.get("log"):
+        logging.getLogger("tests.reporting").warning("async run of %s", message.payload["n"])
+    if message.payload.get("fail"):
+        raise ValueError(f"refused {message.payload['n']} after its write")
+
+
+@handler("t.aexactly", exactly_once=True)
+async def record_async_exactly_once(message: Message) -> None:
+    """record_async on an exactly-once handler: the write commits with the ack, or not."""
+    await record_async(message)
+
+
+async def _sql_thread() -> int:
+    from asgiref.sync import sync_to_async
+    return await sync_to_async(lambda: threading.get_ident() % 2**31, thread_sensitive=True)()

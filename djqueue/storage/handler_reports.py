@@ -13,7 +13,7 @@ Log records are collected in memory while the handler runs (the worker's
 capture, djqueue.worker.handler_logs, calls :meth:`DeliveryReport.add`) and
 written in one INSERT when it returns, before the message is acked or failed,
 so they are there by the time anyone sees the message finished. The delivery
-being run is a context variable: it follows the handler into ``asyncio.run``
+being run is a context variable: it follows the handler into ``async_to_sync``
 but not into threads the handler starts itself.
 
 An exactly-once handler runs inside its ack's transaction; its progress

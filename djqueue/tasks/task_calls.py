@@ -26,7 +26,10 @@ def call(task: Task, args: list[Any], kwargs: dict[str, Any], result: TaskResult
             raise TypeError(f"{task.module_path} takes a context: its run needs its result.")
         args.insert(0, TaskContext(task_result=result))
     timeout = task.timeout if isinstance(task, QueueTask) else None
-    func = fastpath.sync_function(task.func) or task.call
+    func = fastpath.sync_function(task.func)
+    if func is None:  # a coroutine function, run by Django with async_to_sync
+        fastpath.keep_event_loop()
+        func = task.call
     value = call_with_timeout(lambda: func(*args, **kwargs), timeout)
     # normalize_json returns these as they are (None, most tasks' value, saves a call).
     return value if type(value) in _JSON_SCALARS else normalize_json(value)

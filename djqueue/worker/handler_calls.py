@@ -20,8 +20,10 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.db import DatabaseError, close_old_connections, connections
 
 from djqueue import tracing
@@ -117,7 +119,7 @@ class HandlerCalls:
             with around, tracing.processing(queue.name, message.pk, message.attempts,
                                             message.group_key, message.headers):
                 if entry.is_async:
-                    asyncio.run(func(message))
+                    run_coroutine(func, message)
                 else:
                     func(message)
 
@@ -147,7 +149,7 @@ class HandlerCalls:
                     tracing.processing_batch(queue.name, running), \
                     handler_reports.reporting(running):
                 if entry.is_async:
-                    asyncio.run(entry.func(running))
+                    run_coroutine(entry.func, running)
                 else:
                     entry.func(running)
             if self._prefetch is not None:
@@ -205,6 +207,28 @@ class HandlerCalls:
         conn = connections[dialects.alias()]
         if conn.connection is not None and not conn.is_usable():
             conn.close()
+
+
+def run_coroutine(func: Callable[[Any], Awaitable[object]], argument: Any) -> None:
+    """Run an async handler from this thread, as Django runs an async task function:
+    with ``async_to_sync``, so that its thread-sensitive calls (the async ORM) run here,
+    on this thread's connection and inside an exactly-once ack's transaction. A worker's
+    handler thread keeps one event loop for it (djqueue.storage.fastpath.event_loops).
+    Tasks the handler started and left running are cancelled when it returns, as
+    ``asyncio.run`` would: nothing of one message's run goes on into the next."""
+    fastpath.keep_event_loop()
+    async_to_sync(_alone)(func, argument)
+
+
+async def _alone(func: Callable[[Any], Awaitable[object]], argument: Any) -> None:
+    try:
+        await func(argument)
+    finally:
+        left = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.gather(*left, return_exceptions=True)
 
 
 def outcome_of(message: Message, exc: BaseException) -> Done:

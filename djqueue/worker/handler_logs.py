@@ -2,7 +2,7 @@
 
 One logging handler on the root logger, added when a worker starts: it keeps a
 record only while a handler of this process runs in the record's thread (or in
-the ``asyncio.run`` of an async handler), in that run's DeliveryReport; every
+the event loop of an async handler), in that run's DeliveryReport; every
 other record passes by at the cost of one context-variable read. Records must
 pass their own logger's level first: with Python's default root level of
 WARNING, a handler's ``logger.info()`` never reaches any handler, so the worker

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from djqueue.storage import fastpath
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -103,6 +105,15 @@ class HandlerThreads(Generic[T, R]):
             self.exhausted = True
 
     def _work(self) -> None:
+        # An async handler run here may keep an event loop for this thread; it is
+        # closed as the thread ends (djqueue.storage.fastpath.event_loops).
+        fastpath.allow_kept_loop()
+        try:
+            self._take_items()
+        finally:
+            fastpath.drop_event_loop()
+
+    def _take_items(self) -> None:
         me = threading.get_ident()
         while True:
             item = self._tasks.get()

@@ -58,7 +58,7 @@ def drain(*queues: str | Queue, delayed: bool = False, limit: int = DRAIN_LIMIT)
     made ready at once, again after every run, so retries run to their end. The
     queues' own rules hold: paused queues, ordered groups, rate and concurrency
     limits (a limit that holds a message back ends the drain, as nothing is ready).
-    Handlers that are ``async`` run with ``asyncio.run``: call from sync code. A batch
+    Handlers that are ``async`` run with ``async_to_sync``: call from sync code. A batch
     handler gets up to its ``batch`` of its queue's ready messages a run.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:

@@ -202,3 +202,59 @@ def test_a_tasks_function_is_called_as_task_call_calls_it(paths):
     assert (sync or add.call)(2, 3) == add.call(2, 3) == 5
     assert fastpath.sync_function(async_square.func) is None  # Task.call runs it in a loop
     assert async_square.call(4) == 16
+
+
+def test_a_handler_threads_async_calls_run_on_its_kept_loop_and_their_sql_in_it(paths):
+    """async_to_sync in a thread that keeps a loop: every call's coroutine on that one
+    loop, its thread-sensitive calls back in the calling thread, as without the loop."""
+    import asyncio
+    import threading
+
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    from djqueue.worker.handler_calls import run_coroutine
+
+    seen: dict[str, object] = {}
+
+    async def where(_: object) -> None:
+        seen.setdefault("loops", []).append(asyncio.get_running_loop())  # kept alive
+        seen.setdefault("sql_threads", set()).add(
+            await sync_to_async(threading.get_ident, thread_sensitive=True)())
+        seen.setdefault("ids", []).append(await Queue.objects.filter(name="fp.loop")
+                                          .values_list("pk", flat=True).afirst())
+
+    async def leaves_a_task(_: object) -> None:
+        async def forever() -> None:
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                seen["cancelled"] = True
+        seen["task"] = asyncio.ensure_future(forever())
+        await asyncio.sleep(0)
+
+    queue = djqueue.create_queue("fp.loop")
+
+    def handler_thread() -> None:
+        fastpath.allow_kept_loop()
+        try:
+            for _ in range(3):
+                run_coroutine(where, None)
+            run_coroutine(leaves_a_task, None)
+            seen["kept"] = getattr(fastpath.event_loops._here, "loop", None)
+            seen["me"] = threading.get_ident()
+            seen["plain"] = async_to_sync(sync_to_async(threading.get_ident))()
+        finally:
+            fastpath.drop_event_loop()
+            connection.close()
+
+    thread = threading.Thread(target=handler_thread)
+    thread.start()
+    thread.join(60)
+    assert seen["ids"] == [queue.pk] * 3
+    assert seen["sql_threads"] == {seen["me"]}
+    assert seen["cancelled"] is True and seen["task"].cancelled()
+    if paths and fastpath.event_loops.enabled:
+        assert len({id(loop) for loop in seen["loops"]}) == 1
+        assert seen["kept"].is_closed()
+    else:
+        assert seen["kept"] is None and len({id(loop) for loop in seen["loops"]}) == 3

@@ -19,11 +19,13 @@ Owns, by kind:
   ``BEGIN``, an index hint);
 - ``json_values``: the C JSON encoder built once;
 - ``callables``: the receivers a signal would reach, a task's function called
-  without django.tasks' per-call inspection.
+  without django.tasks' per-call inspection;
+- ``event_loops``: the event loop a worker's handler thread keeps for asgiref's
+  ``async_to_sync`` (async handlers and async task functions), read in asgiref.
 
 Callers use the names below (``fastpath.builder``, ...), never the submodules, so a
-shortcut can move between them. May import: Django, the drivers through Django's
-connection, and nothing of djqueue but this package.
+shortcut can move between them. May import: Django, asgiref, the drivers through
+Django's connection, and nothing of djqueue but this package.
 """
 
 from djqueue.storage.fastpath import verified
@@ -37,6 +39,11 @@ from djqueue.storage.fastpath.driver_statements import (
     select_rows,
     with_index_hint,
 )
+from djqueue.storage.fastpath.event_loops import (
+    allow_kept_loop,
+    drop_event_loop,
+    keep_event_loop,
+)
 from djqueue.storage.fastpath.instances import (
     builder,
     database_of,
@@ -49,8 +56,9 @@ from djqueue.storage.fastpath.instances import (
 from djqueue.storage.fastpath.json_values import json_encoder
 
 __all__ = [
-    "builder", "database_of", "driver_literal", "from_rows", "frozen_dataclass",
-    "insert_lastrowid", "insert_returning_id", "insert_written_out", "json_encoder",
-    "mark_saved", "mark_unsaved", "mysql_transaction", "receivers_among", "related_cacher",
-    "select_rows", "sync_function", "verified", "with_index_hint",
+    "allow_kept_loop", "builder", "database_of", "driver_literal", "drop_event_loop",
+    "from_rows", "frozen_dataclass", "insert_lastrowid", "insert_returning_id",
+    "insert_written_out", "json_encoder", "keep_event_loop", "mark_saved", "mark_unsaved",
+    "mysql_transaction", "receivers_among", "related_cacher", "select_rows",
+    "sync_function", "verified", "with_index_hint",
 ]
