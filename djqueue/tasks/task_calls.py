@@ -27,7 +27,7 @@ def call(task: Task, args: list[Any], kwargs: dict[str, Any], result: TaskResult
         args.insert(0, TaskContext(task_result=result))
     timeout = task.timeout if isinstance(task, QueueTask) else None
     func = fastpath.sync_function(task.func)
-    if func is None:  # a coroutine function, run by Django with async_to_sync
+    if func is None:  # Task.call: a coroutine function's runs with async_to_sync
         fastpath.keep_event_loop()
         func = task.call
     value = call_with_timeout(lambda: func(*args, **kwargs), timeout)
