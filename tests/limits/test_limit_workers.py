@@ -80,7 +80,11 @@ def test_a_queue_concurrency_limit_holds_across_processes_at_full_use(spawn) -> 
     print(f"concurrency 3: most at once {most_at_once(runs)}, {elapsed:.2f}s "
           f"against an ideal {ideal:.2f}s ({elapsed / ideal:.3f})")
     assert most_at_once(runs) <= 3
-    assert elapsed <= ideal * 1.15
+    # Full use: each hand-over of a slot (the ack, then another worker's claim) costs a
+    # little of the 0.2 s. Alone here the run took 1.05 x the ideal; in CI, beside the
+    # other lane on the same 2 cores, 1.20 twice (2026-12-01). Two slots used of three
+    # would take 1.5 x: the bound tells the two apart.
+    assert elapsed <= ideal * 1.3
 
 
 def test_group_concurrency_holds_per_key_and_keys_progress_fairly(spawn) -> None:
