@@ -157,10 +157,13 @@ def record_batch(messages: list[Message]) -> None:
     payload's ``fail`` names it in a BatchFailures; ``raise`` raises for the whole run
     (``"retry"``: RetryAfter(60), ``"stranger"``: a BatchFailures naming no message of
     the run); ``sleep`` holds the run that many seconds first; ``log`` logs a warning
-    naming the run's size."""
+    naming the run's size (a number: that many records, the others at INFO)."""
     time.sleep(max((m.payload.get("sleep", 0) for m in messages), default=0))
-    if any(m.payload.get("log") for m in messages):
+    records = max(int(m.payload.get("log", 0)) for m in messages)
+    if records:
         logging.getLogger("tests.reporting").warning("a run of %d", len(messages))
+    for n in range(1, records):
+        logging.getLogger("tests.reporting").info("record %d", n)
     Effect.objects.bulk_create([Effect(key=m.payload["n"], attempt=len(messages),
                                        pid=os.getpid()) for m in messages])
     raises = {m.payload.get("raise") for m in messages}

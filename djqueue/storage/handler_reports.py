@@ -39,6 +39,11 @@ from djqueue.storage import dialects
 logger = logging.getLogger("djqueue.worker")
 MAX_NOTE_CHARS = 200
 MAX_LOGGER_CHARS = 100
+#: A batch run whose records times messages pass this keeps its records once, with its
+#: first message, and one record on each other message pointing there.
+BATCH_LOG_ROWS = 1_000
+#: Rows a log INSERT carries at most: a statement stays far below MySQL's packet limit.
+LOG_ROWS_A_STATEMENT = 500
 
 
 class DeliveryReport:
@@ -46,7 +51,10 @@ class DeliveryReport:
 
     A batch handler's run is one report for all its messages: each of them keeps every
     record of the run (the run is one call, so a record cannot be told apart by
-    message), and ``message`` is None, as progress is a message's own.
+    message), and ``message`` is None, as progress is a message's own. A large run
+    (records times messages past BATCH_LOG_ROWS) would write that product: its records are
+    kept once, with its first message, and each other message keeps one record, at the
+    run's highest level, saying where they are.
     """
 
     def __init__(self, messages: list[Message], max_records: int, max_chars: int) -> None:
@@ -81,8 +89,7 @@ class DeliveryReport:
         try:
             if self.records:
                 MessageLog.objects.using(dialects.alias()).bulk_create(
-                    [_log_row(message, *record)
-                     for message in self.messages for record in self.records])
+                    self._log_rows(), batch_size=LOG_ROWS_A_STATEMENT)
             if self.pending is not None and self.message is not None:
                 _write_progress(self.message, *self.pending)
         except NotOwner:
@@ -91,6 +98,19 @@ class DeliveryReport:
             ids = [m.pk for m in self.messages]
             logger.exception("Could not keep the log records or progress of message(s) %s",
                              ", ".join(map(str, ids)), extra={"message_id": ids[0]})
+
+
+    def _log_rows(self) -> list[MessageLog]:
+        first, *others = self.messages
+        if len(self.messages) * len(self.records) <= BATCH_LOG_ROWS:
+            return [_log_row(message, *record)
+                    for message in self.messages for record in self.records]
+        pointer = (max(level for level, *_ in self.records), "djqueue.worker",
+                   f"this message was one of {len(self.messages)} in a batch handler's run, "
+                   f"which logged {len(self.records)} record(s): they are kept with message "
+                   f"{first.pk}", self.records[-1][3])
+        return ([_log_row(first, *record) for record in self.records]
+                + [_log_row(message, *pointer) for message in others])
 
 
 def _log_row(message: Message, level: int, logger_name: str, text: str,

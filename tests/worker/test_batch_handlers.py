@@ -2,6 +2,7 @@
 message is settled on its own (tests.handlers.record_batch and record_batch_async)."""
 
 import asyncio
+import logging
 import signal
 from collections import Counter
 from datetime import timedelta
@@ -12,7 +13,7 @@ from django.utils import timezone
 
 import djqueue
 from djqueue.exceptions import ConfigurationError, InvalidProgress
-from djqueue.models import History, Message, State
+from djqueue.models import History, Message, MessageLog, State
 from djqueue.storage import handler_reports
 from djqueue.worker import handler_logs, registry
 from tests.conftest import run_async, wait_until
@@ -73,6 +74,23 @@ def test_a_batch_runs_log_records_are_kept_with_each_of_its_messages():
     with pytest.raises(InvalidProgress, match="in a batch handler's run"), \
             handler_reports.reporting(sent):
         djqueue.report_progress(0.5)
+
+
+def test_a_large_batch_runs_records_are_kept_once_with_a_pointer_on_its_other_messages():
+    handler_logs.install()
+    djqueue.create_queue("t.batched")
+    sent = djqueue.send_batch("t.batched", [{"n": n, "log": 30} for n in range(50)])
+    drained = djqueue.drain("t.batched")
+    assert (drained.runs, drained.acked) == (50, 50)
+    first, *others = sent
+    assert [r.text for r in djqueue.get_logs(first.pk)] == (
+        ["a run of 50"] + [f"record {n}" for n in range(1, 30)])
+    for message in others:
+        [pointer] = djqueue.get_logs(message.pk)
+        assert (pointer.level, pointer.logger) == (logging.WARNING, "djqueue.worker")
+        assert pointer.text == (f"this message was one of 50 in a batch handler's run, which "
+                                f"logged 30 record(s): they are kept with message {first.pk}")
+    assert MessageLog.objects.count() == 30 + 49  # not 50 x 30
 
 
 def test_batch_failures_naming_a_message_not_in_the_run_fails_the_whole_run():
