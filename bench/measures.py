@@ -262,30 +262,29 @@ def limited_worker(n: int) -> dict[str, float]:
     return {"worker_limited_1": drain_rate()[0]}
 
 
-def batched_worker(n: int) -> dict[str, float]:
-    """``worker`` (``-b 100``, as its row) on a queue whose handler takes lists of up to 100
-    messages (``@handler(batch=100)``, a no-op): what the batch path costs itself."""
+def _one_worker_on(queue: str, n: int, row: str) -> dict[str, float]:
+    """``n`` messages on ``queue`` (made if missing), drained by one worker at the row's
+    defaults: the rate as ``row`` and the worker's CPU a message as ``row``_cpu_us."""
     import djqueue
 
     clear()
-    djqueue.create_queue("bench.batched", exist_ok=True)
-    fill(n, "bench.batched")
-    cpu = run_workers("bench.batched", 1)
+    djqueue.create_queue(queue, exist_ok=True)
+    fill(n, queue)
+    cpu = run_workers(queue, 1)
     found, count = drain_rate()
-    return {"worker_batched_1": found, "worker_batched_1_cpu_us": cpu / count * 1e6}
+    return {row: found, f"{row}_cpu_us": cpu / count * 1e6}
+
+
+def batched_worker(n: int) -> dict[str, float]:
+    """``worker`` (``-b 100``, as its row) on a queue whose handler takes lists of up to 100
+    messages (``@handler(batch=100)``, a no-op): what the batch path costs itself."""
+    return _one_worker_on("bench.batched", n, "worker_batched_1")
 
 
 def async_worker(n: int) -> dict[str, float]:
     """``worker`` on a queue whose handler is a coroutine function (a no-op): what
     running a handler with ``async_to_sync`` costs, on the loop a handler thread keeps."""
-    import djqueue
-
-    clear()
-    djqueue.create_queue("bench.async", exist_ok=True)
-    fill(n, "bench.async")
-    cpu = run_workers("bench.async", 1)
-    found, count = drain_rate()
-    return {"worker_async_1": found, "worker_async_1_cpu_us": cpu / count * 1e6}
+    return _one_worker_on("bench.async", n, "worker_async_1")
 
 
 def traced_worker(n: int) -> dict[str, float]:
