@@ -18,6 +18,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
+from djqueue.api.receive_wakeups import receive_wakeups
 from djqueue.storage.queue_lookup import forget_cached
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +119,15 @@ def _fresh_queue_cache() -> Iterator[None]:
     forget_cached()
     yield
     forget_cached()
+
+
+@pytest.fixture(autouse=True)
+def _receive_wakeups_stopped(django_db_blocker: Any) -> Iterator[None]:
+    """A test whose receive waited started this process's receiver row and its thread
+    (djqueue.api.receive_wakeups): stopped, and the row deleted, when the test ends."""
+    yield
+    with django_db_blocker.unblock():
+        receive_wakeups.stop()
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str,

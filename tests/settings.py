@@ -195,6 +195,8 @@ if os.environ.get("DJQUEUE_TEST_SPREAD_PORTS"):
     for _name in ("POLL_MAX", "QUEUE_CACHE_TTL", "REAPER_INTERVAL", "STATS_INTERVAL",
                   "PROMOTE_INTERVAL"):
         del DJQUEUE[_name]
+if os.environ.get("DJQUEUE_TEST_POLL"):  # a process that polls only this often
+    DJQUEUE["POLL_MIN"] = DJQUEUE["POLL_MAX"] = float(os.environ["DJQUEUE_TEST_POLL"])
 if os.environ.get("DJQUEUE_TEST_TASK_QUEUES"):  # more queues of the default task backend
     TASKS["default"]["QUEUES"] += os.environ["DJQUEUE_TEST_TASK_QUEUES"].split(",")
 

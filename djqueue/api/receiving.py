@@ -15,6 +15,7 @@ from django.db.models import Q
 
 from djqueue import durations
 from djqueue.api.condition_parser import compile_condition
+from djqueue.api.receive_wakeups import receive_wakeups
 from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter
 from djqueue.models import Message, Queue
 from djqueue.polling import Backoff
@@ -63,7 +64,9 @@ def receive(
     """Claim up to ``max_messages`` ready messages, earlier queues first.
 
     With ``wait`` it blocks up to that many seconds for a first message
-    (long poll), polling with an adaptive delay. Paused queues are skipped.
+    (long poll): a send that commits wakes it at once, in this process or in another
+    on this host (djqueue.api.receive_wakeups), and it polls with an adaptive delay
+    for the rest. Paused queues are skipped.
     ``where`` takes only messages matching a condition: a ``Q`` over Message
     fields, or an expression such as ``"priority >= 5 and headers.region = 'eu'"``
     (see djqueue.api.condition_parser).
@@ -81,15 +84,22 @@ def receive(
     deadline = time.monotonic() + wait
     backoff = Backoff()
     limited = LimitWait()
-    while True:
-        _, messages = claim_ready(partitions.expand([get_queue(r) for r in refs]),
-                                  max_messages, owner=owner,
-                                  visibility_timeout=visibility_timeout, clock=_promotion,
-                                  where=condition, wait=limited)
-        if messages or time.monotonic() >= deadline:
-            return messages
-        backoff.sleep(deadline if limited.seconds is None
-                      else min(deadline, time.monotonic() + limited.seconds))
+    with contextlib.ExitStack() as waiting:
+        woken_by_sends = False
+        while True:
+            queues = [get_queue(r) for r in refs]
+            expanded = partitions.expand(queues)
+            _, messages = claim_ready(expanded, max_messages, owner=owner,
+                                      visibility_timeout=visibility_timeout,
+                                      clock=_promotion, where=condition, wait=limited)
+            if messages or time.monotonic() >= deadline:
+                return messages
+            if not woken_by_sends:  # the first pause: be woken by other processes' sends
+                waiting.enter_context(receive_wakeups.waiting(
+                    q.name for q in (*queues, *expanded)))
+                woken_by_sends = True
+            backoff.sleep(deadline if limited.seconds is None
+                          else min(deadline, time.monotonic() + limited.seconds))
 
 
 @contextlib.contextmanager

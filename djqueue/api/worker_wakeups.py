@@ -84,7 +84,7 @@ class _WakeAddresses:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         #: database -> (when read, queue name -> addresses): workers register on the
-        #: database of the queues they serve (djqueue.processes.registration).
+        #: database of the queues they serve (djqueue.storage.registration).
         self._by_database: dict[str, tuple[float, dict[str, list[tuple[str, int]]]]] = {}
         self._socket: socket.socket | None = None
 

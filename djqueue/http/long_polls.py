@@ -32,8 +32,8 @@ from typing import TypeVar
 
 from djqueue.conf import get_settings
 from djqueue.http.database_threads import in_database
-from djqueue.processes.registration import Registration
 from djqueue.storage import placement
+from djqueue.storage.registration import Registration
 
 logger = logging.getLogger("djqueue.http")
 T = TypeVar("T")

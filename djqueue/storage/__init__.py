@@ -14,7 +14,9 @@ it), the trace,
 what handlers report (progress and log records, ``handler_reports``), queue
 lookup, payload encoding, the hand-written statements of the hot path
 (``statements/``), and every use of Django's or a driver's private internals
-(``fastpath``, quarantined there with a plain path each).
+(``fastpath``, quarantined there with a plain path each), and a process's
+presence (``registration``: its row in ``djqueue_worker``, session locks and
+heartbeat, shared by workers, API servers and waiting receives).
 
 May import: djqueue.models and the modules below them (conf, exceptions,
 signals, polling, types, histograms). Never api, processes, worker,

@@ -25,7 +25,7 @@ def _mysql_name(key: str, conn: BaseDatabaseWrapper) -> str:
     """The lock's name on MySQL/MariaDB, whose named locks are the whole server's.
 
     Why the database in it: a worker serving queues on two databases of one server
-    holds a lock on each (djqueue.processes.registration); with one name the second
+    holds a lock on each (djqueue.storage.registration); with one name the second
     GET_LOCK would find the first holding it. The home database keeps the plain
     name, so reapers and workers of earlier versions still agree on it.
     """

@@ -26,10 +26,10 @@ from djqueue.models import Message
 from djqueue.polling import Backoff, local_wakeup
 from djqueue.processes.base import ProcessBase
 from djqueue.processes.garbage_collection import collected_less
-from djqueue.processes.registration import Registration
 from djqueue.processes.thread_switch import switch_interval
 from djqueue.storage import partitions, placement
 from djqueue.storage.queue_lookup import get_queue
+from djqueue.storage.registration import Registration
 from djqueue.worker import handler_logs, registry
 from djqueue.worker.ack_batches import AckBatches, Done, WorkerStats
 from djqueue.worker.batch_windows import BatchWindows, batch_windows

@@ -99,7 +99,7 @@ def test_heartbeat_after_deregister_does_not_register_the_worker_again():
     """A worker deregisters before its heartbeat thread is told to stop; a beat in
     between finds no row and must leave it gone (it used to register the stopping
     worker again, leaving a stale row for the reaper)."""
-    from djqueue.processes.registration import Registration
+    from djqueue.storage.registration import Registration
 
     presence = Registration("leaving:1:abc", "e" * 32, queues=["jobs"], concurrency=1,
                         held=lambda: [])

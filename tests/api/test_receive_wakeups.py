@@ -1,0 +1,62 @@
+"""A receive waiting in one process is woken by a send committed in another
+(djqueue.api.receive_wakeups): its process registers a receiver row naming the queues
+it waits on, and a sender's datagram ends its pause."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import djqueue
+from djqueue.api.receive_wakeups import receive_wakeups
+from djqueue.api.worker_wakeups import wake_addresses
+from djqueue.models import Worker
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: The receiving process polls only this often: a receive back sooner was woken.
+POLL = 60.0
+RECEIVE = """
+import json, time, djqueue
+[message] = djqueue.receive("t.woken", wait=120)
+print(json.dumps({"payload": message.payload, "at": time.time()}), flush=True)
+message.ack()
+"""
+
+
+def receiver_rows(queue: str | None = None) -> list[Worker]:
+    return [w for w in Worker.objects.filter(pk__startswith="receive:")
+            if queue is None or queue in w.queues]
+
+
+def test_a_send_from_another_process_wakes_a_waiting_receive_at_once(spawn):
+    djqueue.create_queue("t.woken")
+    receiver = spawn("shell", "-c", RECEIVE, env={"DJQUEUE_TEST_POLL": str(POLL)})
+    [row] = wait_until(lambda: receiver_rows("t.woken"), 60, "the receiver's row")
+    assert row.wake_address and row.concurrency == 0
+    wake_addresses.forget()  # this process may have read the rows before the receiver's
+    sent_at = time.time()
+    djqueue.send("t.woken", {"n": 1})
+    # It polls every 60 s: back within 20, it was woken by the send's datagram.
+    assert receiver.wait(20) == 0, receiver.log.read_text()
+    got = json.loads(receiver.log.read_text().strip().splitlines()[-1])
+    assert got["payload"] == {"n": 1}
+    assert got["at"] - sent_at < 5
+    assert not receiver_rows(), "the row goes when its process exits"
+    assert not djqueue.peek("t.woken")
+
+
+def test_a_waiting_receive_registers_its_queues_and_stop_deletes_the_row():
+    djqueue.create_queue("t.woken")
+    djqueue.create_queue("t.other")
+    assert djqueue.receive(["t.woken", "t.other"], wait=0.05) == []
+    [row] = wait_until(lambda: receiver_rows("t.other"), 30, "the receiver's row")
+    assert sorted(row.queues) == ["t.other", "t.woken"], "named after the wait ended"
+    assert row.wake_address == receive_wakeups.address
+    receive_wakeups.stop()
+    assert not receiver_rows()
+    assert djqueue.receive("t.woken", wait=0) == [], "a receive that does not wait"
+    assert receive_wakeups.address is None, "starts nothing"
