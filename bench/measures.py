@@ -46,6 +46,7 @@ __all__ = [
     "partitioned",
     "pickup",
     "raw",
+    "receive_pickup",
     "tasks",
     "traced_worker",
     "worker",
@@ -416,6 +417,48 @@ def pickup(url: str, samples: int, window: float = 10.0) -> dict[str, float]:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
     return {"idle_queries_per_s": idle, **latencies}
+
+
+#: A consumer process: one ``consume()`` after another, each waiting up to 20 s.
+CONSUME_LOOP = """
+import djqueue
+while True:
+    with djqueue.consume("bench", wait=20):
+        pass
+"""
+
+
+def receive_pickup(samples: int) -> dict[str, float]:
+    """A process looping on ``consume("bench", wait=20)``: how soon its waiting receive
+    claims a send from this process, woken by the send's datagram; then the same with
+    wake-ups off (``WAKE_HOST = None``), when its polling alone finds the message."""
+    import djqueue
+    from djqueue.api.worker_wakeups import wake_addresses
+    from djqueue.models import Worker
+
+    results: dict[str, float] = {}
+    for row, extra in (("receive", {}), ("receive_polled", {"DJQUEUE_BENCH_NO_WAKE": "1"})):
+        clear()
+        process = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "shell", "-c",
+                                    CONSUME_LOOP], cwd=ROOT, env={**env(), **extra})
+        try:
+            if extra:
+                time.sleep(2)  # started and waiting (no row to wait for)
+            else:
+                deadline = time.monotonic() + 60
+                while not any("bench" in w.queues for w in
+                              Worker.objects.filter(pk__startswith="receive:")):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the consumer did not register")
+                    time.sleep(0.05)
+            wake_addresses.forget()  # read the rows again: the consumer's is new
+            found = pickup_latencies(samples, lambda: djqueue.send("bench", PAYLOAD))
+        finally:
+            process.send_signal(signal.SIGINT)  # its row goes at exit
+            process.wait(timeout=60)
+        results[f"{row}_pickup_p50_ms"] = found["pickup_p50_ms"]
+        results[f"{row}_pickup_p95_ms"] = found["pickup_p95_ms"]
+    return results
 
 
 def backlog(big: int, n: int) -> dict[str, float]:

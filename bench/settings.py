@@ -23,6 +23,8 @@ DJQUEUE = {**DJQUEUE, "HANDLERS": {"bench": "bench.handlers.noop",
                                                      "batch": 100},
                                    "bench.async": "bench.handlers.noop_async"},
            "QUEUE_DATABASES": {"bench.parted": PARTITIONS} if PARTITIONS else {}}
+if os.environ.get("DJQUEUE_BENCH_NO_WAKE"):  # the receive pickup row without wake-ups
+    DJQUEUE["WAKE_HOST"] = None
 LOGGING: dict = {"version": 1, "disable_existing_loggers": False}
 if os.environ.get("DJQUEUE_BENCH_TASKS_LOG"):
     # The django.tasks row with the Tasks framework's logger at this level (a project's

@@ -170,6 +170,12 @@ MEASURES = [
     ("worker_2", "two worker processes, msgs/s", "≥ 9,375"),
     ("pickup_p50_ms", "pickup latency p50, ms", "≤ 5"),
     ("pickup_p95_ms", "pickup latency p95, ms", "≤ 20"),
+    ("receive_pickup_p50_ms", "a consume(wait=20) loop in another process: pickup p50, ms",
+     "—"),
+    ("receive_pickup_p95_ms", "the same, p95, ms", "—"),
+    ("receive_polled_pickup_p50_ms", "the same with WAKE_HOST = None (polling alone), p50, ms",
+     "—"),
+    ("receive_polled_pickup_p95_ms", "the same with WAKE_HOST = None, p95, ms", "—"),
     ("quiet_round_trip_p50_ms", "pickup's baseline: MySQLdb's `SELECT 1` after the same "
      "pauses, p50, ms", "—"),
     ("idle_queries_per_s", "idle worker, queries/s", "≤ 20"),
@@ -230,7 +236,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
         print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
         repeats.append(one_repeat(args, args.url))
     latency = measures.pickup(args.url, samples=10 if args.quick else 30, window=3 if args.quick else 10)
-    extra = [latency]
+    extra = [latency, measures.receive_pickup(samples=10 if args.quick else 30)]
     backlog_runs: list[dict[str, float]] = []
     if not args.quick:
         # At least five times: one drain lasts a second or two, and a single pair of runs
