@@ -9,6 +9,7 @@ their own longest pause.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,12 +19,16 @@ from djqueue.conf import get_settings
 
 
 class LocalWakeup:
-    """A process-wide generation counter that senders bump on commit."""
+    """A process-wide generation counter that senders bump on commit; threads wait for
+    it with :meth:`wait`, coroutines with :meth:`await_change`."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._generation = 0
         self._waiting = 0
+        #: The futures of waiting coroutines, with their loops (a bump may come from
+        #: any thread: each is resolved on its own loop).
+        self._awaiting: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
 
     @property
     def generation(self) -> int:
@@ -36,6 +41,12 @@ class LocalWakeup:
         if self._waiting:
             with self._cond:
                 self._cond.notify_all()
+        if self._awaiting:
+            with self._cond:
+                awaiting = list(self._awaiting)
+            for loop, future in awaiting:
+                with contextlib.suppress(RuntimeError):  # its loop has closed
+                    loop.call_soon_threadsafe(_resolve, future)
 
     def wait(self, seen: int, timeout: float) -> bool:
         """Sleep up to ``timeout`` unless a notify came after generation ``seen``."""
@@ -45,6 +56,26 @@ class LocalWakeup:
                 return self._cond.wait_for(lambda: self._generation != seen, timeout)
             finally:
                 self._waiting -= 1
+
+
+    async def await_change(self, seen: int, timeout: float) -> bool:
+        """:meth:`wait` for a coroutine: the pause passes on its event loop."""
+        loop = asyncio.get_running_loop()
+        entry = (loop, loop.create_future())
+        with self._cond:  # counted in before the test, as in wait()
+            self._awaiting.add(entry)
+        try:
+            if self._generation == seen:
+                await asyncio.wait({entry[1]}, timeout=timeout)
+            return self._generation != seen
+        finally:
+            with self._cond:
+                self._awaiting.discard(entry)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 local_wakeup = LocalWakeup()
@@ -72,10 +103,18 @@ class Backoff:
     def sleep(self, deadline: float | None = None) -> bool:
         """Wait the current delay (capped at ``deadline``) or until woken, then adapt.
         Whether it was woken (a send committed, a handler finished)."""
-        timeout = self.delay
-        if deadline is not None:
-            timeout = max(0.0, min(timeout, deadline - time.monotonic()))
-        woken = local_wakeup.wait(self.seen, timeout)
+        return self._adapt(local_wakeup.wait(self.seen, self._timeout(deadline)))
+
+    async def asleep(self, deadline: float | None = None) -> bool:
+        """:meth:`sleep` on the running event loop."""
+        return self._adapt(await local_wakeup.await_change(self.seen, self._timeout(deadline)))
+
+    def _timeout(self, deadline: float | None) -> float:
+        if deadline is None:
+            return self.delay
+        return max(0.0, min(self.delay, deadline - time.monotonic()))
+
+    def _adapt(self, woken: bool) -> bool:
         self.seen = local_wakeup.generation
         if woken:
             self.reset()

@@ -4,8 +4,10 @@ Why: ``receive`` in a coroutine raises ``SynchronousOnlyOperation``, and a long 
 run through ``sync_to_async`` would hold Django's one sync thread for its whole
 wait, stalling every other ``sync_to_async`` call of the process. So each claim here
 is a plain ``receive(wait=0)`` in that thread (``thread_sensitive=True``, as the ORM's
-own ``a…`` methods do), and the wait between claims is an ``asyncio.sleep`` on the
-event loop: from POLL_MIN doubling to POLL_MAX, the last claim at ``wait``.
+own ``a…`` methods do), and the wait between claims passes on the event loop: from
+POLL_MIN doubling to POLL_MAX, the last claim at ``wait``, and cut short by a send
+that commits, in this process or another (djqueue.api.receive_wakeups), as a
+waiting ``receive`` is.
 
 A received message is settled with its own ``aack``, ``anack``, ``aextend`` and
 ``aprogress`` (see :class:`djqueue.models.Message`).
@@ -18,15 +20,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
 
 from asgiref.sync import sync_to_async
 from django.db.models import Q
 
-from djqueue.api.receiving import OwnerSession, check_owner, default_owner, receive
-from djqueue.conf import get_settings
+from djqueue.api.receive_wakeups import receive_wakeups
+from djqueue.api.receiving import (
+    OwnerSession,
+    check_owner,
+    default_owner,
+    names_to_wake,
+    receive,
+)
 from djqueue.models import Message
-from djqueue.polling import apoll_until
+from djqueue.polling import Backoff
 from djqueue.storage.queue_lookup import QueueRef
 from djqueue.storage.transitions import release, validate_delay
 
@@ -51,16 +60,23 @@ async def areceive(
     a ``wait`` passes on the event loop between claims (see the module's docstring)."""
     wait = validate_delay(wait) or 0.0  # refused before the first claim, as receive does
     owner = async_owner() if owner is None else check_owner(owner)
-    claim = sync_to_async(receive, thread_sensitive=True)
-    got: list[Message] = []
+    deadline = time.monotonic() + wait
+    backoff = Backoff()
+    with contextlib.ExitStack() as waiting:
+        woken_by_sends = False
+        while True:
+            got = await _claim(queues, max_messages=max_messages,
+                               visibility_timeout=visibility_timeout, owner=owner, where=where)
+            if got or time.monotonic() >= deadline:
+                return got
+            if not woken_by_sends:  # the first pause: be woken by other processes' sends
+                waiting.enter_context(receive_wakeups.waiting(await _names(queues)))
+                woken_by_sends = True
+            await backoff.asleep(deadline)
 
-    async def claimed() -> bool:
-        got[:] = await claim(queues, max_messages=max_messages,
-                             visibility_timeout=visibility_timeout, owner=owner, where=where)
-        return bool(got)
 
-    await apoll_until(claimed, wait, get_settings().POLL_MAX)
-    return got
+_claim = sync_to_async(receive, thread_sensitive=True)
+_names = sync_to_async(names_to_wake, thread_sensitive=True)
 
 
 @contextlib.asynccontextmanager

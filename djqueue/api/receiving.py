@@ -87,19 +87,25 @@ def receive(
     with contextlib.ExitStack() as waiting:
         woken_by_sends = False
         while True:
-            queues = [get_queue(r) for r in refs]
-            expanded = partitions.expand(queues)
-            _, messages = claim_ready(expanded, max_messages, owner=owner,
+            _, messages = claim_ready(partitions.expand([get_queue(r) for r in refs]),
+                                      max_messages, owner=owner,
                                       visibility_timeout=visibility_timeout,
                                       clock=_promotion, where=condition, wait=limited)
             if messages or time.monotonic() >= deadline:
                 return messages
             if not woken_by_sends:  # the first pause: be woken by other processes' sends
-                waiting.enter_context(receive_wakeups.waiting(
-                    q.name for q in (*queues, *expanded)))
+                waiting.enter_context(receive_wakeups.waiting(names_to_wake(refs)))
                 woken_by_sends = True
             backoff.sleep(deadline if limited.seconds is None
                           else min(deadline, time.monotonic() + limited.seconds))
+
+
+def names_to_wake(queues: QueueRef | Sequence[QueueRef]) -> list[str]:
+    """The queue names a waiting receive of ``queues`` is woken for: each queue's, and
+    its partitions' (a send names the partition it stored on)."""
+    refs = [queues] if isinstance(queues, str | Queue) else list(queues)
+    found = [get_queue(r) for r in refs]
+    return sorted({q.name for q in (*found, *partitions.expand(found))})
 
 
 @contextlib.contextmanager

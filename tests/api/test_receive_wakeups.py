@@ -25,6 +25,16 @@ import json, time, djqueue
 print(json.dumps({"payload": message.payload, "at": time.time()}), flush=True)
 message.ack()
 """
+ARECEIVE = """
+import asyncio, json, time, djqueue
+
+async def main():
+    [message] = await djqueue.areceive("t.woken", wait=120)
+    print(json.dumps({"payload": message.payload, "at": time.time()}), flush=True)
+    await message.aack()
+
+asyncio.run(main())
+"""
 
 
 def receiver_rows(queue: str | None = None) -> list[Worker]:
@@ -32,9 +42,10 @@ def receiver_rows(queue: str | None = None) -> list[Worker]:
             if queue is None or queue in w.queues]
 
 
-def test_a_send_from_another_process_wakes_a_waiting_receive_at_once(spawn):
+@pytest.mark.parametrize("script", [RECEIVE, ARECEIVE], ids=["receive", "areceive"])
+def test_a_send_from_another_process_wakes_a_waiting_receive_at_once(spawn, script):
     djqueue.create_queue("t.woken")
-    receiver = spawn("shell", "-c", RECEIVE, env={"DJQUEUE_TEST_POLL": str(POLL)})
+    receiver = spawn("shell", "-c", script, env={"DJQUEUE_TEST_POLL": str(POLL)})
     [row] = wait_until(lambda: receiver_rows("t.woken"), 60, "the receiver's row")
     assert row.wake_address and row.concurrency == 0
     wake_addresses.forget()  # this process may have read the rows before the receiver's
