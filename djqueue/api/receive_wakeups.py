@@ -51,6 +51,11 @@ class ReceiveWakeups:
     """This process's receiver row, and the thread that keeps it and hears datagrams."""
 
     def __init__(self) -> None:
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start from nothing: at first, and in a forked child, where the parent's thread
+        does not run and its row is the parent's."""
         self._lock = threading.Lock()
         #: queue name -> receives waiting on it now.
         self._waiting: Counter[str] = Counter()
@@ -172,3 +177,4 @@ def _close_connections() -> None:
 
 receive_wakeups = ReceiveWakeups()
 atexit.register(receive_wakeups.stop)
+os.register_at_fork(after_in_child=receive_wakeups._forget)

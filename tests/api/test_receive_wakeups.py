@@ -5,6 +5,7 @@ it waits on, and a sender's datagram ends its pause."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -71,3 +72,17 @@ def test_a_waiting_receive_registers_its_queues_and_stop_deletes_the_row():
     assert not receiver_rows()
     assert djqueue.receive("t.woken", wait=0) == [], "a receive that does not wait"
     assert receive_wakeups.address is None, "starts nothing"
+
+
+# The child only reads one attribute and exits: nothing there can wait on a lock that a
+# thread of the parent held at the fork.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_starts_its_own_row_not_the_parents():
+    djqueue.create_queue("t.woken")
+    djqueue.receive("t.woken", wait=0.05)
+    assert receive_wakeups.address is not None
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread does not run here, nor is its row ours
+        os._exit(0 if receive_wakeups.address is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
