@@ -20,24 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Sequence
 
 from asgiref.sync import sync_to_async
 from django.db.models import Q
 
 from djqueue.api.receive_wakeups import receive_wakeups
-from djqueue.api.receiving import (
-    OwnerSession,
-    check_owner,
-    default_owner,
-    names_to_wake,
-    receive,
-)
+from djqueue.api.receiving import OwnerSession, Receiving, default_owner
 from djqueue.models import Message
-from djqueue.polling import Backoff
 from djqueue.storage.queue_lookup import QueueRef
-from djqueue.storage.transitions import release, validate_delay
+from djqueue.storage.transitions import release
 
 
 def async_owner() -> str:
@@ -58,25 +50,20 @@ async def areceive(
 ) -> list[Message]:
     """:func:`djqueue.receive` for async code: the same arguments, checks and result;
     a ``wait`` passes on the event loop between claims (see the module's docstring)."""
-    wait = validate_delay(wait) or 0.0  # refused before the first claim, as receive does
-    owner = async_owner() if owner is None else check_owner(owner)
-    deadline = time.monotonic() + wait
-    backoff = Backoff()
+    receiving = Receiving(queues, max_messages=max_messages,
+                          visibility_timeout=visibility_timeout, wait=wait,
+                          owner=async_owner() if owner is None else owner, where=where)
     with contextlib.ExitStack() as waiting:
         woken_by_sends = False
         while True:
-            got = await _claim(queues, max_messages=max_messages,
-                               visibility_timeout=visibility_timeout, owner=owner, where=where)
-            if got or time.monotonic() >= deadline:
+            got = await sync_to_async(receiving.claim, thread_sensitive=True)()
+            if got or receiving.over():
                 return got
             if not woken_by_sends:  # the first pause: be woken by other processes' sends
-                waiting.enter_context(receive_wakeups.waiting(await _names(queues)))
+                waiting.enter_context(receive_wakeups.waiting(
+                    await sync_to_async(receiving.names_to_wake, thread_sensitive=True)()))
                 woken_by_sends = True
-            await backoff.asleep(deadline)
-
-
-_claim = sync_to_async(receive, thread_sensitive=True)
-_names = sync_to_async(names_to_wake, thread_sensitive=True)
+            await receiving.backoff.asleep(receiving.pause_ends())
 
 
 @contextlib.asynccontextmanager

@@ -71,41 +71,68 @@ def receive(
     fields, or an expression such as ``"priority >= 5 and headers.region = 'eu'"``
     (see djqueue.api.condition_parser).
     """
-    condition = compile_condition(where)
-    refs = [queues] if isinstance(queues, str | Queue) else list(queues)
-    if not refs:
-        raise InvalidMessage("receive() needs at least one queue.")
-    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-        raise InvalidMessage(f"max_messages must be a positive integer, got {max_messages!r}.")
-    if visibility_timeout is not None:
-        visibility_timeout = check_lease(visibility_timeout)
-    wait = validate_delay(wait) or 0.0
-    owner = default_owner() if owner is None else check_owner(owner)
-    deadline = time.monotonic() + wait
-    backoff = Backoff()
-    limited = LimitWait()
+    receiving = Receiving(queues, max_messages=max_messages,
+                          visibility_timeout=visibility_timeout, wait=wait,
+                          owner=default_owner() if owner is None else owner, where=where)
     with contextlib.ExitStack() as waiting:
         woken_by_sends = False
         while True:
-            _, messages = claim_ready(partitions.expand([get_queue(r) for r in refs]),
-                                      max_messages, owner=owner,
-                                      visibility_timeout=visibility_timeout,
-                                      clock=_promotion, where=condition, wait=limited)
-            if messages or time.monotonic() >= deadline:
+            messages = receiving.claim()
+            if messages or receiving.over():
                 return messages
             if not woken_by_sends:  # the first pause: be woken by other processes' sends
-                waiting.enter_context(receive_wakeups.waiting(names_to_wake(refs)))
+                waiting.enter_context(receive_wakeups.waiting(receiving.names_to_wake()))
                 woken_by_sends = True
-            backoff.sleep(deadline if limited.seconds is None
-                          else min(deadline, time.monotonic() + limited.seconds))
+            receiving.backoff.sleep(receiving.pause_ends())
 
 
-def names_to_wake(queues: QueueRef | Sequence[QueueRef]) -> list[str]:
-    """The queue names a waiting receive of ``queues`` is woken for: each queue's, and
-    its partitions' (a send names the partition it stored on)."""
-    refs = [queues] if isinstance(queues, str | Queue) else list(queues)
-    found = [get_queue(r) for r in refs]
-    return sorted({q.name for q in (*found, *partitions.expand(found))})
+class Receiving:
+    """One receive: its checked arguments, its claims, and when its next pause ends.
+    ``receive`` and ``areceive`` (djqueue.api.async_receiving) each loop over one, on
+    a thread and on an event loop."""
+
+    def __init__(self, queues: QueueRef | Sequence[QueueRef], *, max_messages: int,
+                 visibility_timeout: float | None, wait: float, owner: str,
+                 where: Q | str | None) -> None:
+        self.condition = compile_condition(where)
+        self.refs = [queues] if isinstance(queues, str | Queue) else list(queues)
+        if not self.refs:
+            raise InvalidMessage("receive() needs at least one queue.")
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or (
+                max_messages < 1):
+            raise InvalidMessage(
+                f"max_messages must be a positive integer, got {max_messages!r}.")
+        self.max_messages = max_messages
+        self.visibility_timeout = (None if visibility_timeout is None
+                                   else check_lease(visibility_timeout))
+        self.deadline = time.monotonic() + (validate_delay(wait) or 0.0)
+        self.owner = check_owner(owner)
+        self.backoff = Backoff()
+        #: What the last claim learnt of its queues' rate and concurrency limits.
+        self.limited = LimitWait()
+
+    def claim(self) -> list[Message]:
+        """One claim over its queues (and their partitions), earlier queues first."""
+        _, messages = claim_ready(
+            partitions.expand([get_queue(r) for r in self.refs]), self.max_messages,
+            owner=self.owner, visibility_timeout=self.visibility_timeout, clock=_promotion,
+            where=self.condition, wait=self.limited)
+        return messages
+
+    def over(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def pause_ends(self) -> float:
+        """The deadline, or sooner: when a limit of its queues may let a claim through."""
+        if self.limited.seconds is None:
+            return self.deadline
+        return min(self.deadline, time.monotonic() + self.limited.seconds)
+
+    def names_to_wake(self) -> list[str]:
+        """The queue names it is woken for: each queue's, and its partitions' (a send
+        names the partition it stored on)."""
+        found = [get_queue(r) for r in self.refs]
+        return sorted({q.name for q in (*found, *partitions.expand(found))})
 
 
 @contextlib.contextmanager

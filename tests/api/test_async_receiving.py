@@ -185,3 +185,21 @@ def test_aconsume_gives_a_postponed_or_cancelled_message_back_uncounted():
     run_async(cancelled())
     row = Message.objects.get(pk=sent.pk)
     assert (row.state, row.attempts, row.errors, row.owner) == (State.READY, 0, None, "")
+
+
+@pytest.mark.parametrize("kind", ["receive", "areceive"])
+def test_a_waiting_receive_on_a_rate_limited_queue_claims_when_its_next_token_is_due(
+        settings, kind):
+    """Its pause ends when the limit lets a claim through, not at its next poll (here
+    60 s away, and no send comes to wake it)."""
+    settings.DJQUEUE = {**settings.DJQUEUE, "POLL_MIN": 60.0, "POLL_MAX": 60.0}
+    djqueue.create_queue("ar.rate", rate_limit="2/s", rate_burst=1)
+    djqueue.send_batch("ar.rate", [{"n": 1}, {"n": 2}])
+    [first] = djqueue.receive("ar.rate")
+    started = time.monotonic()
+    if kind == "receive":
+        second = djqueue.receive("ar.rate", wait=30)
+    else:
+        second = run_async(djqueue.areceive("ar.rate", wait=30))
+    assert [m.payload["n"] for m in [first, *second]] == [1, 2]
+    assert time.monotonic() - started < 10
