@@ -65,21 +65,23 @@ class ReceiveWakeups:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._socket: WakeSocket | None = None
+        #: A WAKE_HOST no socket could be bound on (said once; not tried again).
+        self._unbound: str | None = None
 
     @contextlib.contextmanager
     def waiting(self, queue_names: Iterable[str]) -> Iterator[None]:
         """Be woken by sends to ``queue_names`` while inside (a receive's wait)."""
         host = get_settings().WAKE_HOST
-        if host is None:
+        if host is None or self._unbound == host:
             yield
             return
         names = sorted(set(queue_names))
         with self._lock:
+            if self._thread is None and not self._started(host):
+                names = []
             fresh = [name for name in names if not self._waiting[name]
                      and name not in self._ended]
             self._waiting.update(names)
-            if self._thread is None:
-                self._start(host)
         if fresh:
             self._changed.set()
         try:
@@ -98,12 +100,21 @@ class ReceiveWakeups:
         """The address datagrams reach this process at (None before the first wait)."""
         return None if self._socket is None else self._socket.address
 
-    def _start(self, host: str) -> None:
+    def _started(self, host: str) -> bool:
+        """Start the thread (under the lock); False if no socket can be bound on
+        ``host`` (said once: its receives find other processes' sends by polling)."""
+        try:
+            self._socket = WakeSocket(host)
+        except OSError as exc:
+            self._unbound = host
+            logger.warning("A waiting receive cannot take wake-ups on WAKE_HOST %r (%s): "
+                           "it finds sends from other processes by polling", host, exc)
+            return False
         self._stopping.clear()
-        self._socket = WakeSocket(host)
         self._thread = threading.Thread(target=self._run, args=(self._socket,),
                                         name="djqueue-receive-wakeups", daemon=True)
         self._thread.start()
+        return True
 
     def stop(self) -> None:
         """Stop the thread and delete the row (at exit; a test's teardown)."""

@@ -86,3 +86,15 @@ def test_a_forked_child_starts_its_own_row_not_the_parents():
         os._exit(0 if receive_wakeups.address is None else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_wake_host_that_is_not_this_hosts_leaves_receives_polling(settings, caplog):
+    settings.DJQUEUE = {**settings.DJQUEUE, "WAKE_HOST": "192.0.2.1"}  # TEST-NET-1
+    djqueue.create_queue("t.woken")
+    assert djqueue.receive("t.woken", wait=0.05) == []
+    assert djqueue.receive("t.woken", wait=0.05) == []
+    said = [r.getMessage() for r in caplog.records if "WAKE_HOST" in r.getMessage()]
+    assert len(said) == 1 and "'192.0.2.1'" in said[0] and "polling" in said[0], said
+    assert receive_wakeups.address is None and not receiver_rows()
+    djqueue.send("t.woken", {"n": 1})
+    assert len(djqueue.receive("t.woken", wait=5)) == 1
