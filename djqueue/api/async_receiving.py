@@ -25,7 +25,6 @@ from collections.abc import AsyncIterator, Sequence
 from asgiref.sync import sync_to_async
 from django.db.models import Q
 
-from djqueue.api.receive_wakeups import receive_wakeups
 from djqueue.api.receiving import OwnerSession, Receiving, default_owner
 from djqueue.models import Message
 from djqueue.storage.queue_lookup import QueueRef
@@ -50,20 +49,13 @@ async def areceive(
 ) -> list[Message]:
     """:func:`djqueue.receive` for async code: the same arguments, checks and result;
     a ``wait`` passes on the event loop between claims (see the module's docstring)."""
-    receiving = Receiving(queues, max_messages=max_messages,
-                          visibility_timeout=visibility_timeout, wait=wait,
-                          owner=async_owner() if owner is None else owner, where=where)
-    with contextlib.ExitStack() as waiting:
-        woken_by_sends = False
-        while True:
-            got = await sync_to_async(receiving.claim, thread_sensitive=True)()
-            if got or receiving.over():
-                return got
-            if not woken_by_sends:  # the first pause: be woken by other processes' sends
-                waiting.enter_context(receive_wakeups.waiting(
-                    await sync_to_async(receiving.names_to_wake, thread_sensitive=True)()))
-                woken_by_sends = True
+    with Receiving(queues, max_messages=max_messages, visibility_timeout=visibility_timeout,
+                   wait=wait, owner=async_owner() if owner is None else owner,
+                   where=where) as receiving:
+        claim = sync_to_async(receiving.claim, thread_sensitive=True)
+        while not (got := await claim()) and not receiving.over():
             await receiving.backoff.asleep(receiving.pause_ends())
+        return got
 
 
 @contextlib.asynccontextmanager

@@ -71,25 +71,20 @@ def receive(
     fields, or an expression such as ``"priority >= 5 and headers.region = 'eu'"``
     (see djqueue.api.condition_parser).
     """
-    receiving = Receiving(queues, max_messages=max_messages,
-                          visibility_timeout=visibility_timeout, wait=wait,
-                          owner=default_owner() if owner is None else owner, where=where)
-    with contextlib.ExitStack() as waiting:
-        woken_by_sends = False
-        while True:
-            messages = receiving.claim()
-            if messages or receiving.over():
-                return messages
-            if not woken_by_sends:  # the first pause: be woken by other processes' sends
-                waiting.enter_context(receive_wakeups.waiting(receiving.names_to_wake()))
-                woken_by_sends = True
+    with Receiving(queues, max_messages=max_messages, visibility_timeout=visibility_timeout,
+                   wait=wait, owner=default_owner() if owner is None else owner,
+                   where=where) as receiving:
+        while not (messages := receiving.claim()) and not receiving.over():
             receiving.backoff.sleep(receiving.pause_ends())
+        return messages
 
 
 class Receiving:
     """One receive: its checked arguments, its claims, and when its next pause ends.
     ``receive`` and ``areceive`` (djqueue.api.async_receiving) each loop over one, on
-    a thread and on an event loop."""
+    a thread and on an event loop, inside ``with``: from its first claim that finds
+    nothing, sends in other processes wake it (djqueue.api.receive_wakeups), until the
+    ``with`` ends."""
 
     def __init__(self, queues: QueueRef | Sequence[QueueRef], *, max_messages: int,
                  visibility_timeout: float | None, wait: float, owner: str,
@@ -110,13 +105,30 @@ class Receiving:
         self.backoff = Backoff()
         #: What the last claim learnt of its queues' rate and concurrency limits.
         self.limited = LimitWait()
+        self._waiting = contextlib.ExitStack()
+        self._woken_by_sends = False
+
+    def __enter__(self) -> Receiving:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._waiting.close()
 
     def claim(self) -> list[Message]:
-        """One claim over its queues (and their partitions), earlier queues first."""
+        """One claim over its queues (and their partitions), earlier queues first. The
+        first that finds nothing, with time left to wait, has it woken by sends from
+        then on."""
+        queues = [get_queue(r) for r in self.refs]
+        expanded = partitions.expand(queues)
         _, messages = claim_ready(
-            partitions.expand([get_queue(r) for r in self.refs]), self.max_messages,
-            owner=self.owner, visibility_timeout=self.visibility_timeout, clock=_promotion,
+            expanded, self.max_messages, owner=self.owner,
+            visibility_timeout=self.visibility_timeout, clock=_promotion,
             where=self.condition, wait=self.limited)
+        if not messages and not self._woken_by_sends and not self.over():
+            # A send names the queue it stored on: a partition's, for a partitioned queue.
+            names = {q.name for q in (*queues, *expanded)}
+            self._waiting.enter_context(receive_wakeups.waiting(names))
+            self._woken_by_sends = True
         return messages
 
     def over(self) -> bool:
@@ -128,11 +140,6 @@ class Receiving:
             return self.deadline
         return min(self.deadline, time.monotonic() + self.limited.seconds)
 
-    def names_to_wake(self) -> list[str]:
-        """The queue names it is woken for: each queue's, and its partitions' (a send
-        names the partition it stored on)."""
-        found = [get_queue(r) for r in self.refs]
-        return sorted({q.name for q in (*found, *partitions.expand(found))})
 
 
 @contextlib.contextmanager
