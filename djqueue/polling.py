@@ -57,7 +57,6 @@ class LocalWakeup:
             finally:
                 self._waiting -= 1
 
-
     async def await_change(self, seen: int, timeout: float) -> bool:
         """:meth:`wait` for a coroutine: the pause passes on its event loop."""
         loop = asyncio.get_running_loop()

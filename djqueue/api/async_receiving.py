@@ -3,11 +3,11 @@
 Why: ``receive`` in a coroutine raises ``SynchronousOnlyOperation``, and a long poll
 run through ``sync_to_async`` would hold Django's one sync thread for its whole
 wait, stalling every other ``sync_to_async`` call of the process. So each claim here
-is a plain ``receive(wait=0)`` in that thread (``thread_sensitive=True``, as the ORM's
-own ``a…`` methods do), and the wait between claims passes on the event loop: from
-POLL_MIN doubling to POLL_MAX, the last claim at ``wait``, and cut short by a send
-that commits, in this process or another (djqueue.api.receive_wakeups), as a
-waiting ``receive`` is.
+is one claim of a :class:`~djqueue.api.receiving.Receiving` in that thread
+(``thread_sensitive=True``, as the ORM's own ``a…`` methods do), and the wait
+between claims passes on the event loop: from POLL_MIN doubling to POLL_MAX, the
+last claim at ``wait``, and cut short by a send that commits, in this process or
+another (djqueue.api.receive_wakeups), as a waiting ``receive`` is.
 
 A received message is settled with its own ``aack``, ``anack``, ``aextend`` and
 ``aprogress`` (see :class:`djqueue.models.Message`).

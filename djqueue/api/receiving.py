@@ -141,7 +141,6 @@ class Receiving:
         return min(self.deadline, time.monotonic() + self.limited.seconds)
 
 
-
 @contextlib.contextmanager
 def consume(
     queue: QueueRef | Sequence[QueueRef],
