@@ -74,7 +74,7 @@ def test_operator_pauses_a_queue_and_redrives_a_dead_letter(ops_page, live_serve
     page.click('tr[data-queue="web.jobs"] button[data-op="pause"]')
     page.wait_for_selector('tr[data-queue="web.jobs"] [data-paused]')
     assert Queue.objects.get(name="web.jobs").paused
-    assert "Paused web.jobs." in page.inner_text(".messagelist")
+    page.locator(".messagelist li", has_text="Paused web.jobs.").wait_for()
     page.screenshot(path=ARTIFACTS / "dashboard-2-paused.png", full_page=True)
 
     page.click('tr[data-queue="web.dead"] a[data-op="redrive"]')
@@ -217,7 +217,9 @@ def test_a_failed_workflow_as_a_picture_and_its_retry_from_the_page(ops_page, li
 
     marker.unlink()
     page.click("#djqueue-workflow-retry")
-    assert "2 step(s) will run again" in page.inner_text(".messagelist")
+    # The click only starts the POST and its redirect: wait for the message, which the
+    # parser may show as an empty list for a moment, rather than read it at once.
+    page.locator(".messagelist li", has_text="2 step(s) will run again").wait_for()
     wait_until(lambda: handle.refresh().status == "SUCCEEDED", 30, "the retried workflow")
     page.reload()
     graph = page.locator("#djqueue-workflow-graph")
