@@ -37,6 +37,7 @@ from django.db import DatabaseError, connections
 
 from djqueue.api.worker_wakeups import WakeSocket
 from djqueue.conf import get_settings
+from djqueue.models import ProcessKind
 from djqueue.storage import placement
 from djqueue.storage.registration import Registration
 
@@ -139,16 +140,16 @@ class ReceiveWakeups:
         registration = Registration(
             f"receive:{socket.gethostname()[:50]}:{os.getpid()}:{key[:8]}", key, queues=[],
             concurrency=0, held=list, wake_address=sock.address,
-            databases=placement.databases())
+            databases=placement.databases(), kind=ProcessKind.RECEIVE)
         registered = False
-        written: list[str] | None = None
+        written: list[str] = []
         next_beat = 0.0
         try:
             while not self._stopping.is_set():
                 try:
                     if not registered:
                         registration.register()
-                        registered, written, next_beat = True, [], 0.0
+                        registered, next_beat = True, 0.0
                     names = self._names()
                     if names != written:
                         registration.set_queues(names)

@@ -32,6 +32,7 @@ from typing import TypeVar
 
 from djqueue.conf import get_settings
 from djqueue.http.database_threads import in_database
+from djqueue.models import ProcessKind
 from djqueue.storage import placement
 from djqueue.storage.registration import Registration
 
@@ -127,7 +128,7 @@ class WaitingReceives:
         lock_key = uuid.uuid4().hex
         self._registration = Registration(
             f"http:{socket.gethostname()[:55]}:{os.getpid()}:{lock_key[:8]}", lock_key,
-            queues=[], concurrency=0, held=list, wake_address=address,
+            queues=[], concurrency=0, held=list, wake_address=address, kind=ProcessKind.HTTP,
             databases=placement.databases())
         await in_database(self._registration.register)
         for job in (self._poll, self._beat, self._write_queues):

@@ -19,7 +19,7 @@ from djqueue.models.stats import Period, QueueDepth, QueueStat, StatsCursor, Top
 from djqueue.models.task_record import FINISHED_STATUSES, TaskRecord, TaskStatus
 from djqueue.models.topic import Body, ConsumerGroup, GroupMode, Subscription, Topic
 from djqueue.models.trace import Event, TraceEvent
-from djqueue.models.worker import Worker
+from djqueue.models.worker import ProcessKind, Worker
 from djqueue.models.workflow import (
     SETTLED_STATES,
     FailurePolicy,
@@ -60,6 +60,7 @@ __all__ = [
     "Outcome",
     "Period",
     "PeriodicTick",
+    "ProcessKind",
     "Queue",
     "QueueDepth",
     "QueueLimiter",

@@ -1,4 +1,10 @@
-"""Live worker processes: one heartbeat row each."""
+"""Live processes registered to serve queues: one heartbeat row each.
+
+Most are workers; an HTTP API server holding long polls and a process whose
+``receive()`` waits register too (with no threads), so a sender's datagram wakes
+them and the reaper removes their rows when they die. ``kind`` says which, so the
+metrics, the dashboard and ``djqueue_workers`` can tell them apart.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,17 @@ from django.db import models
 from django.utils import timezone
 
 
+class ProcessKind(models.TextChoices):
+    """What a registered process does (djqueue.storage.registration)."""
+
+    WORKER = "worker", "worker"
+    HTTP = "http", "HTTP API server"
+    RECEIVE = "receive", "waiting receive"
+
+
 class Worker(models.Model):
-    """A registered worker. ``id`` is host:pid:uuid; ``lock_key`` names its session lock."""
+    """A registered process. ``id`` is kind:host:pid:uuid for an HTTP server or a
+    receiver, host:pid:uuid for a worker; ``lock_key`` names its session lock."""
 
     id = models.CharField(max_length=100, primary_key=True)
     hostname = models.CharField(max_length=255)
@@ -22,6 +37,8 @@ class Worker(models.Model):
                                     help_text="host:port where it hears wake-up datagrams, if any.")
     held_ids = models.JSONField(default=list, blank=True,
                                 help_text="The first few of them (ids), at the last beat.")
+    kind = models.CharField(max_length=10, choices=ProcessKind.choices,
+                            default=ProcessKind.WORKER)
 
     class Meta:
         ordering = ["started_at"]

@@ -186,8 +186,9 @@ def _buckets(hist: dict[str, int]) -> list[tuple[str, float]]:
 
 
 def _workers(databases: list[str], now: Any, gauge: Any) -> Iterator[Any]:
-    up = gauge("djqueue_worker_up", "1 for each registered worker process.",
-               labels=["worker", "host"])
+    up = gauge("djqueue_worker_up", "1 for each registered process; kind is worker, http "
+               "(an HTTP API server) or receive (a process whose receive() waits).",
+               labels=["worker", "host", "kind"])
     held = gauge("djqueue_worker_messages_held", "Messages the worker held at its last beat.",
                  labels=["worker"])
     age = gauge("djqueue_worker_heartbeat_age_seconds", "Seconds since the worker's last beat.",
@@ -199,7 +200,7 @@ def _workers(databases: list[str], now: Any, gauge: Any) -> Iterator[Any]:
         if worker.id in seen:  # present on each database it serves
             continue
         seen.add(worker.id)
-        up.add_metric([worker.id, worker.hostname], 1.0)
+        up.add_metric([worker.id, worker.hostname, worker.kind], 1.0)
         held.add_metric([worker.id], float(worker.holding))
         age.add_metric([worker.id], max((now - worker.heartbeat_at).total_seconds(), 0.0))
         threads.add_metric([worker.id], float(worker.concurrency))

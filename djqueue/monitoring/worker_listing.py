@@ -1,6 +1,7 @@
-"""The processes registered as serving queues (workers, and HTTP API servers holding
-long polls), from the rows they keep alive: what ``manage.py djqueue_workers`` prints,
-as ``celery status`` and ``celery inspect active`` show Celery's workers.
+"""The processes registered as serving queues (workers, HTTP API servers holding long
+polls, and processes whose ``receive()`` waits), from the rows they keep alive: what
+``manage.py djqueue_workers`` prints, as ``celery status`` and ``celery inspect
+active`` show Celery's workers.
 
 A process writes its row at its start and at every heartbeat (``HEARTBEAT_INTERVAL``)
 on each database whose queues it serves, with how many messages it holds and the ids
@@ -21,7 +22,7 @@ from djqueue.storage import placement
 
 
 def worker_rows() -> list[dict[str, Any]]:
-    """One row a process, oldest first: its queues, threads, the messages it held at its
+    """One row a process, oldest first: its kind, its queues, threads, the messages it held at its
     freshest heartbeat, that heartbeat's and its start's ages, the databases it is
     registered on, and whether it is late (silent past WORKER_TIMEOUT)."""
     now, timeout = timezone.now(), get_settings().WORKER_TIMEOUT
@@ -36,7 +37,7 @@ def worker_rows() -> list[dict[str, Any]]:
                     continue  # an older beat than the one already read
             else:
                 row = found[worker.id] = {"databases": [db]}
-            row.update(id=worker.id, hostname=worker.hostname, pid=worker.pid,
+            row.update(id=worker.id, kind=worker.kind, hostname=worker.hostname, pid=worker.pid,
                        queues=list(worker.queues or []), concurrency=worker.concurrency,
                        holding=worker.holding, held_ids=list(worker.held_ids or []),
                        up=round((now - worker.started_at).total_seconds(), 3),

@@ -21,6 +21,7 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from djqueue.exceptions import DjqueueError
+from djqueue.models import ProcessKind
 from djqueue.models import Worker as WorkerRecord
 from djqueue.storage import dialects
 from djqueue.storage.session_locks import SessionLock
@@ -33,8 +34,10 @@ HELD_IDS_SHOWN = 10
 class Registration:
     def __init__(self, worker_id: str, lock_key: str, *, queues: list[str], concurrency: int,
                  held: Callable[[], list[int]], wake_address: str = "",
-                 databases: Sequence[str] | None = None) -> None:
+                 databases: Sequence[str] | None = None,
+                 kind: ProcessKind = ProcessKind.WORKER) -> None:
         self.worker_id = worker_id
+        self.kind = kind
         #: The databases it is present on (default: the current one).
         self.databases = tuple(databases or (dialects.alias(),))
         self.wake_address = wake_address
@@ -73,7 +76,7 @@ class Registration:
                 "hostname": socket.gethostname()[:255], "pid": os.getpid(),
                 "lock_key": self.lock_key, "queues": self.queues,
                 "concurrency": self.concurrency, "heartbeat_at": timezone.now(),
-                "wake_address": self.wake_address})
+                "wake_address": self.wake_address, "kind": self.kind})
 
     def add_database(self, db: str) -> None:
         """Be present on ``db`` too, from now on (a partition added at run time)."""

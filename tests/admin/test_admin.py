@@ -26,8 +26,10 @@ from djqueue.models import (
     Message,
     Metric,
     Outcome,
+    ProcessKind,
     Queue,
     State,
+    Worker,
 )
 from djqueue.monitoring import rollups
 
@@ -87,8 +89,14 @@ def test_dashboard_shows_counts_workers_groups_and_alarms(superuser, world):
     from djqueue.monitoring import alarms
 
     alarms.evaluate()
+    for kind, pid in ((ProcessKind.WORKER, 101), (ProcessKind.RECEIVE, 102)):
+        Worker.objects.create(id=f"{kind}:host:{pid}", hostname="host", pid=pid,
+                              lock_key=f"{kind}{pid}", queues=["a.jobs"], kind=kind,
+                              concurrency=4 if kind == ProcessKind.WORKER else 0)
     page = superuser.get(reverse(DASHBOARD)).content.decode()
     assert 'data-queue="a.jobs"' in page and 'data-queue="a.dead"' in page
+    assert '<tr data-kind="worker"><td>worker:host:101</td><td>worker</td>' in page
+    assert '<tr data-kind="receive"><td>receive:host:102</td><td>waiting receive</td>' in page
     data = superuser.get(reverse(DASHBOARD)).context["data"]
     rows = {row.queue.name: row for row in data.queues}
     assert (rows["a.jobs"].ready, rows["a.jobs"].scheduled, rows["a.jobs"].in_flight) == (3, 1, 1)

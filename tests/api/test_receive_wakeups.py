@@ -13,7 +13,7 @@ import pytest
 import djqueue
 from djqueue.api.receive_wakeups import receive_wakeups
 from djqueue.api.worker_wakeups import wake_addresses
-from djqueue.models import Worker
+from djqueue.models import ProcessKind, Worker
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,7 +48,7 @@ def test_a_send_from_another_process_wakes_a_waiting_receive_at_once(spawn, scri
     djqueue.create_queue("t.woken")
     receiver = spawn("shell", "-c", script, env={"DJQUEUE_TEST_POLL": str(POLL)})
     [row] = wait_until(lambda: receiver_rows("t.woken"), 60, "the receiver's row")
-    assert row.wake_address and row.concurrency == 0
+    assert row.wake_address and row.concurrency == 0 and row.kind == ProcessKind.RECEIVE
     wake_addresses.forget()  # this process may have read the rows before the receiver's
     sent_at = time.time()
     djqueue.send("t.woken", {"n": 1})

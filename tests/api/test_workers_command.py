@@ -49,7 +49,8 @@ def test_the_workers_with_what_they_hold_and_a_killed_one_late_then_gone(spawn):
     assert all(r["databases"] == ["default"] and not r["late"] for r in rows())
     assert all(0 <= r["heartbeat_age"] < 5 and 0 <= r["up"] < 120 for r in rows())
     table = listed().splitlines()
-    assert table[0].split() == ["WORKER", "QUEUES", "THREADS", "HOLDING", "HEARTBEAT", "UP",
+    assert all(r["kind"] == "worker" for r in rows())
+    assert table[0].split() == ["WORKER", "KIND", "QUEUES", "THREADS", "HOLDING", "HEARTBEAT", "UP",
                                 "DATABASES"]
     assert len(table) == 3 and any("t.record,t.slow" in line for line in table)
 

@@ -16,7 +16,7 @@ from django.db import connection, connections
 
 import djqueue
 from djqueue.api.worker_wakeups import wake_addresses
-from djqueue.models import Worker
+from djqueue.models import ProcessKind, Worker
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -108,7 +108,7 @@ def test_a_thousand_waiting_receivers_hold_no_threads_and_get_messages_fast(
 
     def send_one_by_one() -> dict[int, float]:
         wait_until(lambda: any("h.poll" in row.queues for row in Worker.objects.filter(
-            pk__startswith="http:")), 10, "the API server to list the queue it waits on")
+            kind=ProcessKind.HTTP)), 10, "the API server to list the queue it waits on")
         wake_addresses.forget()
         sent = {}
         try:

@@ -103,7 +103,7 @@ def test_prometheus_sees_the_queue_drained_through_the_view_and_the_command(spaw
     wait_until(lambda: query(port, ready) == {"view": 0, "command": 0}, 30,
                "the ready gauge to fall to 0")
     peak = query(port, f"max_over_time({ready}[5m])")
-    workers = query(port, "count by (job) (djqueue_worker_up)")
+    workers = query(port, 'count by (job) (djqueue_worker_up{kind="worker"})')
     print(f"Prometheus: finished {query(port, finished)}, ready peak {peak}, now 0; "
           f"workers seen {workers}")
     assert peak == {"view": MESSAGES, "command": MESSAGES}

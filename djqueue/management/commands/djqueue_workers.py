@@ -1,12 +1,14 @@
-"""The worker processes serving queues, from their heartbeat rows
+"""The processes serving queues, from their heartbeat rows
 (djqueue.monitoring.worker_listing): what ``celery status`` and ``celery inspect
 active`` give their users.
 
     manage.py djqueue_workers           # a table, oldest process first
     manage.py djqueue_workers --json    # one JSON list, with the held messages' ids
 
-A process silent past ``WORKER_TIMEOUT`` is marked late: the reaper judges it dead and
-returns its claims.
+Each is a worker, an HTTP API server holding long polls (kind ``http``) or a process
+whose ``receive()`` waits (kind ``receive``): the last two run no handler threads, and
+register so that sends wake them. A process silent past ``WORKER_TIMEOUT`` is marked
+late: the reaper judges it dead and returns its claims.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from djqueue.monitoring.worker_listing import worker_rows
 
 
 class Command(BaseCommand):
-    help = "List the worker processes serving queues, with what each holds."
+    help = "List the processes serving queues (workers, HTTP servers, waiting receives)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="One JSON list.")
@@ -34,8 +36,8 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("No worker is registered.")
             return
-        write_table(self.stdout, ("WORKER", "QUEUES", "THREADS", "HOLDING", "HEARTBEAT", "UP",
+        write_table(self.stdout, ("WORKER", "KIND", "QUEUES", "THREADS", "HOLDING", "HEARTBEAT", "UP",
                                   "DATABASES"), [(
-            r["id"], ",".join(r["queues"]) or "-", str(r["concurrency"]), str(r["holding"]),
+            r["id"], r["kind"], ",".join(r["queues"]) or "-", str(r["concurrency"]), str(r["holding"]),
             f"{seconds_text(r['heartbeat_age'])} ago" + (" (late)" if r["late"] else ""),
             seconds_text(r["up"]), ",".join(r["databases"])) for r in rows])
