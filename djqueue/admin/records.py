@@ -93,7 +93,9 @@ class HistoryAdmin(report_views.MessageReportFields, ReadOnlyAdmin):
 
 @admin.register(Worker)
 class WorkerAdmin(ReadOnlyAdmin):
-    list_display = ["id", "hostname", "pid", "concurrency", "started_at", "heartbeat_at"]
+    list_display = ["id", "kind", "hostname", "pid", "concurrency", "started_at",
+                    "heartbeat_at"]
+    list_filter = ["kind"]
 
 
 @admin.register(TaskRecord)

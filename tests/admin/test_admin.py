@@ -97,6 +97,9 @@ def test_dashboard_shows_counts_workers_groups_and_alarms(superuser, world):
     assert 'data-queue="a.jobs"' in page and 'data-queue="a.dead"' in page
     assert '<tr data-kind="worker"><td>worker:host:101</td><td>worker</td>' in page
     assert '<tr data-kind="receive"><td>receive:host:102</td><td>waiting receive</td>' in page
+    receivers = superuser.get(reverse("admin:djqueue_worker_changelist"),
+                              {"kind__exact": "receive"})
+    assert [w.pk for w in receivers.context["cl"].result_list] == ["receive:host:102"]
     data = superuser.get(reverse(DASHBOARD)).context["data"]
     rows = {row.queue.name: row for row in data.queues}
     assert (rows["a.jobs"].ready, rows["a.jobs"].scheduled, rows["a.jobs"].in_flight) == (3, 1, 1)
