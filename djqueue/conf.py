@@ -110,7 +110,7 @@ class Settings:
     #: written with the next one, or when the handler returns.
     PROGRESS_INTERVAL: float = 0.2
     #: Periodic django.tasks run by the reaper: name -> {"task", "cron", "args", "kwargs",
-    #: "catch_up"}; see djqueue.maintenance.periodic.
+    #: "catch_up", "time_zone"}; see djqueue.maintenance.periodic.
     PERIODIC: dict[str, dict] = field(default_factory=dict)
     #: Seconds a receiver draining a backlog on MySQL/MariaDB may continue its claims
     #: after the last message it took instead of reading the queue from its head; a

@@ -3,17 +3,25 @@
 Each field takes ``*``, numbers, ranges ``a-b``, steps ``*/n`` or ``a-b/n``, and
 comma lists; day-of-week counts 0-6 from Sunday (7 is Sunday too). As in cron,
 when both day fields are restricted a day matching either one matches.
+
+An expression is read on the clocks of a time zone (:meth:`Cron.matches_in`), with
+cron's rules for the days those clocks change: where they go back and repeat an
+hour, a cron that names its hours runs in the first pass only, one for every hour
+in both; where they go forward and skip one, a cron that names its hours and whose
+time fell in the gap runs at the first minute after it, rather than not that day.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, tzinfo
 
 from djqueue.exceptions import ConfigurationError
 
 FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12),
           ("day of week", 0, 7))
+EVERY_HOUR = frozenset(range(24))
+MINUTE = timedelta(minutes=1)
 
 
 def _parse_field(text: str, name: str, low: int, high: int) -> frozenset[int]:
@@ -57,7 +65,27 @@ class Cron:
         return cls(expression, *fields[:4], weekdays,
                    days_restricted=parts[2] != "*", weekdays_restricted=parts[4] != "*")
 
+    def matches_in(self, minute: datetime, zone: tzinfo) -> bool:
+        """Whether the aware ``minute`` is one of this cron's, read on ``zone``'s clocks
+        (the rules for the days they change are the module's)."""
+        local = minute.astimezone(zone)
+        wall = local.replace(tzinfo=None, fold=0)
+        names_hours = self.hours != EVERY_HOUR
+        if local.fold:  # the second pass of an hour the clocks repeat
+            return not names_hours and self.matches(wall)
+        if self.matches(wall):
+            return True
+        if not names_hours:
+            return False
+        skipped = (minute - MINUTE).astimezone(zone).replace(tzinfo=None, fold=0) + MINUTE
+        while skipped < wall:  # the wall-clock minutes the clocks jumped over, if any
+            if self.matches(skipped):
+                return True
+            skipped += MINUTE
+        return False
+
     def matches(self, moment: datetime) -> bool:
+        """Whether ``moment``'s own fields (its wall-clock time) are one of this cron's."""
         if moment.minute not in self.minutes or moment.hour not in self.hours:
             return False
         if moment.month not in self.months:

@@ -2,8 +2,12 @@
 
     DJQUEUE = {"PERIODIC": {
         "nightly-report": {"task": "reports.tasks.nightly", "cron": "0 3 * * *",
-                           "args": [], "kwargs": {}, "catch_up": False},
+                           "time_zone": "Europe/Paris", "args": [], "kwargs": {},
+                           "catch_up": False},
     }}
+
+The cron is read in UTC unless the entry names a ``time_zone`` (an IANA name), with
+cron's rules for the days the zone's clocks change (djqueue.maintenance.cron).
 
 Every pass looks at the current minute: if it matches, the scheduler inserts a
 (name, minute) row; the unique constraint lets exactly one of any number of
@@ -16,8 +20,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -42,16 +47,35 @@ class Schedule:
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
     catch_up: bool = False
+    time_zone: tzinfo = UTC
 
     @classmethod
     def from_setting(cls, name: str, entry: dict[str, Any]) -> Schedule:
-        unknown = set(entry) - {"task", "cron", "args", "kwargs", "catch_up"}
+        unknown = set(entry) - {"task", "cron", "args", "kwargs", "catch_up", "time_zone"}
         if unknown or "task" not in entry or "cron" not in entry:
             raise ConfigurationError(
                 f"PERIODIC[{name!r}] needs 'task' and 'cron' (and may have 'args', 'kwargs', "
-                f"'catch_up'); unknown keys: {sorted(unknown)}")
+                f"'catch_up', 'time_zone'); unknown keys: {sorted(unknown)}")
         return cls(name, entry["task"], Cron.parse(entry["cron"]), list(entry.get("args", [])),
-                   dict(entry.get("kwargs", {})), bool(entry.get("catch_up", False)))
+                   dict(entry.get("kwargs", {})), bool(entry.get("catch_up", False)),
+                   _zone(name, entry.get("time_zone")))
+
+    def matches(self, minute: datetime) -> bool:
+        """Whether the UTC ``minute`` is one of the cron's, on its time zone's clocks."""
+        return self.cron.matches_in(minute, self.time_zone)
+
+
+def _zone(name: str, value: object) -> tzinfo:
+    if value is None:
+        return UTC
+    try:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        return ZoneInfo(value)
+    except (ValueError, OSError, ZoneInfoNotFoundError):
+        raise ConfigurationError(
+            f"PERIODIC[{name!r}] time_zone {value!r} is not a time zone's IANA name "
+            "(such as 'Europe/Paris'; leave it out for UTC).") from None
 
 
 def schedules() -> list[Schedule]:
@@ -73,14 +97,14 @@ class Scheduler:
 
     def _due(self, schedule: Schedule, minute: datetime) -> list[datetime]:
         if not schedule.catch_up:
-            return [minute] if schedule.cron.matches(minute) else []
+            return [minute] if schedule.matches(minute) else []
         last = (PeriodicTick.objects.using(dialects.alias()).filter(name=schedule.name)
                 .order_by("-tick_at").values_list("tick_at", flat=True).first())
         if last is None:
-            return [minute] if schedule.cron.matches(minute) else []
+            return [minute] if schedule.matches(minute) else []
         moments, moment = [], minute
         while moment > last and len(moments) < MAX_CATCH_UP:
-            if schedule.cron.matches(moment):
+            if schedule.matches(moment):
                 moments.append(moment)
             moment -= timedelta(minutes=1)
         return sorted(moments)

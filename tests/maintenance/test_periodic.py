@@ -1,13 +1,16 @@
-"""Periodic tasks: one enqueue per tick whatever the number of schedulers, no catch-up burst."""
+"""Periodic tasks: one enqueue per tick whatever the number of schedulers, no catch-up
+burst, crons read on a time zone's clocks through the days they change."""
 
 import signal
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.checks import run_checks
 from django.test import override_settings
 from django.utils import timezone
 
+from djqueue.exceptions import ConfigurationError
 from djqueue.maintenance.periodic import Scheduler
 from djqueue.models import Message, PeriodicTick
 from tests.conftest import mysql_only
@@ -43,6 +46,48 @@ def test_catch_up_runs_missed_ticks_when_asked():
     assert scheduler.tick(T0 + timedelta(minutes=5)) == 5
     minutes = list(PeriodicTick.objects.order_by("tick_at").values_list("tick_at", flat=True))
     assert [(m - minutes[0]).total_seconds() for m in minutes] == [0, 60, 120, 180, 240, 300]
+
+
+def ticks_between(cron: str, time_zone: str, start: datetime, hours: int) -> list[str]:
+    """The UTC minutes (HH:MM) a scheduler ticking every minute enqueued ``cron`` at."""
+    entry = {"task": "tests.tasks.add", "cron": cron, "args": [1, 1], "time_zone": time_zone}
+    with override_settings(DJQUEUE={"PERIODIC": {"beat": entry}}):
+        scheduler = Scheduler()
+        for minute in range(hours * 60):
+            scheduler.tick(start + timedelta(minutes=minute, seconds=5))
+    return [f"{t:%H:%M}" for t in PeriodicTick.objects.order_by("tick_at")
+            .values_list("tick_at", flat=True)]
+
+
+def test_a_cron_in_a_time_zone_runs_at_its_wall_clock_time():
+    # New York is UTC-5 in November: 09:00 there is 14:00 UTC.
+    assert ticks_between("0 9 * * *", "America/New_York",
+                         datetime(2026, 11, 23, 12, 0, tzinfo=UTC), 4) == ["14:00"]
+
+
+def test_clocks_going_forward_run_a_time_they_skipped_at_the_first_minute_after():
+    # Paris, 29 March 2026: at 01:00 UTC the clocks jump from 02:00 to 03:00, so 02:30
+    # never shows; the nightly run comes at 03:00 local (01:00 UTC), once.
+    start = datetime(2026, 3, 29, 0, 0, tzinfo=UTC)
+    assert ticks_between("30 2 * * *", "Europe/Paris", start, 3) == ["01:00"]
+
+
+def test_clocks_going_back_run_a_named_hour_once_and_every_hour_in_both_passes():
+    # Paris, 25 October 2026: at 01:00 UTC the clocks go back from 03:00 to 02:00, so
+    # 02:30 shows twice (00:30 and 01:30 UTC).
+    start = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
+    assert ticks_between("30 2 * * *", "Europe/Paris", start, 3) == ["00:30"]
+    PeriodicTick.objects.all().delete()
+    assert ticks_between("30 * * * *", "Europe/Paris", start, 3) == ["00:30", "01:30", "02:30"]
+
+
+def test_a_time_zone_that_is_not_one_is_refused_by_name():
+    entry = {"task": "tests.tasks.add", "cron": "0 3 * * *", "time_zone": "Europe/Atlantis"}
+    with override_settings(DJQUEUE={"PERIODIC": {"nightly": entry}}):
+        with pytest.raises(ConfigurationError, match="'Europe/Atlantis' is not a time zone"):
+            Scheduler()
+        [error] = run_checks(tags=["djqueue"], databases=[])
+    assert error.id == "djqueue.E006" and "Europe/Atlantis" in error.msg
 
 
 @mysql_only
