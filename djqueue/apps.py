@@ -20,9 +20,15 @@ class DjqueueConfig(AppConfig):
         from djqueue.worker import registry  # AppConfig.ready: the tasks' handler source below
 
         if find_spec("django.tasks") or find_spec("django_tasks"):
-            # The tasks feature registers its queues' handler with the worker: the
-            # worker never imports it (without a tasks framework there is nothing to run).
-            from djqueue.tasks import workflows  # noqa: F401  (AppConfig.ready: Node.enqueue())
+            # The tasks feature registers its queues' handler with the worker, and its
+            # known tasks with the periodic scheduler (for stored schedules): neither
+            # imports it (without a tasks framework there is nothing to run).
+            from djqueue.maintenance import periodic  # AppConfig.ready: stored schedules
+            from djqueue.tasks import (
+                known_tasks,
+                workflows,  # noqa: F401  (AppConfig.ready: Node.enqueue())
+            )
             from djqueue.tasks.task_handler import task_handlers  # AppConfig.ready, see above
 
             registry.add_source(task_handlers)
+            periodic.look_up_stored_tasks_with(known_tasks.find)

@@ -14,7 +14,7 @@ time fell in the gap runs at the first minute after it, rather than not that day
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
 from djqueue.exceptions import ConfigurationError
 
@@ -22,6 +22,7 @@ FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month",
           ("day of week", 0, 7))
 EVERY_HOUR = frozenset(range(24))
 MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
 
 
 def _parse_field(text: str, name: str, low: int, high: int) -> frozenset[int]:
@@ -86,12 +87,57 @@ class Cron:
 
     def matches(self, moment: datetime) -> bool:
         """Whether ``moment``'s own fields (its wall-clock time) are one of this cron's."""
-        if moment.minute not in self.minutes or moment.hour not in self.hours:
+        return (moment.minute in self.minutes and moment.hour in self.hours
+                and self._matches_day(moment.date()))
+
+    def next_in(self, after: datetime, zone: tzinfo, within: timedelta) -> datetime | None:
+        """The first UTC minute after ``after`` that :meth:`matches_in` ``zone``, if one
+        comes within ``within`` (what the admin shows as a schedule's next run)."""
+        start = after.astimezone(UTC).replace(second=0, microsecond=0) + MINUTE
+        day, last = (start - 2 * HOUR).astimezone(zone).date(), (after + within).date()
+        while day <= last:
+            if self._matches_day(day):
+                found = self._first_on(day, start, zone)
+                if found is not None:
+                    return found
+            day += timedelta(days=1)
+        return None
+
+    def _first_on(self, day: date, start: datetime, zone: tzinfo) -> datetime | None:
+        """The first run on ``day``'s wall clock at or after ``start``. Each (hour,
+        minute) is read in both passes of a repeated hour, so wall-clock order is not
+        run order there: the earliest found within three hours of wall clock wins. A
+        time the clocks skipped is found by reading the minutes around it."""
+        # Wall-clock times hours before the start cannot be after it, whatever the zone.
+        too_early = start.astimezone(zone).replace(tzinfo=None) - 3 * HOUR
+        best: datetime | None = None
+        best_wall: datetime | None = None
+        hours = [hour for hour in sorted(self.hours)
+                 if day > too_early.date() or hour >= too_early.hour]
+        for wall in (datetime.combine(day, time(hour, minute))
+                     for hour in hours for minute in sorted(self.minutes)):
+            if wall < too_early:
+                continue
+            if best_wall is not None and wall > best_wall + 3 * HOUR:
+                break
+            runs = sorted({wall.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+                           for fold in (0, 1)})
+            found = [moment for moment in runs if self.matches_in(moment, zone)]
+            if not found:  # in a gap: it runs at the first minute after the jump
+                moment = max(start, runs[0] - 2 * HOUR)
+                while moment <= runs[-1] + 2 * HOUR and not found:
+                    found = [moment] if self.matches_in(moment, zone) else []
+                    moment += MINUTE
+            for moment in found:
+                if moment >= start and (best is None or moment < best):
+                    best, best_wall = moment, min(best_wall or wall, wall)
+        return best
+
+    def _matches_day(self, day: date) -> bool:
+        if day.month not in self.months:
             return False
-        if moment.month not in self.months:
-            return False
-        day_ok = moment.day in self.days
-        weekday_ok = (moment.weekday() + 1) % 7 in self.weekdays
+        day_ok = day.day in self.days
+        weekday_ok = (day.weekday() + 1) % 7 in self.weekdays
         if self.days_restricted and self.weekdays_restricted:
             return day_ok or weekday_ok
         return day_ok and weekday_ok

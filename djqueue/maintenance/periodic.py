@@ -1,4 +1,5 @@
-"""Periodic django.tasks from ``DJQUEUE["PERIODIC"]``, scheduled by the reaper.
+"""Periodic django.tasks, scheduled by the reaper: from ``DJQUEUE["PERIODIC"]`` and from
+the schedules kept in the database (``PeriodicSchedule``, edited in the admin).
 
     DJQUEUE = {"PERIODIC": {
         "nightly-report": {"task": "reports.tasks.nightly", "cron": "0 3 * * *",
@@ -14,29 +15,47 @@ Every pass looks at the current minute: if it matches, the scheduler inserts a
 schedulers win, and the winner enqueues the task in the same transaction.
 Minutes missed while no scheduler ran are skipped, unless ``catch_up`` is set
 (then up to ``MAX_CATCH_UP`` of them run, oldest first).
+
+A setting's task is imported by its path (the settings are the project's own code);
+a stored schedule's is only looked up among the tasks defined for a djqueue backend
+(djqueue.tasks.known_tasks, which djqueue's AppConfig hands to
+:func:`look_up_stored_tasks_with`): a row names a task, it does not choose code to
+import. The stored schedules are read once a minute, so an edit counts from the next
+minute; a row that is wrong (a bad cron, a task no longer defined, a name the
+settings use) is logged and skipped, and the other schedules run.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError
 from djqueue.maintenance.cron import Cron
-from djqueue.models import PeriodicTick
+from djqueue.models import PeriodicSchedule, PeriodicTick
 from djqueue.storage import dialects
 
 logger = logging.getLogger("djqueue.periodic")
 
 MAX_CATCH_UP = 60
+#: How a stored schedule's task is found (None: no tasks framework is installed).
+_stored_task_lookup: Callable[[str], Any] | None = None
+
+
+def look_up_stored_tasks_with(find: Callable[[str], Any]) -> None:
+    """Find the tasks of stored schedules with ``find`` (djqueue's AppConfig passes the
+    known tasks' lookup: this layer may not import the tasks package)."""
+    global _stored_task_lookup
+    _stored_task_lookup = find
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,8 @@ class Schedule:
     kwargs: dict[str, Any] = field(default_factory=dict)
     catch_up: bool = False
     time_zone: tzinfo = UTC
+    #: Kept in the database (its task is looked up, not imported).
+    stored: bool = False
 
     @classmethod
     def from_setting(cls, name: str, entry: dict[str, Any]) -> Schedule:
@@ -58,14 +79,37 @@ class Schedule:
                 f"'catch_up', 'time_zone'); unknown keys: {sorted(unknown)}")
         return cls(name, entry["task"], Cron.parse(entry["cron"]), list(entry.get("args", [])),
                    dict(entry.get("kwargs", {})), bool(entry.get("catch_up", False)),
-                   _zone(name, entry.get("time_zone")))
+                   parse_time_zone(entry.get("time_zone"), f"PERIODIC[{name!r}]"))
+
+    @classmethod
+    def from_row(cls, row: PeriodicSchedule) -> Schedule:
+        where = f"Periodic schedule {row.name!r}"
+        if not isinstance(row.args, list) or not isinstance(row.kwargs, dict):
+            raise ConfigurationError(f"{where}: args must be a JSON list and kwargs a JSON "
+                                     "object.")
+        try:
+            cron = Cron.parse(row.cron)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{where}: {exc}") from None
+        return cls(row.name, row.task_path, cron, row.args, row.kwargs, row.catch_up,
+                   parse_time_zone(row.time_zone or None, where), stored=True)
 
     def matches(self, minute: datetime) -> bool:
         """Whether the UTC ``minute`` is one of the cron's, on its time zone's clocks."""
         return self.cron.matches_in(minute, self.time_zone)
 
+    def task(self) -> Any:
+        """The task to enqueue: imported for a setting, looked up for a stored schedule."""
+        if not self.stored:
+            return import_string(self.task_path)
+        if _stored_task_lookup is None:
+            raise ConfigurationError(f"Periodic schedule {self.name!r} needs django.tasks "
+                                     "(or the django-tasks backport) to run its task.")
+        return _stored_task_lookup(self.task_path)
 
-def _zone(name: str, value: object) -> tzinfo:
+
+def parse_time_zone(value: object, where: str) -> tzinfo:
+    """The zone an IANA name names (None: UTC); ConfigurationError naming ``where``."""
     if value is None:
         return UTC
     try:
@@ -74,7 +118,7 @@ def _zone(name: str, value: object) -> tzinfo:
         return ZoneInfo(value)
     except (ValueError, OSError, ZoneInfoNotFoundError):
         raise ConfigurationError(
-            f"PERIODIC[{name!r}] time_zone {value!r} is not a time zone's IANA name "
+            f"{where} time_zone {value!r} is not a time zone's IANA name "
             "(such as 'Europe/Paris'; leave it out for UTC).") from None
 
 
@@ -84,16 +128,39 @@ def schedules() -> list[Schedule]:
 
 class Scheduler:
     def __init__(self) -> None:
-        self.schedules = schedules()
+        #: The settings' schedules (checked once: a mistake there stops the reaper).
+        self.configured = schedules()
+        self._stored: list[Schedule] = []
+        self._stored_read_at: datetime | None = None
+        #: (name, minute) whose enqueue failed: logged once, not tried again.
+        self._failed: set[tuple[str, datetime]] = set()
 
     def tick(self, now: datetime | None = None) -> int:
         """Enqueue what is due now; returns how many runs this scheduler enqueued."""
         minute = (now or timezone.now()).replace(second=0, microsecond=0)
+        if minute != self._stored_read_at:
+            self._stored, self._stored_read_at = self._read_stored(), minute
+            gone = minute - timedelta(minutes=MAX_CATCH_UP + 1)
+            self._failed = {(name, at) for name, at in self._failed if at > gone}
         enqueued = 0
-        for schedule in self.schedules:
+        for schedule in (*self.configured, *self._stored):
             for moment in self._due(schedule, minute):
                 enqueued += self._claim_and_enqueue(schedule, moment)
         return enqueued
+
+    def _read_stored(self) -> list[Schedule]:
+        """The enabled stored schedules; a wrong one is logged and left out."""
+        configured = {schedule.name for schedule in self.configured}
+        found = []
+        for row in PeriodicSchedule.objects.using(dialects.alias()).filter(enabled=True):
+            try:
+                if row.name in configured:
+                    raise ConfigurationError(f"Periodic schedule {row.name!r}: DJQUEUE["
+                                             "'PERIODIC'] has an entry of that name, which runs")
+                found.append(Schedule.from_row(row))
+            except ConfigurationError as exc:
+                logger.error("%s It is skipped.", exc, extra={"schedule": row.name})
+        return found
 
     def _due(self, schedule: Schedule, minute: datetime) -> list[datetime]:
         if not schedule.catch_up:
@@ -110,16 +177,25 @@ class Scheduler:
         return sorted(moments)
 
     def _claim_and_enqueue(self, schedule: Schedule, moment: datetime) -> int:
+        if (schedule.name, moment) in self._failed:
+            return 0
         db = dialects.alias()
         try:
             with transaction.atomic(using=db):
                 tick = PeriodicTick.objects.using(db).create(name=schedule.name, tick_at=moment)
-                result = import_string(schedule.task_path).enqueue(*schedule.args,
-                                                                   **schedule.kwargs)
+                result = schedule.task().enqueue(*schedule.args, **schedule.kwargs)
                 tick.task_result_id = result.id
                 tick.save(using=db, update_fields=["task_result_id"])
         except IntegrityError:
             return 0  # another scheduler took this tick
+        except DatabaseError:
+            raise  # the reaper's step closes the connection; the next pass tries again
+        except Exception as exc:  # the task is gone, or refused its arguments: the others run
+            self._failed.add((schedule.name, moment))
+            logger.error("Periodic task %s could not be enqueued for %s (that run is "
+                         "skipped): %s", schedule.name, moment.isoformat(), exc,
+                         exc_info=True, extra={"schedule": schedule.name})
+            return 0
         logger.info("Enqueued %s for %s", schedule.name, moment.isoformat(),
                     extra={"schedule": schedule.name, "task_result_id": result.id})
         return 1

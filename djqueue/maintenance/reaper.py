@@ -89,7 +89,7 @@ class Reaper(ProcessBase):
         self._last_stats = 0.0
         self._last_vacuum_check = 0.0
         self._hostname = socket.gethostname()[:255]
-        self.scheduler = Scheduler() if get_settings().PERIODIC else None
+        self.scheduler = Scheduler()
         self.vacuuming = Vacuuming()
 
     def run(self, *, once: bool = False) -> int:

@@ -13,7 +13,7 @@ from djqueue.models.message import (
     MessageQuerySet,
     State,
 )
-from djqueue.models.periodic import PeriodicTick
+from djqueue.models.periodic import PeriodicSchedule, PeriodicTick
 from djqueue.models.queue import Dashboard, Queue
 from djqueue.models.stats import Period, QueueDepth, QueueStat, StatsCursor, TopicStat
 from djqueue.models.task_record import FINISHED_STATUSES, TaskRecord, TaskStatus
@@ -59,6 +59,7 @@ __all__ = [
     "Metric",
     "Outcome",
     "Period",
+    "PeriodicSchedule",
     "PeriodicTick",
     "ProcessKind",
     "Queue",

@@ -61,6 +61,13 @@ def find(path: str) -> Task:
     return task
 
 
+def paths() -> list[str]:
+    """The dotted paths of every known task, sorted (what a stored periodic schedule may
+    name: the admin offers these)."""
+    discover()
+    return sorted(_known)
+
+
 def expires_of(path: str) -> float | None:
     """The ``expires`` of the known task at ``path``, or None (none, or a task not
     known here: its message will be refused by the worker anyway). A workflow sends a

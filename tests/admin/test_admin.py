@@ -53,14 +53,6 @@ def theme() -> None:
 
 
 @pytest.fixture
-def superuser() -> Client:
-    User.objects.create_superuser("root", password="pw")
-    client = Client()
-    client.login(username="root", password="pw")
-    return client
-
-
-@pytest.fixture
 def world() -> dict[str, object]:
     """Two queues with ready, delayed, in-flight and dead messages, a topic, a worker row."""
     dead = djqueue.create_queue("a.dead")

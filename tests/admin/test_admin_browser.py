@@ -227,3 +227,40 @@ def test_a_failed_workflow_as_a_picture_and_its_retry_from_the_page(ops_page, li
             for i in range(6)} == {"succeeded"}
     assert not page.locator("#djqueue-workflow-retry").count()
     page.screenshot(path=ARTIFACTS / "workflow-2-retried.png", full_page=True)
+
+
+def test_operator_adds_a_periodic_schedule_and_runs_it_now(ops_page, live_server, spawn):
+    from djqueue.models import PeriodicSchedule
+    from tests import tasks
+    from tests.conftest import wait_until
+
+    page = ops_page
+    page.goto(f"{live_server.url}/admin/djqueue/periodicschedule/add/")
+    page.fill("#id_name", "nightly sums")
+    page.select_option("#id_task_path", "tests.tasks.add")
+    page.fill("#id_cron", "30 2 * * 1-5")
+    page.select_option("#id_time_zone", "Europe/Paris")
+    page.fill("#id_args", "[2]")  # one argument short: refused by the form
+    page.click("input[name=_save]")
+    page.locator(".errornote").wait_for()
+    assert "do not fit tests.tasks.add" in page.inner_text("#content")
+    page.screenshot(path=ARTIFACTS / "periodic-1-refused.png", full_page=True)
+    page.fill("#id_args", "[2, 3]")
+    page.click("input[name=_save]")
+    page.locator(".messagelist li", has_text="nightly sums").wait_for()
+    row = page.locator("#result_list tbody tr", has_text="nightly sums")
+    assert "Europe/Paris" in row.inner_text() and "30 2 * * 1-5" in row.inner_text()
+    assert PeriodicSchedule.objects.get().args == [2, 3]
+    page.screenshot(path=ARTIFACTS / "periodic-2-listed.png", full_page=True)
+
+    spawn("djqueue_worker", "default")
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "run_now")
+    page.click("button[name=index]")
+    said = page.locator(".messagelist li", has_text="nightly sums: enqueued")
+    said.wait_for()
+    result_id = said.inner_text().rsplit("(result ", 1)[1].rstrip(").")
+    wait_until(lambda: tasks.add.get_result(result_id).status == "SUCCESSFUL", 30,
+               "the worker to run the task")
+    assert tasks.add.get_result(result_id).return_value == 5
+    page.screenshot(path=ARTIFACTS / "periodic-3-run-now.png", full_page=True)

@@ -1,4 +1,7 @@
-from datetime import datetime
+"""Cron expressions: their fields, and their runs on a time zone's clocks."""
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -34,3 +37,41 @@ def test_matches(expression, moment, expected):
 def test_bad_expressions_are_refused(bad):
     with pytest.raises(ConfigurationError):
         Cron.parse(bad)
+
+
+def minute_by_minute(cron: Cron, after: datetime, zone, within: timedelta) -> datetime | None:
+    """The next run found by reading every minute: slow, and plainly right."""
+    moment = after.astimezone(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    while moment <= after + within:
+        if cron.matches_in(moment, zone):
+            return moment
+        moment += timedelta(minutes=1)
+    return None
+
+
+# Days the clocks change: Paris forward and back, New York forward and back; Lord Howe
+# moves them by half an hour.
+CLOCK_CHANGES = [datetime(2026, 3, 29, 0, 0, tzinfo=UTC), datetime(2026, 10, 25, 0, 0, tzinfo=UTC),
+                 datetime(2026, 3, 8, 6, 0, tzinfo=UTC), datetime(2026, 11, 1, 5, 0, tzinfo=UTC),
+                 datetime(2026, 4, 4, 14, 0, tzinfo=UTC)]
+
+
+@pytest.mark.parametrize("expression", ["30 2 * * *", "* * * * *", "*/30 * * * *",
+                                        "15 3 * * 1-5", "* 2 * * *", "0 0-12 * * *"])
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/New_York",
+                                  "Australia/Lord_Howe"])
+def test_the_next_run_is_the_first_minute_that_runs(expression, zone):
+    cron, zone = Cron.parse(expression), ZoneInfo(zone)
+    for day in CLOCK_CHANGES:
+        for offset in range(0, 300, 13):
+            after = day + timedelta(minutes=offset, seconds=13)
+            assert cron.next_in(after, zone, timedelta(days=3)) == minute_by_minute(
+                cron, after, zone, timedelta(days=3)), (expression, zone, after)
+
+
+def test_a_next_run_years_away_and_none_within_the_limit():
+    leap = Cron.parse("0 0 29 2 *")
+    after = datetime(2026, 5, 5, 12, 0, tzinfo=UTC)
+    assert leap.next_in(after, ZoneInfo("Europe/Paris"), timedelta(days=1500)) == datetime(
+        2028, 2, 28, 23, 0, tzinfo=UTC)  # midnight in Paris
+    assert leap.next_in(after, UTC, timedelta(days=365)) is None

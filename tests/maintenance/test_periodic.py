@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from djqueue.exceptions import ConfigurationError
 from djqueue.maintenance.periodic import Scheduler
-from djqueue.models import Message, PeriodicTick
+from djqueue.models import Message, PeriodicSchedule, PeriodicTick
 from tests.conftest import mysql_only
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -94,6 +94,7 @@ def test_a_time_zone_that_is_not_one_is_refused_by_name():
 @pytest.mark.slow
 def test_three_schedulers_for_three_minutes_enqueue_once_per_tick(spawn):
     env = {"DJQUEUE_TEST_PERIODIC": "1"}
+    stored("stored-beat", args=[4, 5])  # kept in the database, beside the setting's
     started = timezone.now()
     reapers = [spawn("djqueue_reaper", env=env) for _ in range(3)]
     deadline = time.monotonic() + 185
@@ -104,17 +105,69 @@ def test_three_schedulers_for_three_minutes_enqueue_once_per_tick(spawn):
         reaper.signal(signal.SIGTERM)
     assert [r.wait(30) for r in reapers] == [0, 0, 0]
     ended = timezone.now()
-    ticks = list(PeriodicTick.objects.filter(name="beat").order_by("tick_at"))
     expected, minute = [], started.replace(second=0, microsecond=0)
     while minute <= ended:
         expected.append(minute)
         minute += timedelta(minutes=1)
-    got = [t.tick_at for t in ticks]
-    # Every minute the schedulers were up, bar perhaps the first and last partial ones.
-    first = expected.index(got[0])
-    assert got == expected[first:first + len(got)], (got, expected)
-    assert len(got) >= max(3, len(expected) - 2), (got, expected)
+    for name in ("beat", "stored-beat"):
+        got = list(PeriodicTick.objects.filter(name=name).order_by("tick_at")
+                   .values_list("tick_at", flat=True))
+        # Every minute the schedulers were up, bar perhaps the first and last partial ones.
+        first = expected.index(got[0])
+        assert got == expected[first:first + len(got)], (name, got, expected)
+        assert len(got) >= max(3, len(expected) - 2), (name, got, expected)
     # Each tick enqueued one task; a task's result id is its message's id until it runs.
+    ticks = list(PeriodicTick.objects.all())
     assert {t.task_result_id for t in ticks} == {
         str(pk) for pk in Message.objects.values_list("pk", flat=True)}
     assert len(ticks) == Message.objects.count()
+    assert {(m.payload["task"], tuple(m.payload["args"])) for m in Message.objects.all()} == {
+        ("tests.tasks.add", (1, 1)), ("tests.tasks.add", (4, 5))}
+
+
+def stored(name: str, cron: str = "* * * * *", **fields) -> PeriodicSchedule:
+    return PeriodicSchedule.objects.create(name=name, cron=cron, **{
+        "task_path": "tests.tasks.add", "args": [2, 3], **fields})
+
+
+def enqueued() -> list[tuple[str, list]]:
+    """The task and arguments of each tick's message."""
+    payloads = [Message.objects.get(pk=int(tick.task_result_id)).payload
+                for tick in PeriodicTick.objects.all()]
+    return sorted((payload["task"], payload["args"]) for payload in payloads)
+
+
+@override_settings(DJQUEUE={"PERIODIC": EVERY_MINUTE})
+def test_a_stored_schedule_runs_beside_the_settings_and_an_edit_counts_next_minute():
+    stored("stored-add")
+    stored("paused", enabled=False)
+    scheduler = Scheduler()
+    assert scheduler.tick(T0) == 2  # the setting's and the stored one
+    assert sorted(PeriodicTick.objects.values_list("name", flat=True)) == ["beat", "stored-add"]
+    assert enqueued() == [("tests.tasks.add", [1, 1]), ("tests.tasks.add", [2, 3])]
+    PeriodicSchedule.objects.filter(name="stored-add").update(cron="0 0 1 1 *")
+    PeriodicSchedule.objects.filter(name="paused").update(enabled=True)
+    assert scheduler.tick(T0 + timedelta(seconds=20)) == 0  # read once a minute
+    assert scheduler.tick(T0 + timedelta(minutes=1)) == 2  # beat, and paused now enabled
+    assert sorted(PeriodicTick.objects.values_list("name", flat=True)) == [
+        "beat", "beat", "paused", "stored-add"]
+
+
+@override_settings(DJQUEUE={"PERIODIC": EVERY_MINUTE})
+def test_wrong_stored_schedules_are_logged_and_skipped_and_the_others_run(caplog):
+    stored("bad-cron", cron="61 * * * *")
+    stored("bad-zone", time_zone="Mars/Olympus_Mons")
+    stored("bad-args", args={"a": 1})
+    stored("beat")  # the settings' entry of that name runs, not this row
+    stored("not-a-task", task_path="os.system", args=["touch /tmp/owned"])
+    stored("fine")
+    scheduler = Scheduler()
+    assert scheduler.tick(T0) == 2
+    assert scheduler.tick(T0 + timedelta(seconds=20)) == 0  # nothing said twice a minute
+    assert sorted(PeriodicTick.objects.values_list("name", flat=True)) == ["beat", "fine"]
+    said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    for name, why in [("bad-cron", "out of range"), ("bad-zone", "not a time zone"),
+                      ("bad-args", "args must be a JSON list"), ("beat", "has an entry"),
+                      ("not-a-task", "nothing was imported or run")]:
+        assert sum(name in line and why in line for line in said) == 1, (name, said)
+    assert [task for task, _ in enqueued()] == ["tests.tasks.add", "tests.tasks.add"]
