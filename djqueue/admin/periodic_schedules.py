@@ -10,6 +10,7 @@ next (from its cron). The rows live on the home database, with the ticks.
 from __future__ import annotations
 
 import inspect
+import json
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import available_timezones
@@ -90,7 +91,7 @@ class PeriodicScheduleForm(forms.ModelForm):
             return []
         if not isinstance(value, list):
             raise forms.ValidationError("A JSON list, such as [1, \"two\"].")
-        return value
+        return _strict_json(value)
 
     def clean_kwargs(self) -> Any:
         value = self.cleaned_data["kwargs"]
@@ -98,12 +99,16 @@ class PeriodicScheduleForm(forms.ModelForm):
             return {}
         if not isinstance(value, dict):
             raise forms.ValidationError("A JSON object, such as {\"days\": 7}.")
-        return value
+        return _strict_json(value)
 
     def clean(self) -> dict[str, Any]:
-        """The arguments must fit the task's parameters: a mistake shows here, not as a
-        failed run every night."""
+        """The cron must run some day, and the arguments fit the task's parameters: a
+        mistake shows here, not as a schedule that never runs or fails every night."""
         data = super().clean()
+        cron, zone = data.get("cron"), data.get("time_zone")
+        if cron is not None and zone is not None and Cron.parse(cron).next_in(
+                timezone.now(), parse_time_zone(zone or None, "This"), NEXT_RUN_WITHIN) is None:
+            self.add_error("cron", "This cron never runs (a day no month has?).")
         path, args, kwargs = (data.get(key) for key in ("task_path", "args", "kwargs"))
         if path is None or args is None or kwargs is None:
             return data
@@ -114,6 +119,17 @@ class PeriodicScheduleForm(forms.ModelForm):
         except TypeError as exc:
             raise forms.ValidationError(f"The arguments do not fit {path}: {exc}.") from None
         return data
+
+
+def _strict_json(value: Any) -> Any:
+    """``value`` if JSON can carry it as it is; the databases refuse Infinity and NaN,
+    which Python's JSON reader lets through."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        raise forms.ValidationError("Numbers must be finite: JSON has no Infinity or "
+                                    "NaN.") from None
+    return value
 
 
 @admin.register(PeriodicSchedule)

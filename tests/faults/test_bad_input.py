@@ -23,13 +23,23 @@ from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
-from hypothesis import HealthCheck, given, settings
+from django.utils import timezone
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import djqueue
 from djqueue.api import queue_operations
 from djqueue.exceptions import DjqueueError
-from djqueue.models import AlarmPolicy, History, Message, Queue, Topic
+from djqueue.maintenance.periodic import Schedule, Scheduler
+from djqueue.models import (
+    AlarmPolicy,
+    History,
+    Message,
+    PeriodicSchedule,
+    PeriodicTick,
+    Queue,
+    Topic,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.faults]
 DJQUEUE_DIR = Path(djqueue.__file__).resolve().parent
@@ -244,6 +254,53 @@ def test_admin_forms(world, admin_client, fields, seconds, since, metric, thresh
         "seconds": seconds})
     post(reverse("admin:djqueue_consumergroup_changelist"), {
         "action": "replay", ACTION_CHECKBOX_NAME: ["1"], "confirm": "yes", "since": since})
+
+
+cron_values = st.one_of(form_values, st.sampled_from(
+    ["* * * * *", "0 3 * * *", "*/0 * * * *", "60 * * * *", "0 0 31 2 *", "0 0 29 2 *",
+     "* * * * * *", "1-0 * * * *", "0 0 * * 7"]), st.lists(st.sampled_from(
+         ["*", "*/5", "0", "59", "1-5", "7", "0,30", "a", "-1", "*/99"]),
+         min_size=5, max_size=5).map(" ".join))
+json_values = st.one_of(form_values, st.sampled_from(
+    ["[1e999, 1]", "[NaN]", "{\"a\": -Infinity}", "[[[[[[[[]]]]]]]]", "[1, 2]", "[2, 3]",
+     "{\"a\": 1, \"b\": 2}", "{\"not a name\": 1}", "[\"marker\"]", "null"]))
+
+
+#: A schedule the form saves, and what each of its fields may be changed to.
+SCHEDULE = {"name": "nightly", "task_path": "tests.tasks.echo", "cron": "0 3 * * *",
+            "time_zone": "Europe/Paris", "args": "[1, 2]", "kwargs": "{}", "enabled": "on"}
+SCHEDULE_CHANGES = {
+    "name": form_values,
+    "task_path": st.sampled_from(["tests.tasks.add", "tests.tasks.which_attempt", "os.system",
+                                  "", "tests.tasks", "tests.tasks.add.func"]),
+    "cron": cron_values,
+    "time_zone": st.sampled_from(["", "UTC", "Australia/Lord_Howe", "America/New_York",
+                                  "Mars/Base", "../etc/passwd", "Europe"]),
+    "args": json_values, "kwargs": json_values}
+
+
+@FUZZ
+@given(changes=st.lists(st.one_of(*(st.tuples(st.just(field), values) for field, values
+                                    in SCHEDULE_CHANGES.items())), max_size=3).map(dict))
+def test_a_periodic_schedule_the_admin_saves_is_one_the_reaper_runs(admin_client, caplog,
+                                                                    changes):
+    """The form refuses (200, nothing saved) or saves a schedule whose next run the
+    reaper enqueues without a logged error."""
+    PeriodicSchedule.objects.all().delete()
+    PeriodicTick.objects.all().delete()
+    response = admin_client.post(reverse("admin:djqueue_periodicschedule_add"),
+                                 {**SCHEDULE, **changes})
+    assert response.status_code in (200, 302), response.status_code
+    event(f"the form {'saved' if response.status_code == 302 else 'refused'}")
+    if response.status_code == 200:
+        assert not PeriodicSchedule.objects.exists()
+        return
+    [row] = PeriodicSchedule.objects.all()
+    plan = Schedule.from_row(row)
+    due = plan.cron.next_in(timezone.now(), plan.time_zone, timedelta(days=4 * 366 + 1))
+    caplog.clear()
+    assert Scheduler().tick(due) == 1, (row.cron, row.time_zone, due)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 
 def test_reset_group_rejects_naive_and_far_times(world):
