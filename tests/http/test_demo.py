@@ -1,4 +1,5 @@
-"""``make run``'s set-up prints a working demo token and curl line for the HTTP API."""
+"""``make run``'s set-up prints a working demo token and curl line for the HTTP API, and
+keeps a periodic schedule in the database."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 from django.core.management import call_command
 
 from djqueue.http import access
-from djqueue.models import ApiPermission
+from djqueue.maintenance.periodic import Schedule
+from djqueue.models import ApiPermission, PeriodicSchedule
+from project.tasks import tidy_sessions
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,6 +31,8 @@ def test_demo_setup_prints_a_token_that_may_send_to_the_demo_queues(api_server):
     assert caller.allows("emails", ApiPermission.SEND) and caller.allows("flaky.dead",
                                                                          ApiPermission.RECEIVE)
     assert "curl -X POST" in out.getvalue()
+    [nightly] = PeriodicSchedule.objects.all()  # made once, however many runs
+    assert Schedule.from_row(nightly).task() is tidy_sessions
     with api_server.client(token) as http:
         sent = http.post("queues/emails/messages", json={"payload": {"to": "you@example.com"}})
         assert sent.status_code == 201, sent.text

@@ -8,7 +8,13 @@ from django.utils import timezone
 
 import djqueue
 from djqueue.http import access
-from djqueue.models import AlarmPolicy, ApiClient, ApiPermission, ConsumerGroup
+from djqueue.models import (
+    AlarmPolicy,
+    ApiClient,
+    ApiPermission,
+    ConsumerGroup,
+    PeriodicSchedule,
+)
 
 
 class Command(BaseCommand):
@@ -29,6 +35,12 @@ class Command(BaseCommand):
                                              "queue": djqueue.get_queue("emails")})
         AlarmPolicy.objects.get_or_create(
             name="dead letters", defaults={"metric": "dead_letters", "threshold": 0})
+        # A periodic schedule kept in the database (the admin edits it), beside the
+        # settings' "tidy-sessions".
+        PeriodicSchedule.objects.get_or_create(
+            name="tidy sessions at night", defaults={
+                "task_path": "project.tasks.tidy_sessions", "cron": "30 2 * * *",
+                "time_zone": "Europe/Paris"})
         call_command("loaddata", "djqueue_admin_theme", verbosity=0)
         username = os.environ.get("DJQUEUE_DEMO_USER", "admin")
         password = os.environ.get("DJQUEUE_DEMO_PASSWORD", "djqueue-demo")
