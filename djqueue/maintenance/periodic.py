@@ -60,6 +60,8 @@ def look_up_stored_tasks_with(find: Callable[[str], Any]) -> None:
 
 @dataclass(frozen=True)
 class Schedule:
+    """One periodic task, from a setting's entry or a stored row: checked as it is made."""
+
     name: str
     task_path: str
     cron: Cron
@@ -127,6 +129,9 @@ def schedules() -> list[Schedule]:
 
 
 class Scheduler:
+    """The reaper's periodic step: each pass enqueues the runs due this minute, once
+    whatever the number of reapers."""
+
     def __init__(self) -> None:
         #: The settings' schedules (checked once: a mistake there stops the reaper).
         self.configured = schedules()
@@ -156,7 +161,7 @@ class Scheduler:
             try:
                 if row.name in configured:
                     raise ConfigurationError(f"Periodic schedule {row.name!r}: DJQUEUE["
-                                             "'PERIODIC'] has an entry of that name, which runs")
+                                             "'PERIODIC'] has an entry of that name, which runs.")
                 found.append(Schedule.from_row(row))
             except ConfigurationError as exc:
                 logger.error("%s It is skipped.", exc, extra={"schedule": row.name})
