@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from zoneinfo import available_timezones
 
@@ -26,14 +26,10 @@ from django.utils import timezone
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, UntrustedTask
 from djqueue.maintenance.cron import Cron
-from djqueue.maintenance.periodic import Schedule, parse_time_zone
+from djqueue.maintenance.periodic import NEXT_RUN_WITHIN, Schedule, parse_time_zone
 from djqueue.models import PeriodicSchedule, PeriodicTick
 from djqueue.storage import placement
 from djqueue.tasks import known_tasks
-
-#: How far ahead the list looks for a schedule's next run (a 29 February cron's is
-#: at most four years away).
-NEXT_RUN_WITHIN = timedelta(days=4 * 366 + 1)
 
 
 class PeriodicScheduleForm(forms.ModelForm):
@@ -173,8 +169,7 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
             plan = Schedule.from_row(schedule)
         except ConfigurationError as exc:
             return f"never: {exc}"
-        found = plan.cron.next_in(timezone.now(), plan.time_zone, NEXT_RUN_WITHIN)
-        return found or "not within four years"
+        return plan.next_run(timezone.now()) or "never"
 
     @admin.action(description="Run the selected schedules' tasks now",
                   permissions=["change"])

@@ -2,8 +2,9 @@
 
 Owns: the reaper (``reaper.Reaper``: dead workers' claims, expired leases, due
 messages, periodic tasks, statistics and alarms, pruning, each a step of its
-pass), pruning past retention, periodic (cron) django.tasks and the cron
-expressions they are written in.
+pass), pruning past retention, periodic (cron) django.tasks from the settings and
+the database, the cron expressions they are written in, and the list of them with
+their last and next runs (``periodic_listing``, the periodic command's).
 
 May import: djqueue.monitoring and below.
 """

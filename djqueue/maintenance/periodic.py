@@ -47,6 +47,9 @@ from djqueue.storage import dialects
 logger = logging.getLogger("djqueue.periodic")
 
 MAX_CATCH_UP = 60
+#: How far ahead a schedule's next run is looked for (a 29 February cron's is at most
+#: four years away; a cron further off than that never runs).
+NEXT_RUN_WITHIN = timedelta(days=4 * 366 + 1)
 #: How a stored schedule's task is found (None: no tasks framework is installed).
 _stored_task_lookup: Callable[[str], Any] | None = None
 
@@ -99,6 +102,10 @@ class Schedule:
     def matches(self, minute: datetime) -> bool:
         """Whether the UTC ``minute`` is one of the cron's, on its time zone's clocks."""
         return self.cron.matches_in(minute, self.time_zone)
+
+    def next_run(self, after: datetime) -> datetime | None:
+        """The first minute after ``after`` this schedule runs at (None: never)."""
+        return self.cron.next_in(after, self.time_zone, NEXT_RUN_WITHIN)
 
     def task(self) -> Any:
         """The task to enqueue: imported for a setting, looked up for a stored schedule."""
