@@ -2,16 +2,17 @@
 the admin (django-celery-beat's periodic tasks; Oban's dynamic cron).
 
 The form offers the tasks defined for a djqueue backend, no other path; it checks the
-cron, the time zone, and the arguments against the task's signature, so a schedule that
-saves is one the reaper can run. Each row shows its last run (from the ticks) and its
-next (from its cron). The rows live on the home database, with the ticks.
+arguments against the task's signature, and the model's ``clean`` checks the cron, the
+time zone and the arguments' JSON, so a schedule that saves is one the reaper can run.
+Each row shows its last run (from the ticks) and its next (from its cron; "never" with
+why, for a row the reaper would skip). The rows live on the home database, with the
+ticks.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import json
 from datetime import datetime
 from typing import Any
 from zoneinfo import available_timezones
@@ -23,10 +24,8 @@ from django.db.models import Max, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.utils import timezone
 
-from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, UntrustedTask
-from djqueue.maintenance.cron import Cron
-from djqueue.maintenance.periodic import NEXT_RUN_WITHIN, Schedule, parse_time_zone
+from djqueue.maintenance.periodic import Schedule
 from djqueue.models import PeriodicSchedule, PeriodicTick
 from djqueue.storage import placement
 from djqueue.tasks import known_tasks
@@ -52,13 +51,6 @@ class PeriodicScheduleForm(forms.ModelForm):
         self.fields["task_path"].choices = [(path, path) for path in paths]
         self.fields["time_zone"].choices = _time_zone_choices()
 
-    def clean_name(self) -> str:
-        name = self.cleaned_data["name"]
-        if name in get_settings().PERIODIC:
-            raise forms.ValidationError("DJQUEUE['PERIODIC'] in the settings has an entry "
-                                        "of that name.")
-        return name
-
     def clean_task_path(self) -> str:
         path = self.cleaned_data["task_path"]
         try:
@@ -67,49 +59,23 @@ class PeriodicScheduleForm(forms.ModelForm):
             raise forms.ValidationError(str(exc)) from None
         return path
 
-    def clean_cron(self) -> str:
-        try:
-            return Cron.parse(self.cleaned_data["cron"]).expression
-        except ConfigurationError as exc:
-            raise forms.ValidationError(str(exc)) from None
-
-    def clean_time_zone(self) -> str:
-        value = self.cleaned_data["time_zone"]
-        try:
-            parse_time_zone(value or None, "This")
-        except ConfigurationError as exc:
-            raise forms.ValidationError(str(exc)) from None
-        return value
-
     def clean_args(self) -> Any:
-        value = self.cleaned_data["args"]
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise forms.ValidationError("A JSON list, such as [1, \"two\"].")
-        return _strict_json(value)
+        return [] if self.cleaned_data["args"] is None else self.cleaned_data["args"]
 
     def clean_kwargs(self) -> Any:
-        value = self.cleaned_data["kwargs"]
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise forms.ValidationError("A JSON object, such as {\"days\": 7}.")
-        return _strict_json(value)
+        return {} if self.cleaned_data["kwargs"] is None else self.cleaned_data["kwargs"]
 
     def clean(self) -> dict[str, Any]:
-        """The cron must run some day, and the arguments fit the task's parameters: a
-        mistake shows here, not as a schedule that never runs or fails every night."""
+        """The arguments must fit the task's parameters, so that a mistake shows here and
+        not as a run that fails every night. The row's own checks (the cron runs some
+        day, the zone, the arguments' JSON, the settings' names) are the model's
+        ``clean``, which the form runs next."""
         data = super().clean()
-        cron, zone = data.get("cron"), data.get("time_zone")
-        if cron is not None and zone is not None and Cron.parse(cron).next_in(
-                timezone.now(), parse_time_zone(zone or None, "This"), NEXT_RUN_WITHIN) is None:
-            self.add_error("cron", "This cron never runs (a day no month has?).")
         path, args, kwargs = (data.get(key) for key in ("task_path", "args", "kwargs"))
-        if path is None or args is None or kwargs is None:
+        if path is None or not isinstance(args, list) or not isinstance(kwargs, dict):
             return data
         task = known_tasks.find(path)
-        leading = [None] if getattr(task, "takes_context", False) else []
+        leading = [None] if task.takes_context else []
         try:
             inspect.signature(task.func).bind(*leading, *args, **kwargs)
         except TypeError as exc:
@@ -121,17 +87,6 @@ class PeriodicScheduleForm(forms.ModelForm):
 def _time_zone_choices() -> list[tuple[str, str]]:
     """Every zone's name, read once (the first read walks the zone files: ~90 ms here)."""
     return [("", "UTC"), *((name, name) for name in sorted(available_timezones()))]
-
-
-def _strict_json(value: Any) -> Any:
-    """``value`` if JSON can carry it as it is; the databases refuse Infinity and NaN,
-    which Python's JSON reader lets through."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except ValueError:
-        raise forms.ValidationError("Numbers must be finite: JSON has no Infinity or "
-                                    "NaN.") from None
-    return value
 
 
 @admin.register(PeriodicSchedule)
@@ -167,8 +122,11 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
             return "paused"
         try:
             plan = Schedule.from_row(schedule)
+            known_tasks.find(schedule.task_path)
         except ConfigurationError as exc:
             return f"never: {exc}"
+        except UntrustedTask:
+            return f"never: {schedule.task_path} is no longer a defined task"
         return plan.next_run(timezone.now()) or "never"
 
     @admin.action(description="Run the selected schedules' tasks now",

@@ -8,7 +8,7 @@ the schedules kept in the database (``PeriodicSchedule``, edited in the admin).
     }}
 
 The cron is read in UTC unless the entry names a ``time_zone`` (an IANA name), with
-cron's rules for the days the zone's clocks change (djqueue.maintenance.cron).
+cron's rules for the days the zone's clocks change (djqueue.cron).
 
 Every pass looks at the current minute: if it matches, the scheduler inserts a
 (name, minute) row; the unique constraint lets exactly one of any number of
@@ -32,24 +32,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from djqueue.conf import get_settings
+from djqueue.cron import Cron, parse_time_zone
 from djqueue.exceptions import ConfigurationError
-from djqueue.maintenance.cron import Cron
 from djqueue.models import PeriodicSchedule, PeriodicTick
 from djqueue.storage import dialects
 
 logger = logging.getLogger("djqueue.periodic")
 
 MAX_CATCH_UP = 60
-#: How far ahead a schedule's next run is looked for (a 29 February cron's is at most
-#: four years away; a cron further off than that never runs).
-NEXT_RUN_WITHIN = timedelta(days=4 * 366 + 1)
 #: How a stored schedule's task is found (None: no tasks framework is installed).
 _stored_task_lookup: Callable[[str], Any] | None = None
 
@@ -89,6 +85,9 @@ class Schedule:
     @classmethod
     def from_row(cls, row: PeriodicSchedule) -> Schedule:
         where = f"Periodic schedule {row.name!r}"
+        if row.name in get_settings().PERIODIC:
+            raise ConfigurationError(f"{where}: the settings' entry of that name runs "
+                                     "instead.")
         if not isinstance(row.args, list) or not isinstance(row.kwargs, dict):
             raise ConfigurationError(f"{where}: args must be a JSON list and kwargs a JSON "
                                      "object.")
@@ -105,7 +104,7 @@ class Schedule:
 
     def next_run(self, after: datetime) -> datetime | None:
         """The first minute after ``after`` this schedule runs at (None: never)."""
-        return self.cron.next_in(after, self.time_zone, NEXT_RUN_WITHIN)
+        return self.cron.next_in(after, self.time_zone)
 
     def task(self) -> Any:
         """The task to enqueue: imported for a setting, looked up for a stored schedule."""
@@ -115,20 +114,6 @@ class Schedule:
             raise ConfigurationError(f"Periodic schedule {self.name!r} needs django.tasks "
                                      "(or the django-tasks backport) to run its task.")
         return _stored_task_lookup(self.task_path)
-
-
-def parse_time_zone(value: object, where: str) -> tzinfo:
-    """The zone an IANA name names (None: UTC); ConfigurationError naming ``where``."""
-    if value is None:
-        return UTC
-    try:
-        if not isinstance(value, str):
-            raise ValueError(value)
-        return ZoneInfo(value)
-    except (ValueError, OSError, ZoneInfoNotFoundError):
-        raise ConfigurationError(
-            f"{where} time_zone {value!r} is not a time zone's IANA name "
-            "(such as 'Europe/Paris'; leave it out for UTC).") from None
 
 
 def schedules() -> list[Schedule]:
@@ -162,13 +147,9 @@ class Scheduler:
 
     def _read_stored(self) -> list[Schedule]:
         """The enabled stored schedules; a wrong one is logged and left out."""
-        configured = {schedule.name for schedule in self.configured}
         found = []
         for row in PeriodicSchedule.objects.using(dialects.alias()).filter(enabled=True):
             try:
-                if row.name in configured:
-                    raise ConfigurationError(f"Periodic schedule {row.name!r}: DJQUEUE["
-                                             "'PERIODIC'] has an entry of that name, which runs.")
                 found.append(Schedule.from_row(row))
             except ConfigurationError as exc:
                 logger.error("%s It is skipped.", exc, extra={"schedule": row.name})

@@ -27,31 +27,28 @@ def schedule_rows(now: datetime | None = None) -> list[dict[str, Any]]:
     db = dialects.alias()
     last_runs = dict(PeriodicTick.objects.using(db).values("name").annotate(last=Max("tick_at"))
                      .values_list("name", "last"))
-    rows = []
-    for schedule in schedules():
-        rows.append(_row(schedule.name, "settings", schedule.task_path, schedule.cron.expression,
-                         schedule.time_zone, True, schedule, "", last_runs, now))
-    configured = {row["name"] for row in rows}
+    rows = [{"name": schedule.name, "source": "settings", "task": schedule.task_path,
+             "cron": schedule.cron.expression, "time_zone": str(schedule.time_zone),
+             "enabled": True, **_runs(schedule, schedule.name, last_runs, now)}
+            for schedule in schedules()]
     for stored in PeriodicSchedule.objects.using(db).order_by("name"):
-        plan: Schedule | None = None
         try:
-            plan = Schedule.from_row(stored)
-            problem = ("skipped: the settings' entry of that name runs"
-                       if stored.name in configured else "")
+            plan: Schedule | str = Schedule.from_row(stored)
         except ConfigurationError as exc:
-            problem = f"skipped: {exc}"
-        rows.append(_row(stored.name, "database", stored.task_path, stored.cron,
-                         stored.time_zone or "UTC", stored.enabled, plan, problem,
-                         last_runs, now))
+            plan = f"skipped: {exc}"
+        rows.append({"name": stored.name, "source": "database", "task": stored.task_path,
+                     "cron": stored.cron, "time_zone": stored.time_zone or "UTC",
+                     "enabled": stored.enabled, **_runs(plan, stored.name, last_runs, now,
+                                                        enabled=stored.enabled)})
     return rows
 
 
-def _row(name: str, source: str, task: str, cron: str, zone: object, enabled: bool,
-         plan: Schedule | None, problem: str, last_runs: dict[str, datetime],
-         now: datetime) -> dict[str, Any]:
-    upcoming = plan.next_run(now) if plan is not None and enabled and not problem else None
+def _runs(plan: Schedule | str, name: str, last_runs: dict[str, datetime], now: datetime,
+          enabled: bool = True) -> dict[str, Any]:
+    """A row's last run, next run and problem; ``plan`` is the reaper's schedule or why
+    the reaper skips the row."""
+    upcoming = plan.next_run(now) if isinstance(plan, Schedule) and enabled else None
     last = last_runs.get(name)
-    return {"name": name, "source": source, "task": task, "cron": cron,
-            "time_zone": str(zone), "enabled": enabled,
-            "last_run": last.isoformat() if last else None,
-            "next_run": upcoming.isoformat() if upcoming else None, "problem": problem}
+    return {"last_run": last.isoformat() if last else None,
+            "next_run": upcoming.isoformat() if upcoming else None,
+            "problem": plan if isinstance(plan, str) else ""}

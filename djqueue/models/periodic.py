@@ -1,14 +1,31 @@
 """Periodic tasks' records: the schedules kept in the database (edited in the admin)
 and one row per scheduled minute run (the unique pair makes one scheduler win)."""
 
+import json
+from typing import Any
+
+from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils import timezone
+
+from djqueue.conf import get_settings
+from djqueue.cron import Cron, parse_time_zone
+from djqueue.exceptions import ConfigurationError
 
 
 class PeriodicSchedule(models.Model):
     """A periodic django.task kept in the database: what ``DJQUEUE["PERIODIC"]`` says in
     the settings, editable while the site runs (django-celery-beat's periodic tasks,
     Oban's dynamic cron). The reaper reads the enabled ones each minute; the task is
-    looked up among the tasks defined for a djqueue backend, never imported by name."""
+    looked up among the tasks defined for a djqueue backend, never imported by name.
+
+    :meth:`clean` checks what the row alone can say (the admin's form, and any code that
+    calls ``full_clean()`` as Django's model validation asks, gets these errors): the
+    cron parses and runs some day, the zone is an IANA name, the arguments are a JSON
+    list and object with finite numbers, and the settings have no entry of that name.
+    Whether the task is defined and takes those arguments is the admin form's check
+    (the tasks sit layers above the models). A row saved without either is logged and
+    skipped by the reaper, and listed with why by ``manage.py djqueue_periodic``."""
 
     name = models.CharField(max_length=100, unique=True,
                             help_text="Unique among schedules, the settings' ones too.")
@@ -32,6 +49,45 @@ class PeriodicSchedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.name in get_settings().PERIODIC:
+            errors["name"] = "DJQUEUE['PERIODIC'] in the settings has an entry of that name."
+        cron = zone = None
+        try:
+            cron = Cron.parse(str(self.cron))
+        except ConfigurationError as exc:
+            errors["cron"] = str(exc)
+        try:
+            zone = parse_time_zone(self.time_zone or None, "This")
+        except ConfigurationError as exc:
+            errors["time_zone"] = str(exc)
+        if cron is not None and zone is not None and cron.next_in(timezone.now(), zone) is None:
+            errors["cron"] = "This cron never runs (a day no month has?)."
+        if not isinstance(self.args, list):
+            errors["args"] = "A JSON list, such as [1, \"two\"]."
+        elif not _finite(self.args):
+            errors["args"] = FINITE_NUMBERS
+        if not isinstance(self.kwargs, dict):
+            errors["kwargs"] = "A JSON object, such as {\"days\": 7}."
+        elif not _finite(self.kwargs):
+            errors["kwargs"] = FINITE_NUMBERS
+        if errors:
+            raise ValidationError(errors)
+
+
+FINITE_NUMBERS = "Numbers must be finite: JSON has no Infinity or NaN."
+
+
+def _finite(value: Any) -> bool:
+    """Whether JSON carries ``value`` as it is: the databases refuse Infinity and NaN,
+    which Python's JSON reader lets through (the save would fail)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
 
 
 class PeriodicTick(models.Model):

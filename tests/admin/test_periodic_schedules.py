@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -89,6 +90,8 @@ def test_the_list_shows_last_and_next_runs_and_runs_or_pauses_a_schedule(superus
     assert (local.hour, local.minute) == (2, 30) and upcoming > timezone.now()
     assert upcoming - timezone.now() <= timedelta(days=1, hours=1)
     assert admin.last_run(rows["gone"]) is None
+    assert admin.next_run(rows["gone"]) == (
+        "never: tests.tasks.vanished is no longer a defined task")
 
     response = superuser.post(reverse(LIST), {"action": "run_now",
                                               "_selected_action": [nightly.pk]}, follow=True)
@@ -110,3 +113,34 @@ def test_the_list_shows_last_and_next_runs_and_runs_or_pauses_a_schedule(superus
     assert page.context["cl"].model_admin.next_run(
         PeriodicSchedule.objects.get(pk=nightly.pk)) == "paused"
 
+
+
+@override_settings(DJQUEUE={"PERIODIC": {"beat": {"task": "tests.tasks.add",
+                                                  "cron": "* * * * *", "args": [1, 1]}}})
+def test_a_row_written_from_code_is_checked_by_full_clean_field_by_field():
+    row = PeriodicSchedule(name="beat", task_path="tests.tasks.add", cron="0 0 30 2 *",
+                           time_zone="Mars/Olympus_Mons", args={"a": 1},
+                           kwargs={"b": float("nan")})
+    with pytest.raises(ValidationError) as refused:
+        row.full_clean()
+    said = {field: " ".join(errors) for field, errors in refused.value.message_dict.items()}
+    assert sorted(said) == ["args", "kwargs", "name", "time_zone"], said
+    assert "in the settings has an entry of that name" in said["name"]
+    assert "not a time zone's IANA name" in said["time_zone"]
+    assert "A JSON list" in said["args"] and "Numbers must be finite" in said["kwargs"]
+    row.time_zone = "Europe/Paris"
+    with pytest.raises(ValidationError, match="This cron never runs"):
+        row.full_clean()
+    PeriodicSchedule(name="fine", task_path="tests.tasks.add", cron="0 3 29 2 *",
+                     args=[1, 2]).full_clean()
+
+
+def test_a_row_the_settings_came_to_name_shows_that_it_never_runs(superuser):
+    PeriodicSchedule.objects.create(name="beat", task_path="tests.tasks.add",
+                                    cron="* * * * *", args=[1, 1])
+    with override_settings(DJQUEUE={"PERIODIC": {"beat": {"task": "tests.tasks.add",
+                                                          "cron": "*/5 * * * *"}}}):
+        page = superuser.get(reverse(LIST))
+        [row] = page.context["cl"].result_list
+        assert page.context["cl"].model_admin.next_run(row) == (
+            "never: Periodic schedule 'beat': the settings' entry of that name runs instead.")

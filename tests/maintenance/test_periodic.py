@@ -167,7 +167,7 @@ def test_wrong_stored_schedules_are_logged_and_skipped_and_the_others_run(caplog
     assert sorted(PeriodicTick.objects.values_list("name", flat=True)) == ["beat", "fine"]
     said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     for name, why in [("bad-cron", "out of range"), ("bad-zone", "not a time zone"),
-                      ("bad-args", "args must be a JSON list"), ("beat", "has an entry"),
+                      ("bad-args", "args must be a JSON list"), ("beat", "the settings' entry of that name"),
                       ("not-a-task", "nothing was imported or run")]:
         assert sum(name in line and why in line for line in said) == 1, (name, said)
     assert [task for task, _ in enqueued()] == ["tests.tasks.add", "tests.tasks.add"]

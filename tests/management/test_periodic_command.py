@@ -52,7 +52,7 @@ def test_the_settings_and_the_stored_schedules_with_their_runs():
         ZoneInfo("Europe/Paris")).strftime("%H:%M") == "02:30"
     assert rows["paused", "database"]["next_run"] is None
     assert rows["beat", "database"]["problem"] == (
-        "skipped: the settings' entry of that name runs")
+        "skipped: Periodic schedule 'beat': the settings' entry of that name runs instead.")
     assert "out of range 0-23" in rows["bad", "database"]["problem"]
 
     table = listed().splitlines()

@@ -1,4 +1,6 @@
-"""Five-field cron expressions: minute hour day-of-month month day-of-week.
+"""Five-field cron expressions, minute hour day-of-month month day-of-week, and the time
+zones they are read in (periodic tasks' schedules; this module sits low so that the
+stored schedule's model can check its own fields).
 
 Each field takes ``*``, numbers, ranges ``a-b``, steps ``*/n`` or ``a-b/n``, and
 comma lists; day-of-week counts 0-6 from Sunday (7 is Sunday too). As in cron,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from djqueue.exceptions import ConfigurationError
 
@@ -23,6 +26,9 @@ FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month",
 EVERY_HOUR = frozenset(range(24))
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
+#: How far ahead a next run is looked for. A 29 February cron's is at most eight years
+#: away (2096 to 2104: 2100 is no leap year); a cron with none in that span never runs.
+NEXT_RUN_WITHIN = timedelta(days=8 * 366 + 1)
 
 
 def _parse_field(text: str, name: str, low: int, high: int) -> frozenset[int]:
@@ -90,9 +96,11 @@ class Cron:
         return (moment.minute in self.minutes and moment.hour in self.hours
                 and self._matches_day(moment.date()))
 
-    def next_in(self, after: datetime, zone: tzinfo, within: timedelta) -> datetime | None:
+    def next_in(self, after: datetime, zone: tzinfo,
+                within: timedelta = NEXT_RUN_WITHIN) -> datetime | None:
         """The first UTC minute after ``after`` that :meth:`matches_in` ``zone``, if one
-        comes within ``within`` (what the admin shows as a schedule's next run)."""
+        comes within ``within`` (what the admin shows as a schedule's next run; None
+        within the default span means the cron never runs)."""
         start = after.astimezone(UTC).replace(second=0, microsecond=0) + MINUTE
         day, last = (start - 2 * HOUR).astimezone(zone).date(), (after + within).date()
         while day <= last:
@@ -141,3 +149,17 @@ class Cron:
         if self.days_restricted and self.weekdays_restricted:
             return day_ok or weekday_ok
         return day_ok and weekday_ok
+
+
+def parse_time_zone(value: object, where: str) -> tzinfo:
+    """The zone an IANA name names (None: UTC); ConfigurationError naming ``where``."""
+    if value is None:
+        return UTC
+    try:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        return ZoneInfo(value)
+    except (ValueError, OSError, ZoneInfoNotFoundError):
+        raise ConfigurationError(
+            f"{where} time_zone {value!r} is not a time zone's IANA name "
+            "(such as 'Europe/Paris'; leave it out for UTC).") from None

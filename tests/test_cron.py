@@ -5,8 +5,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from djqueue.cron import Cron
 from djqueue.exceptions import ConfigurationError
-from djqueue.maintenance.cron import Cron
 
 # 2026-11-22 is a Sunday.
 CASES = [
@@ -75,3 +75,9 @@ def test_a_next_run_years_away_and_none_within_the_limit():
     assert leap.next_in(after, ZoneInfo("Europe/Paris"), timedelta(days=1500)) == datetime(
         2028, 2, 28, 23, 0, tzinfo=UTC)  # midnight in Paris
     assert leap.next_in(after, UTC, timedelta(days=365)) is None
+
+
+def test_the_default_span_finds_a_29_february_across_a_century_that_skips_one():
+    leap, after = Cron.parse("0 0 29 2 *"), datetime(2096, 3, 1, tzinfo=UTC)
+    assert leap.next_in(after, UTC) == datetime(2104, 2, 29, tzinfo=UTC)  # 2100 has none
+    assert Cron.parse("0 0 31 2 *").next_in(after, UTC) is None
