@@ -11,20 +11,31 @@ claims on the named one only: djqueue.worker.database_pacing).
 Why UDP, and not PostgreSQL's LISTEN/NOTIFY: it works the same on all three
 databases, costs the sender one ``sendto()`` per worker and the database
 nothing, and needs no connection held open per listener. A datagram is only a
-hint — a lost or forged one costs at most a poll — so polling (``POLL_MAX``)
-remains the safety net, and workers the sender cannot reach (another host,
-with the default ``WAKE_HOST`` of 127.0.0.1) are found by it.
+hint — a lost one costs at most a poll — so polling (``POLL_MAX``) remains the
+safety net, and workers the sender cannot reach (another host, with the default
+``WAKE_HOST`` of 127.0.0.1) are found by it.
+
+A datagram is signed: it carries an HMAC of its alias under a key derived from the
+project's ``SECRET_KEY``, and a listener drops one whose tag does not match that key
+or one of ``SECRET_KEY_FALLBACKS`` (a rolling deploy's). Anyone who can reach the
+port could otherwise turn a flood of datagrams into back-to-back claims on every
+database. The tag is the same for every datagram naming one alias, so it stops
+forgery, not a replay by someone who can read the traffic (on loopback, root).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+import hmac
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 
+from django.conf import settings
 from django.db import DatabaseError
 
 from djqueue.conf import get_settings
@@ -35,45 +46,105 @@ from djqueue.storage.statements import lookup_statements
 logger = logging.getLogger("djqueue.worker")
 
 
-#: The longest database alias a datagram names, in bytes; a longer one is cut short,
-#: so names none.
+#: The longest database alias a datagram names, in bytes (a longer one is not sent).
 LONGEST_NAME = 200
+#: A datagram's tag: the first bytes of the HMAC-SHA256 of its alias.
+TAG_BYTES = 16
+#: Seconds between two warnings about dropped datagrams, at most.
+WARN_EVERY = 60.0
 
 
 class WakeSocket:
-    """A worker's listening end. ``named`` hears the database each datagram names (None
-    for an empty one, or one that is not a database alias) before the loop is woken."""
+    """A worker's listening end. ``named`` hears the database each signed datagram names
+    before the loop is woken; one not signed with this project's key is dropped."""
 
-    def __init__(self, host: str, named: Callable[[str | None], None] | None = None) -> None:
+    def __init__(self, host: str, named: Callable[[str], None] | None = None) -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._socket.bind((host, 0))
         self._socket.settimeout(0.5)
         self.address = "{}:{}".format(*self._socket.getsockname())
         self._named = named
+        self.checks = DatagramChecks(self.address)
 
     def listen_until(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                data = self._socket.recv(LONGEST_NAME + 1)
+                data, sender = self._socket.recvfrom(TAG_BYTES + LONGEST_NAME + 1)
             except TimeoutError:
                 continue
             except OSError:
                 return  # closed
+            database = self.checks.database_named(data, sender)
+            if database is None:
+                continue
             if self._named is not None:
-                self._named(database_named(data))
+                self._named(database)
             local_wakeup.notify()
 
     def close(self) -> None:
         self._socket.close()
 
 
+class DatagramChecks:
+    """A listener's reading of the datagrams it hears: the database a signed one names;
+    the others dropped, counted, and said in a warning at most once a minute (a sender
+    with another ``SECRET_KEY`` is found only by polling, and should be seen)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        #: Datagrams dropped since the last warning.
+        self.dropped = 0
+        self._warned_at = -WARN_EVERY
+
+    def database_named(self, data: bytes, sender: object) -> str | None:
+        database = database_named(data)
+        if database is None:
+            self.dropped += 1
+            now = time.monotonic()
+            if now - self._warned_at >= WARN_EVERY:
+                logger.warning(
+                    "Dropped %d wake-up datagram(s) on %s not signed with this project's "
+                    "SECRET_KEY, the last from %s: a sender with other settings, or a "
+                    "forgery. Sends it meant to announce are found by polling.",
+                    self.dropped, self.address, sender)
+                self.dropped, self._warned_at = 0, now
+        return database
+
+
+def wake_up_datagram(database: str) -> bytes:
+    """What a sender sends to wake a worker: a tag, then the alias of ``database``."""
+    return _signed(settings.SECRET_KEY, database)
+
+
+@functools.lru_cache(maxsize=64)
+def _signed(secret: str | bytes, database: str) -> bytes:
+    name = database.encode()
+    return _tag(secret, name) + name
+
+
+def _tag(secret: str | bytes, name: bytes) -> bytes:
+    return hmac.digest(_key(secret), name, "sha256")[:TAG_BYTES]
+
+
+@functools.lru_cache(maxsize=8)
+def _key(secret: str | bytes) -> bytes:
+    """The wake-ups' own key, derived from ``secret`` (a key used for nothing else)."""
+    return hashlib.sha256(b"djqueue.wake-up:" + (
+        secret.encode() if isinstance(secret, str) else secret)).digest()
+
+
 def database_named(data: bytes) -> str | None:
-    """The alias a datagram names; None for an empty or cut one, or one that is not text.
-    A name that is not one of the worker's databases wakes them all, as None does."""
-    if not data or len(data) > LONGEST_NAME:
+    """The alias a signed datagram names; None for one not signed with ``SECRET_KEY``
+    or a fallback, cut short, or not text. A name that is not one of the worker's
+    databases wakes them all."""
+    tag, name = data[:TAG_BYTES], data[TAG_BYTES:]
+    if not name or len(name) > LONGEST_NAME:
+        return None
+    secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
+    if not any(hmac.compare_digest(tag, _tag(secret, name)) for secret in secrets):
         return None
     try:
-        return data.decode()
+        return name.decode()
     except UnicodeDecodeError:
         return None
 
@@ -97,14 +168,14 @@ class _WakeAddresses:
         addresses = {a for name in queue_names for a in by_queue.get(name, ())}
         if not addresses:
             return
-        database = dialects.alias().encode()
+        datagram = wake_up_datagram(dialects.alias())
         with self._lock:
             if self._socket is None:
                 self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 self._socket.setblocking(False)
             for address in addresses:
                 with contextlib.suppress(OSError):  # a full buffer or a gone worker: it polls
-                    self._socket.sendto(database, address)
+                    self._socket.sendto(datagram, address)
 
     def forget(self) -> None:
         self._by_database = {}

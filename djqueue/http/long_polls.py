@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+from djqueue.api.worker_wakeups import DatagramChecks
 from djqueue.conf import get_settings
 from djqueue.http.database_threads import in_database
 from djqueue.models import ProcessKind
@@ -163,13 +164,19 @@ class WaitingReceives:
 
 
 class _WakeDatagrams(asyncio.DatagramProtocol):
-    """Hears the wake-up datagrams of sends (their content is not read: any wakes)."""
+    """Hears the wake-up datagrams of sends: a signed one wakes the lines (whatever the
+    database it names), another is dropped (djqueue.api.worker_wakeups)."""
 
     def __init__(self, waiting: WaitingReceives) -> None:
         self.waiting = waiting
+        self.checks: DatagramChecks | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.checks = DatagramChecks("{}:{}".format(*transport.get_extra_info("sockname")[:2]))
 
     def datagram_received(self, data: bytes, addr: tuple) -> None:
-        self.waiting.wake()
+        if self.checks is not None and self.checks.database_named(data, addr) is not None:
+            self.waiting.wake()
 
 
 #: One per event loop (an ASGI server runs one).

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 
 import pytest
+from django.test import override_settings
 
 import djqueue
 from djqueue.api import worker_wakeups
@@ -47,11 +50,57 @@ def test_a_wake_up_reaches_the_workers_of_that_queue_only_naming_the_database():
         wake_socket.close()
 
 
+def signed_with(secret: str, name: str) -> bytes:
+    with override_settings(SECRET_KEY=secret):
+        return worker_wakeups.wake_up_datagram(name)
+
+
 @pytest.mark.parametrize(("data", "name"), [
-    (b"default", "default"), (b"p2", "p2"), ("bäse".encode(), "bäse"),
-    (b"", None), (b"\xff\xfe", None), (b"x" * (worker_wakeups.LONGEST_NAME + 1), None)])
-def test_a_datagram_names_a_database_or_none(data, name):
-    assert worker_wakeups.database_named(data) == name
+    (lambda: worker_wakeups.wake_up_datagram("default"), "default"),
+    (lambda: worker_wakeups.wake_up_datagram("p2"), "p2"),
+    (lambda: worker_wakeups.wake_up_datagram("bäse"), "bäse"),
+    (lambda: b"default", None),  # unsigned, as a send of an earlier release
+    (lambda: b"", None),
+    (lambda: signed_with("another project's key", "default"), None),
+    (lambda: worker_wakeups.wake_up_datagram("default")[:-1] + b"x", None),  # name changed
+    (lambda: b"x" * worker_wakeups.TAG_BYTES + b"default", None),
+    (lambda: signed_with("the key before", "default"), "default"),  # a fallback key
+    (lambda: signed_with("k", "x" * (worker_wakeups.LONGEST_NAME + 1)), None),
+])
+@override_settings(SECRET_KEY_FALLBACKS=["the key before"])
+def test_a_datagram_signed_with_the_projects_key_names_a_database(data, name):
+    assert worker_wakeups.database_named(data()) == name
+
+
+def test_a_flood_of_forged_datagrams_wakes_nothing_and_is_said_once(caplog):
+    """Anyone who can reach the port could otherwise make a worker claim back to back;
+    a sender with another SECRET_KEY is seen in the log, not silently slow."""
+    woken: list[str] = []
+    wake_socket = WakeSocket("127.0.0.1", named=woken.append)
+    stop = threading.Event()
+    listener = threading.Thread(target=wake_socket.listen_until, args=(stop,))
+    listener.start()
+    host, port = wake_socket.address.rsplit(":", 1)
+    forger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        seen = local_wakeup.generation
+        forged = [b"default", b"", signed_with("another key", "default"), os.urandom(40)]
+        for n in range(100):  # within the socket buffer: loopback drops none
+            forger.sendto(forged[n % len(forged)], (host, int(port)))
+        forger.sendto(worker_wakeups.wake_up_datagram("default"), (host, int(port)))
+        assert local_wakeup.wait(seen, 10), "the signed datagram did not wake the listener"
+        # Datagrams from one socket arrive in order: the forged ones were read first.
+        assert woken == ["default"]
+        assert wake_socket.checks.dropped == 99  # the first was said, the rest counted
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1, warnings
+        assert warnings[0].startswith(f"Dropped 1 wake-up datagram(s) on {wake_socket.address}"
+                                      " not signed with this project's SECRET_KEY")
+    finally:
+        stop.set()
+        listener.join(5)
+        wake_socket.close()
+        forger.close()
 
 
 def test_a_wake_up_with_no_listener_or_an_unusable_address_is_harmless():
@@ -70,7 +119,14 @@ def test_a_send_wakes_a_worker_that_polls_every_two_minutes(spawn):
     wait_until(lambda: Worker.objects.exclude(wake_address="").exists(), 60, "the worker")
     djqueue.send("t.record", {"n": 1})
     wait_until(lambda: History.objects.count() == 1, 60, "the first message")
-    # Now idle with a 120 s poll: only the wake-up can bring the next one in sooner.
+    # Now idle with a 120 s poll: only the wake-up can bring the next one in sooner. A
+    # datagram not signed with the project's key is dropped, and said.
+    address = Worker.objects.exclude(wake_address="").get().wake_address
+    host, port = address.rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+        forger.sendto(b"default", (host, int(port)))
+    wait_until(lambda: f"Dropped 1 wake-up datagram(s) on {address}" in worker.output(), 60,
+               "the worker to say it dropped the forged datagram")
     sent = time.monotonic()
     djqueue.send("t.record", {"n": 2})
     wait_until(lambda: History.objects.count() == 2, 60, f"the wake-up\n{worker.output()}")

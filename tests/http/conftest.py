@@ -23,6 +23,8 @@ MOUNT = "/queue-api/"
 class Server:
     base: str
     pid: int
+    #: What the server process has printed so far.
+    output: Callable[[], str]
 
     def client(self, token: str | None = None, **options: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -44,7 +46,7 @@ def api_server(spawn) -> Iterator[Server]:
             return False
 
     wait_until(answers, 30, "the API server to answer", interval=0.05)
-    yield Server(base, process.pid)
+    yield Server(base, process.pid, process.output)
 
 
 @pytest.fixture

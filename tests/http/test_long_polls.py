@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import statistics
 import time
 from pathlib import Path
@@ -132,6 +133,22 @@ def test_a_thousand_waiting_receivers_hold_no_threads_and_get_messages_fast(
     assert max(found["threads"]) <= threads_base
     assert max(found["connections"]) <= connections_base
     assert p95 <= 50, latencies
+
+
+def test_the_api_server_drops_a_wake_up_not_signed_with_the_projects_key(
+        api_server, make_token):
+    djqueue.create_queue("h.forged")
+    token = make_token({"h.forged": "full_control"})
+    with api_server.client(token) as http:  # a first long poll registers the server
+        assert http.post("queues/h.forged/receive", json={"wait": 0.1}).status_code == 200
+    row = wait_until(lambda: Worker.objects.filter(kind=ProcessKind.HTTP)
+                     .exclude(wake_address="").first(), 30, "the server's wake address")
+    host, port = row.wake_address.rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+        forger.sendto(b"default", (host, int(port)))  # what a send signed nothing with
+    wait_until(lambda: f"Dropped 1 wake-up datagram(s) on {row.wake_address} not signed"
+               in api_server.output(), 30, "the server to say it dropped the datagram")
+    # (The signed wake-ups of sends still end long polls: the test above, p95 ≤ 50 ms.)
 
 
 class HttpConnection:
