@@ -1,7 +1,9 @@
-"""Template helpers of the dashboard: bar charts as inline SVG, and short durations."""
+"""Template helpers of djqueue's admin pages: bar charts as inline SVG, short durations,
+and breadcrumbs in the markup of the Django that runs."""
 
 from __future__ import annotations
 
+import django
 from django import template
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -32,6 +34,21 @@ def bar_chart(values: list[int | None], label: str, unit: str, width: int = 480,
         '<svg class="djqueue-chart" role="img" aria-label="{}" viewBox="0 0 {} {}" width="{}" '
         'height="{}" preserveAspectRatio="none" data-total="{}" data-bars="{}">{}</svg>',
         label, width, height, width, height, total, shown, bars)
+
+
+@register.simple_tag
+def breadcrumbs(*crumbs: str) -> SafeString:
+    """``url, label, url, label, ..., label``: links to the pages above, then this page's
+    name. Django 6 writes an ordered list (its CSS styles ``ol.breadcrumbs`` alone);
+    Django 5.2 a line of links separated by &rsaquo;."""
+    *pairs, here = crumbs
+    links = list(zip(pairs[::2], pairs[1::2], strict=True))
+    if django.VERSION >= (6, 0):
+        items = format_html_join("", '<li><a href="{}">{}</a></li>', links)
+        return format_html('<ol class="breadcrumbs">{}<li aria-current="page">{}</li></ol>',
+                           items, here)
+    items = format_html_join("", '<a href="{}">{}</a> &rsaquo; ', links)
+    return format_html('<div class="breadcrumbs">{}{}</div>', items, here)
 
 
 @register.filter

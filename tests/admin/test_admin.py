@@ -101,6 +101,23 @@ def test_dashboard_shows_counts_workers_groups_and_alarms(superuser, world):
     assert "dead letters" in page
 
 
+def test_djqueues_own_pages_wear_the_admins_title_and_breadcrumbs(superuser, world):
+    """Django 6 writes breadcrumbs as an ordered list and styles that alone; the theme
+    names the site in each title. The dashboard and the confirmation page follow."""
+
+    def head_and_crumbs(response) -> tuple[str, str]:
+        page = response.content.decode()
+        title = re.search(r"<title>(.*?)</title>", page, re.S).group(1).strip()
+        crumbs = re.search(r'<(\w+) class="breadcrumbs">', page).group(1)
+        return title.rsplit(" | ", 1)[-1], crumbs
+
+    own = head_and_crumbs(superuser.get(reverse("admin:djqueue_queue_changelist")))
+    assert head_and_crumbs(superuser.get(reverse(DASHBOARD))) == own
+    confirm = superuser.get(reverse("admin:djqueue_dashboard_operation",
+                                    args=[world["jobs"].pk, "purge"]))
+    assert head_and_crumbs(confirm) == own
+
+
 def test_dashboard_query_count_does_not_grow_with_queues_messages_or_workers(superuser, world):
     def count_queries() -> int:
         with CaptureQueriesContext(connection) as queries:
