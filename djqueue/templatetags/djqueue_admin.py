@@ -44,9 +44,11 @@ def breadcrumbs(*crumbs: str) -> SafeString:
     *pairs, here = crumbs
     links = list(zip(pairs[::2], pairs[1::2], strict=True))
     if django.VERSION >= (6, 0):
-        items = format_html_join("", '<li><a href="{}">{}</a></li>', links)
-        return format_html('<ol class="breadcrumbs">{}<li aria-current="page">{}</li></ol>',
-                           items, here)
+        # The items stand on lines of their own, as Django's: the space between them is
+        # the one around each separator.
+        items = format_html_join("\n", '<li><a href="{}">{}</a></li>', links)
+        return format_html('<ol class="breadcrumbs">\n{}\n<li aria-current="page">{}</li>\n'
+                           '</ol>', items, here)
     items = format_html_join("", '<a href="{}">{}</a> &rsaquo; ', links)
     return format_html('<div class="breadcrumbs">{}{}</div>', items, here)
 
