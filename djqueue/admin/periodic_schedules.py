@@ -23,12 +23,17 @@ from django.db import DatabaseError
 from django.db.models import Max, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 
 from djqueue.exceptions import ConfigurationError, UntrustedTask
 from djqueue.maintenance.periodic import Schedule
 from djqueue.models import PeriodicSchedule, PeriodicTick
 from djqueue.storage import placement
 from djqueue.tasks import known_tasks
+
+#: How many next runs a schedule's page shows.
+UPCOMING_SHOWN = 5
 
 
 class PeriodicScheduleForm(forms.ModelForm):
@@ -41,6 +46,8 @@ class PeriodicScheduleForm(forms.ModelForm):
         model = PeriodicSchedule
         fields = ["name", "task_path", "cron", "time_zone", "args", "kwargs", "catch_up",
                   "enabled"]
+        widgets = {"args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                   "kwargs": forms.Textarea(attrs={"rows": 2, "cols": 60})}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -98,6 +105,10 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
     search_fields = ["name", "task_path"]
     actions = ["run_now", "enable", "disable"]
 
+    def get_readonly_fields(self, request: HttpRequest,
+                            obj: PeriodicSchedule | None = None) -> list[str]:
+        return ["upcoming_runs"] if obj is not None else []
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[PeriodicSchedule]:
         last = (PeriodicTick.objects.filter(name=OuterRef("name")).values("name")
                 .annotate(last=Max("tick_at")).values("last"))
@@ -128,6 +139,21 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
         except UntrustedTask:
             return f"never: {schedule.task_path} is no longer a defined task"
         return plan.next_run(timezone.now()) or "never"
+
+    @admin.display(description="next runs")
+    def upcoming_runs(self, schedule: PeriodicSchedule) -> str:
+        """The saved schedule's next runs, on its zone's clocks and in UTC: where the
+        clocks change, what the cron's rules make of them shows here."""
+        when = self.next_run(schedule)
+        if not isinstance(when, datetime):
+            return when
+        plan = Schedule.from_row(schedule)
+        runs = [when]
+        while len(runs) < UPCOMING_SHOWN and (later := plan.next_run(runs[-1])) is not None:
+            runs.append(later)
+        return format_html_join(mark_safe("<br>"), "{} ({} UTC)", (
+            (run.astimezone(plan.time_zone).strftime("%a %d %b %Y %H:%M %Z"),
+             run.strftime("%H:%M")) for run in runs))
 
     @admin.action(description="Run the selected schedules' tasks now",
                   permissions=["change"])

@@ -4,6 +4,7 @@ schedule's task at once or pause it."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -144,3 +145,15 @@ def test_a_row_the_settings_came_to_name_shows_that_it_never_runs(superuser):
         [row] = page.context["cl"].result_list
         assert page.context["cl"].model_admin.next_run(row) == (
             "never: Periodic schedule 'beat': the settings' entry of that name runs instead.")
+
+
+def test_a_schedules_page_shows_its_next_runs_on_its_clocks_and_in_utc(superuser):
+    nightly = PeriodicSchedule.objects.create(name="nightly", task_path="tests.tasks.add",
+                                              cron="30 2 * * *", time_zone="Europe/Paris",
+                                              args=[2, 3])
+    page = superuser.get(reverse("admin:djqueue_periodicschedule_change", args=[nightly.pk]))
+    runs = re.findall(r"\w{3} \d\d \w{3} \d{4} 02:30 (CES?T) \((0[01]):30 UTC\)",
+                      page.content.decode())
+    assert len(runs) == 5, page.content.decode()[-3000:]
+    assert all((zone, hour) in {("CET", "01"), ("CEST", "00")} for zone, hour in runs)
+    assert "next runs" not in superuser.get(reverse(ADD)).content.decode()
