@@ -69,7 +69,8 @@ class Cron:
             raise ConfigurationError(f"Cron expression {expression!r} needs 5 fields.")
         fields = [_parse_field(p, *spec) for p, spec in zip(parts, FIELDS, strict=True)]
         weekdays = frozenset(d % 7 for d in fields[4])
-        return cls(expression, *fields[:4], weekdays,
+        minutes, hours, days, months, _ = fields
+        return cls(expression, minutes, hours, days, months, weekdays,
                    days_restricted=parts[2] != "*", weekdays_restricted=parts[4] != "*")
 
     def matches_in(self, minute: datetime, zone: tzinfo) -> bool:

@@ -39,7 +39,7 @@ _RATE_RE = re.compile(r"^\s*(\d{1,7})\s*/\s*(\d{0,5})\s*([smhd])\s*$")
 class Rate(NamedTuple):
     """``count`` starts every ``period`` seconds."""
 
-    count: int
+    count: int  # type: ignore[assignment]  # a field's name, over tuple.count
     period: float
 
     @property

@@ -86,7 +86,7 @@ def _producing(tracer: Any, queue: str, count: int,
     from opentelemetry import propagate
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
-    attributes = {"messaging.system": SYSTEM, "messaging.destination.name": queue,
+    attributes: dict[str, str | int] = {"messaging.system": SYSTEM, "messaging.destination.name": queue,
                   "messaging.operation.type": "send", "messaging.operation.name": "send"}
     if count > 1:
         attributes["messaging.batch.message_count"] = count

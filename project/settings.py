@@ -5,6 +5,7 @@ The database comes from DATABASE_URL; without it, an SQLite file in var/.
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 import django
@@ -65,9 +66,9 @@ TEMPLATES = [
 ]
 
 
-def database_from_env() -> dict:
+def database_from_env() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'djqueue.sqlite3'}"
-    config = dj_database_url.parse(url, conn_max_age=600)
+    config: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=600))
     engine = config["ENGINE"]
     options = config.setdefault("OPTIONS", {})
     if engine.endswith("sqlite3"):
@@ -85,7 +86,7 @@ def database_from_env() -> dict:
 DATABASES = {"default": database_from_env()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-AUTH_PASSWORD_VALIDATORS = []
+AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

@@ -43,7 +43,7 @@ class TextFilter(admin.ListFilter):
     def has_output(self) -> bool:
         return True
 
-    def expected_parameters(self) -> list[str]:
+    def expected_parameters(self) -> list[str | None]:
         return [self.parameter_name]
 
     def choices(self, changelist: Any):
@@ -92,9 +92,10 @@ class AgeFilter(admin.SimpleListFilter):
         return list(self.AGES.items())
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() not in self.AGES:
+        value = self.value()
+        if value is None or value not in self.AGES:
             return queryset
-        since = timezone.now() - timedelta(seconds=int(self.value()))
+        since = timezone.now() - timedelta(seconds=int(value))
         return queryset.filter(**{f"{self.field}__lte": since})
 
 

@@ -46,7 +46,7 @@ class DashboardAdmin(admin.ModelAdmin):
                  name="djqueue_dashboard_operation"),
         ]
 
-    def dashboard_view(self, request: HttpRequest) -> TemplateResponse:
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         """The dashboard of one database (see djqueue.admin.databases): its queues,
         workers, limits, groups, topics and alarms."""
         permissions.require(request, permissions.VIEW_DASHBOARD)
@@ -55,7 +55,7 @@ class DashboardAdmin(admin.ModelAdmin):
         with dialects.using(read):
             return self._dashboard(request, db, read)
 
-    def _dashboard(self, request: HttpRequest, db: str, read: str) -> TemplateResponse:
+    def _dashboard(self, request: HttpRequest, db: str, read: str) -> HttpResponse:
         queue = Queue.objects.using(read).filter(name=request.GET.get("queue") or "").first()
         if request.GET.get("part") == "charts":  # the charts alone, for the page's script
             return TemplateResponse(request, "admin/djqueue/dashboard_charts.html",

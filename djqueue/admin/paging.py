@@ -12,7 +12,10 @@ bounded index range), and the list says "more than CAP" past it
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
 
@@ -24,7 +27,8 @@ class CappedPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        return self.object_list.order_by().values("pk")[:self.CAP + 1].count()
+        rows = cast(QuerySet[Any], self.object_list)  # this paginator pages querysets
+        return rows.order_by().values("pk")[:self.CAP + 1].count()
 
     @property
     def capped(self) -> bool:

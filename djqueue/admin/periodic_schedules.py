@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from zoneinfo import available_timezones
 
 from django import forms
@@ -55,8 +55,9 @@ class PeriodicScheduleForm(forms.ModelForm):
         current = self.instance.task_path
         if current and current not in paths:  # shown as it is; refused until changed
             paths = [current, *paths]
-        self.fields["task_path"].choices = [(path, path) for path in paths]
-        self.fields["time_zone"].choices = _time_zone_choices()
+        cast(forms.ChoiceField, self.fields["task_path"]).choices = [
+            (path, path) for path in paths]
+        cast(forms.ChoiceField, self.fields["time_zone"]).choices = _time_zone_choices()
 
     def clean_task_path(self) -> str:
         path = self.cleaned_data["task_path"]
@@ -77,7 +78,8 @@ class PeriodicScheduleForm(forms.ModelForm):
         not as a run that fails every night. The row's own checks (the cron runs some
         day, the zone, the arguments' JSON, the settings' names) are the model's
         ``clean``, which the form runs next."""
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         path, args, kwargs = (data.get(key) for key in ("task_path", "args", "kwargs"))
         if path is None or not isinstance(args, list) or not isinstance(kwargs, dict):
             return data

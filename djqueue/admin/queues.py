@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -68,12 +70,14 @@ class QueueAdmin(OperationPermissions, PlacedAdmin):
     def handler(self, queue: Queue) -> str:
         return registry.describe(queue.name) if queue.name else "-"
 
-    def save_model(self, request: HttpRequest, obj: Queue, form, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: models.Model, form: Any,
+                   change: bool) -> None:
         """Save, and apply changed limits as :func:`djqueue.set_limits` does. A new queue
         goes where a QUEUE_DATABASES rule places it, else to the database shown."""
+        assert isinstance(obj, Queue)  # this admin's model
         if not change:
             obj._state.db = placement.ruled(obj.name) or request_database(request)
-        db = obj._state.db
+        db = obj._state.db or request_database(request)
         with transaction.atomic(using=db):
             before = (Queue.objects.using(db).select_for_update().filter(pk=obj.pk).first()
                       if change else None)
@@ -107,8 +111,7 @@ class ConsumerGroupAdmin(OperationPermissions, ReadOnlyAdmin):
 
 class ConsumerGroupInline(admin.TabularInline):
     model = ConsumerGroup
-    fields = ["name", "mode", "created_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("name", "mode", "created_at")
     extra = 0
     can_delete = False
 

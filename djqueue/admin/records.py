@@ -6,7 +6,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db import models
-from django.db.models import QuerySet
+from django.db.models import ForeignObjectRel, QuerySet
 from django.http import HttpRequest
 
 from djqueue.admin import report_views
@@ -72,7 +72,7 @@ class ReadOnlyAdmin(PlacedAdmin):
 def reaches_other_rows(model: type[models.Model]) -> bool:
     """Whether a delete of ``model``'s rows can reach rows of another model (a reverse
     relation that cascades, protects or sets a value), as Django's collector follows."""
-    return any(field.auto_created and not field.concrete and (field.one_to_many or field.one_to_one)
+    return any(isinstance(field, ForeignObjectRel) and (field.one_to_many or field.one_to_one)
                and field.on_delete is not models.DO_NOTHING
                for field in model._meta.get_fields(include_hidden=True))
 

@@ -126,7 +126,8 @@ def _steps(workflow: Workflow) -> tuple[list[StepView], list[tuple[int, int]]]:
     show them)."""
     cached = getattr(workflow, "_djqueue_steps", None)
     if cached is None:
-        cached = workflow._djqueue_steps = _read_steps(workflow)
+        cached = _read_steps(workflow)
+        setattr(workflow, "_djqueue_steps", cached)  # noqa: B010  (not a model field)
     return cached
 
 

@@ -88,7 +88,7 @@ def _number(text: str, pos: int, source: str) -> int | float:
             raise InvalidCondition(f"Integer {text} is out of range (at most 2**63-1)", pos,
                                    source)
         return value
-    value = float(text)
-    if not math.isfinite(value):
+    number = float(text)
+    if not math.isfinite(number):
         raise InvalidCondition(f"Number {text} is out of range", pos, source)
-    return value
+    return number

@@ -48,9 +48,12 @@ def reserve_depth(queue: Queue, adding: int) -> None:
     senders to this queue count one after another: the limit is exact, at the
     price of one locking read and one index-range count per send.
     """
+    limit = queue.max_depth
+    if limit is None:
+        return
     db = dialects.alias()
     Queue.objects.using(db).select_for_update().filter(pk=queue.pk).values_list("pk").get()
     depth = Message.objects.using(db).filter(queue=queue).pending().count()
-    if depth + adding > queue.max_depth:
-        raise QueueFull(f"Queue {queue.name!r} holds {depth} of at most {queue.max_depth} "
+    if depth + adding > limit:
+        raise QueueFull(f"Queue {queue.name!r} holds {depth} of at most {limit} "
                         f"messages; {adding} more do not fit.")

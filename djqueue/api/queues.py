@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -30,7 +31,7 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
     must be partitioned over the same ones). By default a QUEUE_DATABASES rule
     decides, else it lives on the home database.
     """
-    layout = partitions
+    layout: Sequence[str] | None = partitions
     if layout is None and isinstance(name, str):
         layout = placement.ruled_partitions(name)
     if layout is None:

@@ -53,6 +53,7 @@ def build(exporter: Any, history: Any, start: datetime | None,
         frame = (frame.join(F.broadcast(topics), "topic_id")
                  .select("topic", F.octet_length("body").alias("size")))
         published = frame if published is None else published.unionByName(frame)
+    assert published is not None  # a frame a database, and an export reads one at least
     top_topics = (published.groupBy("topic").agg(
         F.count("*").alias("messages"), F.sum("size").alias("bytes"))
         .select("topic", "messages", "bytes").orderBy(F.desc("messages")))

@@ -105,7 +105,9 @@ def _digest(secret: str) -> str:
 
 def issue_token(client: ApiClient, *, expires_in: float | timedelta | None = None) -> str:
     """A new token for ``client``: the only time its text exists outside the caller."""
-    if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
+    if isinstance(expires_in, bool):  # an int to Python, and a mistake here
+        raise TypeError("expires_in is seconds or a timedelta, not True or False.")
+    if isinstance(expires_in, int | float):
         expires_in = timedelta(seconds=expires_in)
     key = "".join(secrets.choice(_KEY_ALPHABET) for _ in range(KEY_CHARS))
     secret = secrets.token_urlsafe(32)

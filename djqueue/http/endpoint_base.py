@@ -37,12 +37,12 @@ def endpoint(**methods: Handler) -> Callable[..., Awaitable[HttpResponse]]:
                 check_name(value, name)
             return await handler(request, **params)
         except Exception as exc:  # every known error is a problem document, the rest 500
-            response = problems.from_exception(exc, **getattr(exc, "extra", {}))
-            if response is None:
+            answer = problems.from_exception(exc, **getattr(exc, "extra", {}))
+            if answer is None:
                 logger.exception("HTTP API error on %s %s", request.method, request.path)
                 return problems.problem(500, "InternalError", "Internal error",
                                         "The server failed; the error is in its log.")
-            return response
+            return answer
 
     # Unsafe methods take bearer tokens only (djqueue.http.access): no cookie, no CSRF.
     return csrf_exempt(view)

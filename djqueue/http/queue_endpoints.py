@@ -87,7 +87,8 @@ def _attributes(q: Queue) -> dict[str, Any]:
         "name": q.name, "created_at": iso(q.created_at), "paused": q.paused,
         "visibility_timeout": q.visibility_timeout, "max_attempts": q.max_attempts,
         "backoff": q.backoff, "retry_jitter": q.retry_jitter,
-        "dead_letter_queue": q.dead_letter_queue.name if q.dead_letter_queue_id else None,
+        "dead_letter_queue": (q.dead_letter_queue.name if q.dead_letter_queue is not None
+                              else None),
         "retention": q.retention, "message_ttl": q.message_ttl, "max_depth": q.max_depth,
         "max_payload_bytes": q.max_payload_bytes, "ordered": q.ordered,
         "dedup_window": q.dedup_window, "exactly_once": q.exactly_once,

@@ -162,7 +162,8 @@ class Scheduler:
                 .order_by("-tick_at").values_list("tick_at", flat=True).first())
         if last is None:
             return [minute] if schedule.matches(minute) else []
-        moments, moment = [], minute
+        moments: list[datetime] = []
+        moment = minute
         while moment > last and len(moments) < MAX_CATCH_UP:
             if schedule.matches(moment):
                 moments.append(moment)

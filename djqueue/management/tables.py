@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TextIO
 
+from django.core.management.base import OutputWrapper
 
-def write_table(out: TextIO, header: Sequence[str], lines: Sequence[Sequence[str]]) -> None:
+
+def write_table(out: TextIO | OutputWrapper, header: Sequence[str], lines: Sequence[Sequence[str]]) -> None:
     rows = [tuple(header), *(tuple(line) for line in lines)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:

@@ -8,6 +8,7 @@ Kept in the models layer because migrations refer to them by path
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import migrations, models
@@ -38,7 +39,7 @@ class PartialOrPlainIndex(models.Index):
         super().__init__(*args, **kwargs)
         self.rows = rows
 
-    def deconstruct(self) -> tuple[str, tuple, dict[str, Any]]:
+    def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
         path, args, kwargs = super().deconstruct()
         kwargs["rows"] = self.rows
         return path, args, kwargs
@@ -78,7 +79,7 @@ class NonNullIndex(PartialOrPlainIndex):
         super().__init__(*args, rows=models.Q(**{f"{column}__isnull": False}), **kwargs)
         self.non_null = non_null
 
-    def deconstruct(self) -> tuple[str, tuple, dict[str, Any]]:
+    def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
         path, args, kwargs = super().deconstruct()
         del kwargs["rows"]  # derived from non_null (or the field) when rebuilt
         if self.non_null is not None:

@@ -134,6 +134,9 @@ class Message(models.Model):
     def __str__(self) -> str:
         return f"#{self.id} ({self.get_state_display()})"
 
+    #: The decoded payload, once :attr:`payload` has read it.
+    _payload: Any
+
     @property
     def payload(self) -> Any:
         try:
@@ -145,9 +148,8 @@ class Message(models.Model):
     @property
     def encoded_body(self) -> str:
         """The JSON text of the payload, wherever it is stored."""
-        if self.stored_body_id is None:
-            return self.body
-        return self.stored_body.body
+        stored = self.stored_body if self.stored_body_id is not None else None
+        return self.body if stored is None else stored.body
 
     @property
     def size(self) -> int:

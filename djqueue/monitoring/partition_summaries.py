@@ -48,7 +48,9 @@ def load(queues: list[Queue]) -> list[PartitionedQueue]:
     """The partitioned ones of ``queues`` (the home database's rows), each with its
     partitions."""
     found = []
-    for directory in (q for q in queues if q.partitions is not None):
+    for directory in queues:
+        if directory.partitions is None:
+            continue
         summary = PartitionedQueue(directory.name, directory.paused)
         for db in partitions.served(directory):
             summary.partitions.append(PartitionRow(

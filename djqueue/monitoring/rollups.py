@@ -107,7 +107,7 @@ def _count_sends(db: str, cursor: StatsCursor, minutes: dict, *, not_before: dat
     low, high = cursor.message_id, cursor.message_seen_id
     counted = 0
     if high > low:
-        def by_minute(query: models.QuerySet, queue: models.Expression) -> models.QuerySet:
+        def by_minute(query: models.QuerySet, queue: models.Expression | F) -> models.QuerySet:
             return (query.filter(pk__gt=low, pk__lte=high, sent_at__gte=not_before)
                     .annotate(q=queue, minute=TruncMinute("sent_at", tzinfo=UTC))
                     .values("q", "minute").annotate(n=Count("pk")).order_by())
@@ -194,7 +194,7 @@ def _count_published(db: str, cursor: StatsCursor, *, not_before: datetime) -> i
     return counted
 
 
-def _recompute(db: str, model: type[models.Model], owner: str, low: datetime,
+def _recompute(db: str, model: type[QueueStat] | type[TopicStat], owner: str, low: datetime,
                high: datetime) -> None:
     """Rebuild the hour rows of [low, high] from their minutes, then the day rows from hours."""
     for part, whole, start_of in ((Period.MINUTE, Period.HOUR, hour_of),
@@ -255,10 +255,10 @@ def sample_depth(queue_ids: list[int] | None = None) -> int:
     for queue_id, sent_at in Message.objects.using(db).filter(pk__in=first_ready).values_list(
             "queue_id", "sent_at"):
         depths[queue_id].oldest_ready_at = sent_at
-    for row in (messages.filter(state=State.CLAIMED).values("queue_id")
-                .annotate(oldest=Min("claimed_at")).order_by()):
-        if row["queue_id"] in depths:
-            depths[row["queue_id"]].oldest_claimed_at = row["oldest"]
+    for claimed in (messages.filter(state=State.CLAIMED).values("queue_id")
+                    .annotate(oldest=Min("claimed_at")).order_by()):
+        if claimed["queue_id"] in depths:
+            depths[claimed["queue_id"]].oldest_claimed_at = claimed["oldest"]
     fields = ["ready", "scheduled", "in_flight", "waiting", "dead", "oldest_ready_at",
               "oldest_claimed_at", "sampled_at"]
     QueueDepth.objects.using(db).bulk_create(

@@ -154,13 +154,13 @@ def load(now: datetime | None = None) -> DashboardSnapshot:
             .filter(period=Period.MINUTE, start__gt=this_minute - timedelta(minutes=60))
             .values_list("queue_id", "start", "sent", "acked", "deleted", "failed")):
         slot = 59 - int((this_minute - rollups.minute_of(start)).total_seconds() // 60)
-        row = rows.get(queue_id)
-        if row is None or not 0 <= slot < 60:
+        summary = rows.get(queue_id)
+        if summary is None or not 0 <= slot < 60:
             continue
-        row.sent_hour += sent
-        row.finished_hour += acked + deleted
-        row.failed_hour += failed
-        row.per_minute[slot] += acked + deleted
+        summary.sent_hour += sent
+        summary.finished_hour += acked + deleted
+        summary.failed_hour += failed
+        summary.per_minute[slot] += acked + deleted
         per_minute[slot] += acked + deleted
     this_hour = rollups.hour_of(now)
     per_hour = [0] * 24
@@ -202,7 +202,7 @@ def _limits(db: str, rows: dict[int, QueueSummary], now: datetime) -> list[Limit
                 .values("queue_id", "group_key").annotate(n=Count("id"))
                 .order_by("-n", "group_key").values_list("queue_id", "group_key", "n")):
             busiest = limited[queue_id].busiest_keys
-            if len(busiest) < TOP_KEYS:
+            if key is not None and len(busiest) < TOP_KEYS:  # (never None: the filter's)
                 busiest.append((key, count))
         for queue_id, key, until in (
                 MessageGroup.objects.using(db)
@@ -210,7 +210,7 @@ def _limits(db: str, rows: dict[int, QueueSummary], now: datetime) -> list[Limit
                 .order_by("-throttled_until")
                 .values_list("queue_id", "key", "throttled_until")[:TOP_KEYS * len(keyed)]):
             held = limited[queue_id].throttled_keys
-            if len(held) < TOP_KEYS:
+            if until is not None and len(held) < TOP_KEYS:  # (never None: the filter's)
                 held.append((key, until - now.timestamp()))
     return list(limited.values())
 

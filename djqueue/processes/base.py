@@ -75,8 +75,9 @@ class ProcessBase:
             self.logger.exception("%s pass failed; retrying", type(self).__name__)
             connections[dialects.alias()].close()
 
-    def tick(self) -> None:
-        """One pass of a periodic process's work."""
+    def tick(self) -> object:
+        """One pass of a periodic process's work (what it returns is the subclass's:
+        the reaper's report of its pass)."""
 
     # Hooks (no-ops by default)
 

@@ -85,7 +85,8 @@ class StopSignals:
                                    name="djqueue-stop-signals")
         watcher.start()
         previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
-        pipe = previous_fd = None
+        pipe: tuple[int, int] | None = None
+        previous_fd = -1
         if wakeup_fd:
             pipe = os.pipe()
             for end in pipe:

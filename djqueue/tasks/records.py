@@ -205,7 +205,7 @@ def result_from(values: dict[str, Any], *, from_json: bool = False) -> TaskResul
         return fastpath.frozen_dataclass(TaskResult, values)
     values = dict(values)
     return_value = values.pop("_return_value")
-    result = TaskResult(**values)
+    result: TaskResult = TaskResult(**values)
     object.__setattr__(result, "_return_value", return_value)
     return result
 

@@ -152,6 +152,8 @@ def _task_message(result_id: str) -> tuple[str, int] | None:
     for db, message_id in result_locations(result_id):
         stored = TaskRecord.objects.using(db).filter(pk=result_id[:36]).values_list(
             "message_id", flat=True).first()
-        if stored is not None or message_id is not None:
-            return db, stored if stored is not None else message_id
+        if stored is not None:
+            return db, stored
+        if message_id is not None:
+            return db, message_id
     return None

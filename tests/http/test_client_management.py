@@ -76,3 +76,16 @@ def test_the_admin_issues_tokens_only_with_the_change_permission():
     change = browser.get(reverse("admin:djqueue_apiclient_change", args=[client.pk]))
     assert change.status_code == 200 and token[4:16] in change.content.decode()
     assert token[17:] not in change.content.decode()  # the secret is never shown again
+
+
+def test_a_token_expires_after_seconds_or_a_timedelta_and_refuses_a_bool():
+    client = ApiClient.objects.create(name="svc")
+    before = timezone.now()
+    access.issue_token(client, expires_in=60)
+    access.issue_token(client, expires_in=timedelta(hours=1))
+    expiries = sorted(t.expires_at - before for t in ApiToken.objects.filter(client=client))
+    assert timedelta(seconds=59) < expiries[0] <= timedelta(seconds=61)
+    assert timedelta(minutes=59) < expiries[1] <= timedelta(minutes=61)
+    with pytest.raises(TypeError, match="not True or False"):
+        access.issue_token(client, expires_in=True)
+    assert ApiToken.objects.filter(client=client).count() == 2

@@ -12,6 +12,8 @@ A token is printed once, when it is made; only its hash is stored.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from djqueue import durations
@@ -53,7 +55,7 @@ class Command(BaseCommand):
         revoke.add_argument("token")
         actions.add_parser("list", help="Clients, their grants and tokens.")
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         action = options["action"]
         if action == "create":
             self._create(options)

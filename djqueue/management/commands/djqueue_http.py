@@ -8,6 +8,7 @@ this command is the one that needs no module path: it serves ``ASGI_APPLICATION`
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
@@ -26,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--log-level", default="warning",
                             choices=["critical", "error", "warning", "info", "debug"])
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         import uvicorn
 
         from djqueue.http.asgi import with_api

@@ -2,6 +2,7 @@ import logging
 import os
 import socket
 import sys
+from types import ModuleType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -18,6 +19,7 @@ from djqueue.worker.message_worker import Worker
 from djqueue.worker.options import WorkerOptions
 from djqueue.worker.supervisor import Supervisor, is_supervised
 
+task_run_logs: ModuleType | None
 try:  # without a Tasks framework there are no task runs to log
     from djqueue.tasks import task_run_logs
 except ImportError:
