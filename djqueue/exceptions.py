@@ -53,6 +53,9 @@ class NotOwner(DjqueueError):
     that was already handed to someone else.
     """
 
+    #: Members the HTTP API adds to its problem document (which receipts were done).
+    extra: dict[str, object]
+
 
 class UnprocessableMessage(DjqueueError):
     """Raised by a handler: this message can never be processed (a forged or malformed

@@ -206,7 +206,7 @@ class OwnerSession:
         if message is None:
             return asked
         error, delay = "".join(traceback.format_exception(exc)), None
-        if asked:
+        if isinstance(exc, Postpone | RetryAfter):  # asked
             delay, invalid = asked_delay(exc)
             if isinstance(exc, Postpone) and invalid is None:
                 release([message], delay=delay)

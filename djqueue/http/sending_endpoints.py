@@ -48,8 +48,8 @@ def _payload(body: dict[str, Any]) -> Any:
 
 
 def _send_options(entry: dict[str, Any]) -> dict[str, Any]:
-    options = {name: entry[name] for name in ("delay", "priority", "headers", "group_key",
-                                              "dedup_key", "expires") if name in entry}
+    options: dict[str, Any] = {name: entry[name] for name in (
+        "delay", "priority", "headers", "group_key", "dedup_key", "expires") if name in entry}
     if "delay" in options:
         options["delay"] = bodies.number(entry, "delay", low=0, high=durations.MAX_DELAY)
     if "expires" in options:
@@ -122,8 +122,8 @@ async def publish_messages(request: HttpRequest, topic: str) -> HttpResponse:
                 if not isinstance(entry, dict):
                     raise InvalidRequest(f"messages[{position}] must be an object.")
                 bodies.check_fields(entry, PUBLISH_FIELDS, f"messages[{position}]")
-                options = {k: entry[k] for k in ("priority", "headers", "group_key")
-                           if k in entry}
+                options: dict[str, Any] = {k: entry[k] for k in (
+                    "priority", "headers", "group_key") if k in entry}
                 if "expires" in entry:
                     options["expires"] = _expires(entry)
                 ids.append(topics.publish(found, _payload(entry), **options).pk)

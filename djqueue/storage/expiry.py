@@ -22,6 +22,7 @@ same way before it claims again.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -131,7 +132,7 @@ def sweep_head(db: str, queue_id: int, now: datetime) -> int:
                 .values_list("pk", "headers")[:SWEEP_BATCH])
         due = [pk for pk, headers in head
                if (stamp := _stamp(headers)) is not None and stamp <= moment]
-        set_aside = dialects.retry_deadlocks(lambda due=due: _lock_and_set_aside(db, due, now))
+        set_aside = dialects.retry_deadlocks(functools.partial(_lock_and_set_aside, db, due, now))
         total += set_aside
         if len(head) < SWEEP_BATCH or set_aside < len(head):
             break
@@ -157,7 +158,7 @@ def _lock_and_set_aside(db: str, ids: list[int], now: datetime) -> int:
 def _set_aside(db: str, row: Message, stamp: float, now: datetime) -> None:
     """On a locked row past its expiry ``stamp``: dead-letter it with its expiry as its
     error, and without the header, so that a redrive runs it."""
-    headers = {k: v for k, v in row.headers.items() if k != EXPIRES_HEADER}
+    headers = {k: v for k, v in (row.headers or {}).items() if k != EXPIRES_HEADER}
     Message.objects.using(db).filter(pk=row.pk).update(
         headers=headers or None, attempts=row.attempts)
     row.headers = headers or None

@@ -199,7 +199,7 @@ def repair(db: str, queue_ids: Iterable[int]) -> int:
     for queue_id in queue_ids:
         keys = (Message.objects.using(db).filter(queue_id=queue_id, state=State.WAITING)
                 .values_list("group_key", flat=True).distinct())
-        groups.update((queue_id, key) for key in keys)
+        groups.update((queue_id, key) for key in keys if key is not None)  # (none is)
     if not groups:
         return 0
     lock_groups(db, groups)

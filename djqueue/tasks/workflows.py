@@ -182,7 +182,7 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
         self.members.append(row)
         return to_task_result(record_from_message(message), task)
 
-    def __exit__(self, *exc_info: Any) -> bool | None:
+    def __exit__(self, *exc_info: Any) -> None:
         workflow_joins.current_batch.reset(self._context)
         if exc_info[0] is None:
             try:
@@ -190,7 +190,7 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
             except BaseException:
                 self._atomic.__exit__(*sys.exc_info())
                 raise
-        return self._atomic.__exit__(*exc_info)
+        self._atomic.__exit__(*exc_info)
 
     def _seal(self) -> None:
         rows = []

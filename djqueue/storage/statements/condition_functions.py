@@ -21,7 +21,7 @@ class NumericHeader(Func):
         super().__init__(F("headers"))
         self.header = name
 
-    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
+    def as_sql(self, compiler, connection, **extra):
         column, params = compiler.compile(self.source_expressions[0])
         template, key = json_number_sql(connection.vendor, self.header)
         return template.format(column=column), (*params, key, key)
@@ -33,7 +33,7 @@ class IntDiv(Func):
     output_field = BigIntegerField()
     arity = 2
 
-    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
+    def as_sql(self, compiler, connection, **extra):
         (a, a_params), (b, b_params) = (compiler.compile(e) for e in self.source_expressions)
         return int_div_sql(connection.vendor).format(a=a, b=b), (*a_params, *b_params)
 
@@ -44,6 +44,6 @@ class BitXor(Func):
     output_field = BigIntegerField()
     arity = 2
 
-    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
+    def as_sql(self, compiler, connection, **extra):
         (a, a_params), (b, b_params) = (compiler.compile(e) for e in self.source_expressions)
         return bit_xor_sql(connection.vendor).format(a=a, b=b), (*a_params, *b_params)
