@@ -239,6 +239,15 @@ def _descendants(pid: int) -> list[int]:
 
 
 @pytest.fixture
+def admin_theme() -> None:
+    """The demo's admin theme, for a test that renders admin pages: the default theme
+    turns on a language chooser, which asks for LocaleMiddleware, and warns."""
+    from django.core.management import call_command
+
+    call_command("loaddata", "djqueue_admin_theme", verbosity=0)
+
+
+@pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Callable[..., Process]]:
     """Start ``manage.py <args>``; every process is killed at teardown."""
     started: list[Process] = []

@@ -52,7 +52,7 @@ def test_the_command_creates_grants_rotates_and_revokes():
     assert "nobody" not in command("list")
 
 
-def test_the_admin_issues_tokens_only_with_the_change_permission():
+def test_the_admin_issues_tokens_only_with_the_change_permission(admin_theme):
     client = ApiClient.objects.create(name="svc")
     admin = User.objects.create_superuser("root", password="x" * 12)
     viewer = User.objects.create_user("viewer", password="x" * 12, is_staff=True)

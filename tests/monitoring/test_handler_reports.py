@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_running_handlers_progress_and_its_log_records_through_a_worker(spawn, tmp_path,
-                                                                          client):
+                                                                          client, admin_theme):
     User.objects.create_superuser("ops", password="s3cret-pw")
     client.login(username="ops", password="s3cret-pw")
     djqueue.create_queue("t.report", max_attempts=3, backoff=[0.1])
