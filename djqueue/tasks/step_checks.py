@@ -76,10 +76,10 @@ def before_run(db: str, message: Message, args: list[Any],
     order = list(StepDependency.objects.using(db).filter(
         workflow_id=workflow_id, child=position).order_by("position").values_list(
         "parent", flat=True))
-    found = {row[0]: row[1:] for row in WorkflowStep.objects.using(db).filter(
+    settled = {row[0]: row[1:] for row in WorkflowStep.objects.using(db).filter(
         workflow_id=workflow_id, position__in=order).values_list(
         "position", "state", "result", "name", "error_class", "error")}
-    parents = [found[p] for p in order]
+    parents = [settled[p] for p in order]
     results = [result if state == StepState.SUCCEEDED else None
                for state, result, *_ in parents]
     value = results if step.gathers or len(results) != 1 else results[0]

@@ -92,6 +92,7 @@ def send_steps(workflow: Workflow, steps: Sequence[WorkflowStep]) -> list[Messag
 def send_step(workflow: Workflow, step: WorkflowStep) -> Message:
     message = send(step.queue_name, step_payload(workflow, step), priority=step.priority,
                    expires=known_tasks.expires_of(step.task_path))
+    assert isinstance(message, Message)  # sent with no dedup key: always a new message
     step.message_id = message.pk
     return message
 
@@ -137,15 +138,16 @@ def settle(db: str, runs: Sequence[Settled]) -> None:
         mine = sorted((r for r in by_workflow[workflow.pk]
                        if constant_time_compare(r.token, workflow.token)),
                       key=lambda r: r.position)
-        runs = {run.position: run for run in mine}
+        by_position = {run.position: run for run in mine}
         # Only steps still READY settle: one UPDATE ... CASE a chunk, not one a step.
         failed = any(run.state != StepState.SUCCEEDED for run in mine)
         # A Settled has the step's attribute names for what a settle writes.
         settled = workflow_statements.settle_ready_steps(
-            db, workflow.pk, list(runs.values()), workflow_statements.SETTLED_FIELDS if failed
+            db, workflow.pk, list(by_position.values()),
+            workflow_statements.SETTLED_FIELDS if failed
             else workflow_statements.SUCCEEDED_FIELDS)
         if settled:
-            _after_settled(db, workflow, [runs[position] for position in settled])
+            _after_settled(db, workflow, [by_position[position] for position in settled])
 
 
 @receiver(signals.message_dead_lettered, dispatch_uid="djqueue.workflow_joins.dead_step")
@@ -216,7 +218,8 @@ def start_children(db: str, workflow: Workflow, parents: list[int]) -> None:
 def start(db: str, workflow: Workflow, steps: list[WorkflowStep]) -> list[int]:
     """Enqueue ``steps`` (every parent settled), or skip those whose condition fails;
     returns the skipped ones' positions (their children are counted down next)."""
-    run, skip = [], []
+    run: list[WorkflowStep] = []
+    skip: list[WorkflowStep] = []
     for step in steps:
         if step.run_if == RunIf.ALWAYS:
             run.append(step)
@@ -252,7 +255,7 @@ def cancel_unstarted(db: str, workflow: Workflow) -> int:
     queued = WorkflowStep.objects.using(db).filter(
         workflow_id=workflow.pk, state=StepState.READY, message_id__isnull=False)
     withdrawn = [pk for pk, message_id in queued.values_list("pk", "message_id")
-                 if delete(message_id, only_unclaimed=True)]
+                 if message_id is not None and delete(message_id, only_unclaimed=True)]
     for chunk in chunks(withdrawn):
         cancelled += WorkflowStep.objects.using(db).filter(
             pk__in=chunk, state=StepState.READY).update(
