@@ -46,7 +46,8 @@ from djqueue.storage.statements import lookup_statements
 logger = logging.getLogger("djqueue.worker")
 
 
-#: The longest database alias a datagram names, in bytes (a longer one is not sent).
+#: The longest database alias a datagram names, in bytes (a listener drops a longer one,
+#: as it drops an unsigned one: that database's sends are found by polling).
 LONGEST_NAME = 200
 #: A datagram's tag: the first bytes of the HMAC-SHA256 of its alias.
 TAG_BYTES = 16
