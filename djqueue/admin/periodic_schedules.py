@@ -98,6 +98,21 @@ def _time_zone_choices() -> list[tuple[str, str]]:
     return [("", "UTC"), *((name, name) for name in sorted(available_timezones()))]
 
 
+def _plan(schedule: PeriodicSchedule) -> Schedule | str:
+    """The schedule the reaper runs for ``schedule``, or why it runs none ("paused",
+    "never: ...")."""
+    if not schedule.enabled:
+        return "paused"
+    try:
+        plan = Schedule.from_row(schedule)
+        known_tasks.find(schedule.task_path)
+    except ConfigurationError as exc:
+        return f"never: {exc}"
+    except UntrustedTask:
+        return f"never: {schedule.task_path} is no longer a defined task"
+    return plan
+
+
 @admin.register(PeriodicSchedule)
 class PeriodicScheduleAdmin(admin.ModelAdmin):
     form = PeriodicScheduleForm
@@ -131,28 +146,25 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="next run")
     def next_run(self, schedule: PeriodicSchedule) -> datetime | str:
-        if not schedule.enabled:
-            return "paused"
-        try:
-            plan = Schedule.from_row(schedule)
-            known_tasks.find(schedule.task_path)
-        except ConfigurationError as exc:
-            return f"never: {exc}"
-        except UntrustedTask:
-            return f"never: {schedule.task_path} is no longer a defined task"
+        plan = _plan(schedule)
+        if isinstance(plan, str):
+            return plan
         return plan.next_run(timezone.now()) or "never"
 
     @admin.display(description="next runs")
     def upcoming_runs(self, schedule: PeriodicSchedule) -> str:
         """The saved schedule's next runs, on its zone's clocks and in UTC: where the
         clocks change, what the cron's rules make of them shows here."""
-        when = self.next_run(schedule)
-        if not isinstance(when, datetime):
-            return when
-        plan = Schedule.from_row(schedule)
-        runs = [when]
-        while len(runs) < UPCOMING_SHOWN and (later := plan.next_run(runs[-1])) is not None:
+        plan = _plan(schedule)
+        if isinstance(plan, str):
+            return plan
+        runs: list[datetime] = []
+        after = timezone.now()
+        while len(runs) < UPCOMING_SHOWN and (later := plan.next_run(after)) is not None:
             runs.append(later)
+            after = later
+        if not runs:
+            return "never"
         return format_html_join(mark_safe("<br>"), "{} ({} UTC)", (
             (run.astimezone(plan.time_zone).strftime("%a %d %b %Y %H:%M %Z"),
              run.strftime("%H:%M")) for run in runs))

@@ -75,7 +75,7 @@ class WakeSocket:
                 continue
             except OSError:
                 return  # closed
-            database = self.checks.database_named(data, sender)
+            database = self.checks.read(data, sender)
             if database is None:
                 continue
             if self._named is not None:
@@ -97,7 +97,9 @@ class DatagramChecks:
         self.dropped = 0
         self._warned_at = -WARN_EVERY
 
-    def database_named(self, data: bytes, sender: object) -> str | None:
+    def read(self, data: bytes, sender: object) -> str | None:
+        """The database a signed datagram from ``sender`` names; None for another,
+        dropped and counted."""
         database = database_named(data)
         if database is None:
             self.dropped += 1

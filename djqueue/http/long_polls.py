@@ -175,7 +175,7 @@ class _WakeDatagrams(asyncio.DatagramProtocol):
         self.checks = DatagramChecks("{}:{}".format(*transport.get_extra_info("sockname")[:2]))
 
     def datagram_received(self, data: bytes, addr: tuple) -> None:
-        if self.checks is not None and self.checks.database_named(data, addr) is not None:
+        if self.checks is not None and self.checks.read(data, addr) is not None:
             self.waiting.wake()
 
 
