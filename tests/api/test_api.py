@@ -86,9 +86,13 @@ def test_nack_with_error_follows_backoff_then_dead_letters(queue):
         [got] = djqueue.receive("jobs")
         before = timezone.now()
         got.nack(error=f"failure {attempt}")
+        after = timezone.now()
         row = Message.objects.get(pk=msg.pk)
         assert row.state == State.SCHEDULED and row.attempts == attempt
-        assert timedelta(seconds=backoff) <= row.visible_at - before < timedelta(seconds=backoff + 1)
+        # The nack reads the clock once, between ``before`` and ``after``, and lengthens the
+        # step by up to the queue's retry_jitter of it at random.
+        wait = timedelta(seconds=backoff)
+        assert before + wait <= row.visible_at <= after + wait * (1 + queue.retry_jitter)
         Message.objects.filter(pk=msg.pk).update(visible_at=timezone.now())
         promote_due()
     [got] = djqueue.receive("jobs")
