@@ -10,13 +10,16 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from django.db import OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.conf import get_settings
 from djqueue.storage import fastpath
+
+if TYPE_CHECKING:
+    from django.db.backends.mysql.base import DatabaseWrapper as MySQLDatabaseWrapper
 
 T = TypeVar("T")
 DEADLOCK_RETRIES = 5
@@ -186,7 +189,7 @@ def sql_dialect(conn: BaseDatabaseWrapper) -> str:
     Why not the vendor: MariaDB and MySQL share Django's, and one process may use both."""
     if conn.vendor != "mysql":
         return conn.vendor
-    return "mariadb" if conn.mysql_is_mariadb else (
+    return "mariadb" if is_mariadb(conn) else (
         "mysql" if names_inserted_row(conn) else "mysql<8.0.19")
 
 
@@ -198,8 +201,14 @@ def names_inserted_row(conn: BaseDatabaseWrapper) -> bool:
     Why: MySQL 8.0.20 deprecated ``VALUES(c)`` there; every such statement leaves
     warning 1287 ("will be removed in a future release"). MariaDB has no row alias and
     keeps ``VALUES(c)``, as Django's own upserts do."""
-    return (conn.vendor == "mysql" and not conn.mysql_is_mariadb
-            and conn.mysql_version >= (8, 0, 19))
+    return (conn.vendor == "mysql" and not is_mariadb(conn)
+            and cast("MySQLDatabaseWrapper", conn).mysql_version >= (8, 0, 19))
+
+
+def is_mariadb(conn: BaseDatabaseWrapper) -> bool:
+    """Whether ``conn`` is Django's MySQL backend on a MariaDB server: the two share the
+    vendor ``mysql`` and differ in some SQL (see sql_dialect)."""
+    return conn.vendor == "mysql" and cast("MySQLDatabaseWrapper", conn).mysql_is_mariadb
 
 
 def copies_task_records(conn: BaseDatabaseWrapper) -> bool:

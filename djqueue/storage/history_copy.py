@@ -21,7 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import Body, History, Message, Outcome, State
 from djqueue.storage import dialects
-from djqueue.storage.statements import vendor_sql
+from djqueue.storage.statements import model_columns, vendor_sql
 from djqueue.storage.statements.prepared_values import id_list
 
 #: History columns and, for each, the SQL (over message ``m`` and body ``b``) that fills it.
@@ -85,7 +85,7 @@ def _lease_test(conn: BaseDatabaseWrapper, claims: list[list[int]]) -> str:
     """`` AND <the message is claimed under its claim's token> [FOR UPDATE]``: one token
     parameter for each of ``claims`` (the ids that share a token)."""
     q = conn.ops.quote_name
-    state, token, pk = (q(Message._meta.get_field(name).column)
+    state, token, pk = (q(model_columns.column(Message, name))
                         for name in ("state", "lease_token", "id"))
     if len(claims) == 1:
         test = f"m.{token} = %s"
@@ -100,18 +100,17 @@ def _lease_test(conn: BaseDatabaseWrapper, claims: list[list[int]]) -> str:
 def _build_sql(conn: BaseDatabaseWrapper, leased: bool) -> str:
     q = conn.ops.quote_name
     length = vendor_sql.byte_length_sql(conn.vendor)
-    names = {f.name: q(f.column) for f in Message._meta.concrete_fields}
-    names.update({f.attname: q(f.column) for f in Message._meta.concrete_fields})
+    names = {name: q(column) for name, column in model_columns.columns(Message).items()}
     names["message_size"] = length.format(f"m.{names['body']}")
     if leased:
         names["body_size"] = "NULL"
         source = f"{q(Message._meta.db_table)} m{dialects.primary_key_hint(conn)}"
     else:
-        names["body_size"] = length.format(f"b.{q(Body._meta.get_field('body').column)}")
+        names["body_size"] = length.format(f"b.{q(model_columns.column(Body, 'body'))}")
         source = (f"{q(Message._meta.db_table)} m "
-                  f"LEFT JOIN {q(Body._meta.db_table)} b ON b.{q(Body._meta.pk.column)} = "
+                  f"LEFT JOIN {q(Body._meta.db_table)} b ON b.{q(model_columns.column_of(Body._meta.pk))} = "
                   f"m.{names['stored_body_id']}")
-    history = {f.attname: q(f.column) for f in History._meta.concrete_fields}
+    history = {name: q(column) for name, column in model_columns.columns(History).items()}
     return (
         f"INSERT INTO {q(History._meta.db_table)} "
         f"({', '.join(history[c] for c in _COLUMNS)}) "

@@ -8,7 +8,8 @@ escaped as the ORM and the driver would (``prepared_values``), the statistics co
 ``group_concurrency`` (``group_statements``), the copy of finished task records
 (``task_record_copy``),
 a batch of rows passed to PostgreSQL as one JSON document (``json_rows``),
-the SQL functions of the condition language (``condition_functions``), and the
+the SQL functions of the condition language (``condition_functions``), the
+models' fields and column names as statements use them (``model_columns``), and the
 SQL fragments that differ per database vendor (``vendor_sql``).
 Each statement has a name and a docstring that says what it does and why it is
 not left to the ORM.

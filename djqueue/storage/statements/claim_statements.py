@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -19,7 +20,7 @@ from django.db.models import Q
 
 from djqueue.models import Message, State
 from djqueue.storage import dialects, fastpath
-from djqueue.storage.statements import model_rows, prepared_values
+from djqueue.storage.statements import model_columns, model_rows, prepared_values
 
 _COLUMNS = Message._meta.concrete_fields
 _ATTNAMES = tuple(f.attname for f in _COLUMNS)
@@ -77,7 +78,7 @@ def stamp_first_ready(db: str, queue_id: int, limit: int, *, owner: str, token: 
     by ``RETURNING`` (SQLite 3.35 and later), else by their lease token; in claim order."""
     conn = connections[db]
     adapt = conn.ops.adapt_datetimefield_value
-    params = [int(State.CLAIMED), owner, token, adapt(lease_end), adapt(now),
+    params: list[Any] = [int(State.CLAIMED), owner, token, adapt(lease_end), adapt(now),
               queue_id, int(State.READY), limit]
     with conn.cursor() as cursor:
         if conn.features.can_return_columns_from_insert:
@@ -142,7 +143,8 @@ def built_sql(conn: BaseDatabaseWrapper, name: str,
 def message_names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
     """The message table's name and its columns' names by attribute, quoted."""
     quote = conn.ops.quote_name
-    return quote(Message._meta.db_table), {f.attname: quote(f.column) for f in _COLUMNS}
+    return quote(Message._meta.db_table), {
+        f.attname: quote(model_columns.column_of(f)) for f in _COLUMNS}
 
 
 def _in_ids(template: str, ids: Sequence[int]) -> str:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import GROUP_HOLDING_STATES, MessageGroup, State
-from djqueue.storage.statements import prepared_values, vendor_sql
+from djqueue.storage.statements import model_columns, prepared_values, vendor_sql
 from djqueue.storage.statements.claim_statements import built_sql, message_names
 
 
@@ -31,7 +32,7 @@ def lock_rows(db: str, groups: Sequence[tuple[int, str]], now: datetime) -> None
     same way. A new row starts with no tokens, as the model's defaults say."""
     conn = connections[db]
     touched = conn.ops.adapt_datetimefield_value(now)
-    params: list[object] = []
+    params: list[Any] = []
     for queue_id, key in groups:
         params += [queue_id, key, touched]
     with conn.cursor() as cursor:
@@ -48,7 +49,7 @@ def raise_last_acked(db: str, queue_id: int, tops: dict[str, int]) -> None:
     newest = " ".join(
         f"WHEN %s THEN CASE WHEN COALESCE({last}, 0) < %s THEN %s ELSE {last} END"
         for _ in keys)
-    params: list[object] = []
+    params: list[Any] = []
     for k in keys:
         params += [k, tops[k], tops[k]]
     with conn.cursor() as cursor:
@@ -94,16 +95,16 @@ def _marks(values: Sequence[object]) -> str:
 def _group_names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
     quote = conn.ops.quote_name
     return quote(MessageGroup._meta.db_table), {
-        f.attname: quote(f.column) for f in MessageGroup._meta.concrete_fields}
+        name: quote(column) for name, column in model_columns.columns(MessageGroup).items()}
 
 
 def _lock_rows_sql(conn: BaseDatabaseWrapper) -> str:
     table, c = _group_names(conn)
     columns = ["queue_id", "key", "touched_at", "tokens", "refilled_at"]
-    unique = [MessageGroup._meta.get_field(name).column for name in ("queue", "key")]
+    unique = [model_columns.column(MessageGroup, name) for name in ("queue", "key")]
     return (f"INSERT INTO {table} ({', '.join(c[n] for n in columns)}) VALUES {{rows}} "
-            + vendor_sql.upsert_clause(conn, unique, [MessageGroup._meta.get_field(
-                "touched_at").column]))
+            + vendor_sql.upsert_clause(conn, unique,
+                                       [model_columns.column(MessageGroup, "touched_at")]))
 
 
 def _holders_sql(conn: BaseDatabaseWrapper) -> str:

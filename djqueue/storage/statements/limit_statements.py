@@ -9,11 +9,13 @@ than running them (measured with a never-reached concurrency limit of 1,000:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import Message, QueueLimiter, State
+from djqueue.storage.statements import model_columns
 from djqueue.storage.statements.claim_statements import built_sql
 from djqueue.storage.statements.vendor_sql import clock_sql
 
@@ -66,7 +68,7 @@ def count_claimed(db: str, queue_id: int) -> int:
         return int(cursor.fetchone()[0])
 
 
-def update_limiter(db: str, queue_id: int, values: dict[str, object]) -> None:
+def update_limiter(db: str, queue_id: int, values: dict[str, Any]) -> None:
     """Write ``values`` (QueueLimiter fields) into the queue's limiter row."""
     conn = connections[db]
     names = tuple(sorted(values))
@@ -78,13 +80,13 @@ def update_limiter(db: str, queue_id: int, values: dict[str, object]) -> None:
 
 def _update_limiter_sql(conn: BaseDatabaseWrapper, names: tuple[str, ...]) -> str:
     q = conn.ops.quote_name
-    sets = ", ".join(f"{q(QueueLimiter._meta.get_field(n).column)} = %s" for n in names)
+    sets = ", ".join(f"{q(model_columns.column(QueueLimiter, n))} = %s" for n in names)
     return f"UPDATE {q(QueueLimiter._meta.db_table)} SET {sets} WHERE {q('queue_id')} = %s"
 
 
 def _lock_limiter_sql(conn: BaseDatabaseWrapper, skip_locked: bool) -> str:
     q = conn.ops.quote_name
-    columns = ", ".join(q(QueueLimiter._meta.get_field(n).column) for n in READ)
+    columns = ", ".join(q(model_columns.column(QueueLimiter, n)) for n in READ)
     # SQLite has no FOR UPDATE: its writers are serialised.
     lock = ""
     if conn.features.has_select_for_update:

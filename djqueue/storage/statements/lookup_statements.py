@@ -17,7 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import Queue, Worker
 from djqueue.storage import fastpath
-from djqueue.storage.statements import model_rows
+from djqueue.storage.statements import model_columns, model_rows
 from djqueue.storage.statements.claim_statements import built_sql
 
 _QUEUE_ATTNAMES = tuple(f.attname for f in Queue._meta.concrete_fields)
@@ -59,6 +59,6 @@ def _wake_addresses_sql(conn: BaseDatabaseWrapper) -> str:
 
 def _queue_sql(conn: BaseDatabaseWrapper, column: str) -> str:
     q = conn.ops.quote_name
-    columns = ", ".join(q(f.column) for f in Queue._meta.concrete_fields)
+    columns = ", ".join(q(model_columns.column_of(f)) for f in Queue._meta.concrete_fields)
     return (f"SELECT {columns} FROM {q(Queue._meta.db_table)} "
-            f"WHERE {q(Queue._meta.get_field(column).column)} = %s")
+            f"WHERE {q(model_columns.column(Queue, column))} = %s")

@@ -18,7 +18,7 @@ PostgreSQL, SQLite), else (and for a single row on MySQL and SQLite) from
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -26,7 +26,7 @@ from django.db.models.options import Options
 
 from djqueue.models import Message
 from djqueue.storage import dialects, fastpath
-from djqueue.storage.statements import json_rows, prepared_values, vendor_sql
+from djqueue.storage.statements import json_rows, model_columns, prepared_values, vendor_sql
 
 M = TypeVar("M", bound=models.Model)
 
@@ -80,7 +80,7 @@ def _insert_one(db: str, conn: BaseDatabaseWrapper, message: Message) -> None:
     if dialects.writes_values_into_sql(conn):
         text = _one_row_templates.render(conn, message) or prepared_values.render(
             conn, message, _INSERT_ATTNAMES, _message_preparers(conn),
-            dialects.literal_client_side(conn))
+            cast("Callable[[object], str]", dialects.literal_client_side(conn)))  # (the driver's)
         pk = fastpath.insert_written_out(conn, _insert_sql(conn, 0, False) + text)
         fastpath.mark_saved(message, pk, db)
         return
@@ -206,10 +206,11 @@ def _upsert_sql(conn: BaseDatabaseWrapper, meta: Options, update_fields: tuple[s
     if key in _upserts:
         return _upserts[key]
     quote = conn.ops.quote_name
+    columns = model_columns.columns(meta.model)
     head = (f"INSERT INTO {quote(meta.db_table)} "
-            f"({', '.join(quote(f.column) for f in meta.concrete_fields)}) VALUES ")
-    tail = " " + vendor_sql.upsert_clause(conn, meta.pk.column,
-                                      [meta.get_field(n).column for n in update_fields])
+            f"({', '.join(quote(columns[f.attname]) for f in meta.concrete_fields)}) VALUES ")
+    tail = " " + vendor_sql.upsert_clause(conn, model_columns.column_of(meta.pk),
+                                      [columns[name] for name in update_fields])
     _upserts[key] = head, tail
     return head, tail
 
@@ -224,7 +225,7 @@ def _insert_sql(conn: BaseDatabaseWrapper, rows: int, returning: bool) -> str:
         quote = conn.ops.quote_name
         row = "(" + ", ".join(["%s"] * len(_FIELDS)) + ")"
         sql = (f"INSERT INTO {quote(Message._meta.db_table)} "
-               f"({', '.join(quote(f.column) for f in _FIELDS)}) VALUES ")
+               f"({', '.join(quote(model_columns.column_of(f)) for f in _FIELDS)}) VALUES ")
         if rows:
             sql += ", ".join([row] * rows) + (_returning(conn) if returning else "")
         _statements[key] = sql

@@ -12,7 +12,7 @@ import contextlib
 import datetime as dt
 import operator
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import models
@@ -112,10 +112,12 @@ class RowTemplates:
                 isinstance(value, str) and len(value) < 64)
                 for value in self._shared(values)):
             return None
-        prepare = preparers(conn, self.label, self.fields)
         literal = literal_client_side(conn)
+        if literal is None:  # the values are parameters: no template
+            return None
+        prepare = preparers(conn, self.label, self.fields)
 
-        def escaping(p: Callable) -> Callable[[object], str]:
+        def escaping(p: Callable) -> Callable[[Any], str]:
             def escape(value: object) -> str:
                 return "NULL" if value is None else literal(p(value))
 
@@ -163,7 +165,7 @@ def preparers(conn: BaseDatabaseWrapper, label: str,
         return cached[1]
     functions = []
     for field in fields:
-        target = field.target_field if field.is_relation else field
+        target = field.target_field if isinstance(field, models.ForeignKey) else field
         if isinstance(target, models.DateTimeField):
             # get_prep_value only warns about naive datetimes, and these are aware.
             functions.append(_datetime_preparer(conn))
@@ -238,7 +240,7 @@ def _passing(plain: type | None, field: models.Field, conn: BaseDatabaseWrapper)
     return lambda value: value if value is None or type(value) is plain else prepare(value, conn)
 
 
-def id_list(ids: Sequence[object]) -> str:
+def id_list(ids: Sequence[int]) -> str:
     """``1, 2, 3``: primary keys as SQL integer literals, for ``IN (...)`` lists.
 
     Why not parameters: the driver escaped each id with its ``literal()`` (a

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from django.db import connections, models
 
 from djqueue.storage import dialects, fastpath
-from djqueue.storage.statements import prepared_values, vendor_sql
+from djqueue.storage.statements import model_columns, prepared_values, vendor_sql
 
 
 def insert_rows(db: str, objs: Sequence[models.Model], ids: bool = False) -> None:
@@ -65,7 +65,7 @@ def insert_values(db: str, model: type[models.Model], attnames: Sequence[str],
     chunk_rows = max(1, 30_000 // len(fields))  # SQLite: 32,766 parameters a statement
     quote = conn.ops.quote_name
     head = (f"INSERT INTO {quote(meta.db_table)} "
-            f"({', '.join(quote(f.column) for f in fields)}) VALUES ")
+            f"({', '.join(quote(model_columns.column_of(f)) for f in fields)}) VALUES ")
     escape = dialects.escapes_client_side(conn)
     chunks: list[tuple[int | None, int]] = []
     mysql = conn.vendor == "mysql"

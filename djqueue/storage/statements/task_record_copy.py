@@ -30,7 +30,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import Message, Queue, TaskRecord, TaskStatus
 from djqueue.storage import dialects
-from djqueue.storage.statements import prepared_values, vendor_sql
+from djqueue.storage.statements import model_columns, prepared_values, vendor_sql
 
 #: Rows per statement.
 CHUNK = 500
@@ -99,6 +99,7 @@ def _preparers(conn: BaseDatabaseWrapper) -> dict[str, Callable[[object], object
 
 def _mysql_sql(conn: BaseDatabaseWrapper, head: str, runs: Sequence[RunEnd]) -> str:
     literal = dialects.literal_client_side(conn)
+    assert literal is not None, "MySQL's driver escapes a value into SQL text"
     prepare = _preparers(conn)
     finished = " ".join(
         f"WHEN {int(r.message_id)} THEN {literal(prepare['finished_at'](r.finished_at))}"
@@ -106,7 +107,7 @@ def _mysql_sql(conn: BaseDatabaseWrapper, head: str, runs: Sequence[RunEnd]) -> 
     returned = " ".join(
         f"WHEN {int(r.message_id)} THEN {literal(prepare['return_value'](r.return_value))}"
         for r in runs if r.return_value is not None)
-    message_id = f"m.{conn.ops.quote_name(Message._meta.pk.column)}"
+    message_id = f"m.{conn.ops.quote_name(model_columns.column_of(Message._meta.pk))}"
     return head.format(
         finished=f"CASE {message_id} {finished} END",
         returned=f"CASE {message_id} {returned} END" if returned else "NULL",
@@ -126,9 +127,9 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
     if key in _statements:
         return _statements[key]
     q = conn.ops.quote_name
-    m = {f.attname: f"m.{q(f.column)}" for f in Message._meta.concrete_fields}
+    m = {name: f"m.{q(column)}" for name, column in model_columns.columns(Message).items()}
     sources = {
-        "queue_name": f"q.{q(Queue._meta.get_field('name').column)}",
+        "queue_name": f"q.{q(model_columns.column(Queue, 'name'))}",
         "priority": m["priority"],
         "run_after": "NULL",
         "enqueued_at": m["sent_at"],
@@ -139,7 +140,7 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
         "cancel_requested": "FALSE",
     }
     join_queue = (f"JOIN {q(Queue._meta.db_table)} q "
-                  f"ON q.{q(Queue._meta.pk.column)} = {m['queue_id']}")
+                  f"ON q.{q(model_columns.column_of(Queue._meta.pk))} = {m['queue_id']}")
     if conn.vendor == "postgresql":
         sources |= {
             "id": f"CAST({m['id']} AS text)",
@@ -177,7 +178,7 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
     else:
         body = m["body"]
         # MySQL has JSON_VALUE from 8.0.21 only; JSON_UNQUOTE of the extract is the same.
-        text = ("JSON_VALUE({}, '$.{}')" if conn.mysql_is_mariadb
+        text = ("JSON_VALUE({}, '$.{}')" if dialects.is_mariadb(conn)
                 else "JSON_UNQUOTE(JSON_EXTRACT({}, '$.{}'))")
         sources |= {
             "id": f"CAST({m['id']} AS CHAR)",
@@ -193,13 +194,13 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
         }
         source = (f"FROM {q(Message._meta.db_table)} m {join_queue} "
                   f"WHERE {m['id']} IN ({{ids}})")
-    select = (f"SELECT {', '.join(f'{sources[f.attname]} AS {q(f.column)}' for f in _FIELDS)} "
-              f"{source}")
+    record = model_columns.columns(TaskRecord)
+    selected = ", ".join(f"{sources[f.attname]} AS {q(record[f.attname])}" for f in _FIELDS)
     head = (f"INSERT INTO {q(TaskRecord._meta.db_table)} "
-            f"({', '.join(q(f.column) for f in _FIELDS)}) "
-            + vendor_sql.upsert_source(conn, select))
+            f"({', '.join(q(record[f.attname]) for f in _FIELDS)}) "
+            + vendor_sql.upsert_source(conn, f"SELECT {selected} {source}"))
     tail = " " + vendor_sql.upsert_clause(
-        conn, TaskRecord._meta.pk.column,
-        [TaskRecord._meta.get_field(n).column for n in update_fields], after_select=True)
+        conn, model_columns.column_of(TaskRecord._meta.pk),
+        [record[name] for name in update_fields], after_select=True)
     _statements[key] = head, tail
     return head, tail

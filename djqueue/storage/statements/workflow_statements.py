@@ -19,7 +19,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import StepDependency, StepState, Workflow, WorkflowStep
 from djqueue.storage import dialects, fastpath
-from djqueue.storage.statements import prepared_values, row_inserts
+from djqueue.storage.statements import model_columns, prepared_values, row_inserts
 
 #: What settling a step writes (djqueue.tasks.workflow_joins).
 SETTLED_FIELDS = ("state", "result", "error", "error_class", "message_id", "attempts",
@@ -96,22 +96,22 @@ def _update_case(conn: BaseDatabaseWrapper, chunk: Sequence[Any],
     if not chunk:
         return 0
     meta = WorkflowStep._meta
-    columns = [meta.get_field(name) for name in fields]
+    columns = [model_columns.field(WorkflowStep, name) for name in fields]
     prepare = _preparers(conn, columns)
     quote = conn.ops.quote_name
-    key_field = meta.pk if key == "pk" else meta.get_field(key)
-    column = quote(key_field.column)
+    key_field = meta.pk if key == "pk" else model_columns.field(WorkflowStep, key)
+    column = quote(model_columns.column_of(key_field))
     keys = [str(int(getattr(step, key_field.attname))) for step in chunk]
     sets, params = [], []
     for function, field in zip(prepare, columns, strict=True):
         values = [function(getattr(step, field.attname)) for step in chunk]
         if all(value == values[0] for value in values):  # a batch's state, say
-            sets.append(f"{quote(field.column)} = %s")
+            sets.append(f"{quote(model_columns.column_of(field))} = %s")
             params.append(values[0])
             continue
         # PostgreSQL cannot tell a parameter's type inside CASE: it is cast.
         cast = f"::{field.db_type(conn)}" if conn.vendor == "postgresql" else ""
-        sets.append(f"{quote(field.column)} = CASE {column} "
+        sets.append(f"{quote(model_columns.column_of(field))} = CASE {column} "
                     + " ".join(f"WHEN {k} THEN %s{cast}" for k in keys) + " END")
         params += values
     with conn.cursor() as cursor:
@@ -222,10 +222,11 @@ def save_counters(db: str, workflow: Workflow, fields: Sequence[str]) -> None:
     """Write ``fields`` of the workflow's row (its counters and state), by id."""
     conn = connections[db]
     meta = Workflow._meta
-    columns = [meta.get_field(name) for name in fields]
+    columns = [model_columns.field(Workflow, name) for name in fields]
     prepare = prepared_values.preparers(conn, f"{meta.label}:" + ",".join(fields), columns)
     sql = _sql(conn, "save:" + ",".join(fields), lambda q: (
-        f"UPDATE {q(meta.db_table)} SET " + ", ".join(f"{q(f.column)} = %s" for f in columns)
+        f"UPDATE {q(meta.db_table)} SET "
+        + ", ".join(f"{q(model_columns.column_of(f))} = %s" for f in columns)
         + f" WHERE {q('id')} = %s"))
     with conn.cursor() as cursor:
         cursor.execute(sql, [function(getattr(workflow, f.attname))
