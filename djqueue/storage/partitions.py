@@ -36,6 +36,7 @@ reaper takes it off the list.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -68,10 +69,17 @@ def is_partitioned(queue: Queue) -> bool:
     return queue.partitions is not None
 
 
+def active_partitions(queue: Queue) -> list[str]:
+    """The databases a partitioned queue's new messages go to, in order."""
+    if queue.partitions is None:
+        raise ConfigurationError(f"Queue {queue.name!r} is not partitioned.")
+    return list(queue.partitions)
+
+
 def served(queue: Queue) -> list[str]:
     """The partitions claims serve: the active ones, then those draining."""
-    return [*queue.partitions, *(d for d in queue.draining_partitions or ()
-                                 if d not in queue.partitions)]
+    active = active_partitions(queue)
+    return [*active, *(d for d in queue.draining_partitions or () if d not in active)]
 
 
 # Which partitions answer
@@ -102,7 +110,7 @@ def unreachable(exc: BaseException) -> bool:
 def partition_for(queue: Queue, group_key: str | None) -> str:
     """The partition a message goes to: its key's (a group key, else a dedup key), else
     the next that answers."""
-    active = list(queue.partitions)
+    active = active_partitions(queue)
     if group_key is not None:
         return active[zlib.crc32(group_key.encode()) % len(active)]
     start = next(_turn)
@@ -139,7 +147,7 @@ def send_to_partition(queue: Queue, group_key: str | None, send: Callable[[Queue
                     raise
                 mark_down(db, exc)
                 tried.add(db)
-                if not connected and group_key is None and len(tried) < len(queue.partitions):
+                if not connected and group_key is None and len(tried) < len(active_partitions(queue)):
                     continue  # nothing was sent: another partition takes it
                 if not block or connected:
                     raise PartitionUnavailable(
@@ -190,8 +198,8 @@ def create_partitioned(name: str, databases: Sequence[str], *, exist_ok: bool = 
     """Create queue ``name`` partitioned over ``databases``: its directory row on the home
     database and its row, with ``options``, on each partition."""
     databases = _checked(name, databases)
-    if isinstance(options.get("dead_letter_queue"), Queue):
-        options["dead_letter_queue"] = options["dead_letter_queue"].name
+    if isinstance(dead_letter_queue := options.get("dead_letter_queue"), Queue):
+        options["dead_letter_queue"] = dead_letter_queue.name
     home = placement.home()
     existing = Queue.objects.using(home).filter(name=name).first()
     if existing is not None and not exist_ok:
@@ -214,29 +222,31 @@ def add_partition(name: str, db: str) -> Queue:
     """Spread queue ``name`` over database ``db`` too; it takes new messages at once (and
     keys hash over one more partition from then on)."""
     directory = _directory(name)
-    if db in directory.partitions:
+    active = active_partitions(directory)
+    if db in active:
         return directory
-    _checked(name, [*directory.partitions, db])
-    source = get_queue_on(name, directory.partitions[0])
+    _checked(name, [*active, db])
+    source = get_queue_on(name, active[0])
     options = {f.name: getattr(source, f.name) for f in Queue._meta.concrete_fields
                if f.editable and f.name not in {"id", "name", "dead_letter_queue"}}
-    if source.dead_letter_queue_id is not None:  # partitioned over the same databases
+    if source.dead_letter_queue is not None:  # partitioned over the same databases
         options["dead_letter_queue"] = source.dead_letter_queue.name
     create_queue(name, exist_ok=True, database=db, partition=True, **options)
     return _change(name, lambda active, draining: (
-        [*active, db], [d for d in draining if d != db]))
+        [*active, db], _without(draining, db)))
 
 
 def remove_partition(name: str, db: str) -> Queue:
     """Send queue ``name`` nothing more on database ``db``; its messages there are still
     served, and the reaper drops it from the layout once it is empty."""
     directory = _directory(name)
-    if db not in directory.partitions:
+    active = active_partitions(directory)
+    if db not in active:
         return directory
-    if len(directory.partitions) == 1:
+    if len(active) == 1:
         raise ConfigurationError(f"Queue {name!r} keeps at least one partition.")
     return _change(name, lambda active, draining: (
-        [d for d in active if d != db], [*draining, db]))
+        _without(active, db), [*draining, db]))
 
 
 def drop_drained() -> int:
@@ -256,17 +266,24 @@ def drop_drained() -> int:
                     raise
                 continue
             if not pending:
-                _change(directory.name, lambda active, draining, db=db: (
-                    active, [d for d in draining if d != db]))
+                _change(directory.name, functools.partial(_without_draining, db))
                 dropped += 1
     return dropped
 
 
 def _directory(name: str) -> Queue:
     directory = get_queue(name, fresh=True)
-    if directory.partitions is None:
-        raise ConfigurationError(f"Queue {name!r} is not partitioned.")
+    active_partitions(directory)  # raises for a queue that is not partitioned
     return directory
+
+
+def _without(databases: list[str], db: str) -> list[str]:
+    return [d for d in databases if d != db]
+
+
+def _without_draining(db: str, active: list[str], draining: list[str],
+                      ) -> tuple[list[str], list[str]]:
+    return active, _without(draining, db)
 
 
 def _change(name: str, change: Callable[[list[str], list[str]],
@@ -274,7 +291,7 @@ def _change(name: str, change: Callable[[list[str], list[str]],
     home = placement.home()
     with transaction.atomic(using=home):
         directory = Queue.objects.using(home).select_for_update().get(name=name)
-        active, draining = change(list(directory.partitions), list(
+        active, draining = change(active_partitions(directory), list(
             directory.draining_partitions or []))
         directory.partitions, directory.draining_partitions = active, draining
         directory.save(using=home, update_fields=["partitions", "draining_partitions"])
