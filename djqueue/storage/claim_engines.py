@@ -23,7 +23,7 @@ one engine per database, behind one interface).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q, QuerySet
@@ -39,7 +39,7 @@ from djqueue.storage.statements.claim_statements import (
 T = TypeVar("T", bound=QuerySet)
 
 
-class Stamp(Protocol):
+class Stamp(NamedTuple):
     """What a claim writes on each row: owner, lease token, lease end, claim time."""
 
     owner: str

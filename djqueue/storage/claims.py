@@ -21,7 +21,7 @@ from djqueue import signals
 from djqueue.models import Body, Event, Message, Queue, State
 from djqueue.rates import LimitWait
 from djqueue.storage import dialects, fastpath, trace
-from djqueue.storage.claim_engines import ROW_LOCKING, ClaimEngine, engine_for
+from djqueue.storage.claim_engines import ROW_LOCKING, ClaimEngine, Stamp, engine_for
 from djqueue.storage.claim_limits import claim_limited
 from djqueue.storage.claim_resume import ResumePoint, resume_points
 from djqueue.storage.statements.claim_statements import lock_ready, lock_ready_after, stamp_claimed
@@ -116,8 +116,8 @@ class _ClaimEnd(NamedTuple):
 
 
 def _stamp(queue: Queue, owner: str, token: str, now: datetime,
-           visibility_timeout: float | None) -> _Stamp:
-    return _Stamp(owner, token, now + timedelta(
+           visibility_timeout: float | None) -> Stamp:
+    return Stamp(owner, token, now + timedelta(
         seconds=visibility_timeout or queue.lease_seconds()), now)
 
 
@@ -146,7 +146,7 @@ def _claim_queue(db: str, queue: Queue, want: int, *, engine: ClaimEngine, owner
     return rows
 
 
-def _claim_resuming(db: str, queue: Queue, want: int, stamp: _Stamp,
+def _claim_resuming(db: str, queue: Queue, want: int, stamp: Stamp,
                     ends: list[_ClaimEnd]) -> list[Message]:
     """Lock and stamp the next ``want`` ready messages, continuing after this process's
     last full claim of the queue where that is allowed (see claim_resume)."""
@@ -165,13 +165,6 @@ def _claim_resuming(db: str, queue: Queue, want: int, stamp: _Stamp,
         stamp_claimed(db, [m.pk for m in rows], owner=stamp.owner, token=stamp.token,
                       lease_end=stamp.lease_end, now=stamp.now)
     return rows
-
-
-class _Stamp(NamedTuple):
-    owner: str
-    token: str
-    lease_end: datetime
-    now: datetime
 
 
 def attach_bodies(db: str, messages: Sequence[Message]) -> None:

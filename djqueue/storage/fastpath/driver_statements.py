@@ -65,7 +65,7 @@ def insert_written_out(conn: BaseDatabaseWrapper, sql: str) -> int:
     with conn.wrap_database_errors:
         try:
             driver.query(sql.encode(driver.encoding))
-        except conn.Database.OperationalError as exc:
+        except _driver_module(conn).OperationalError as exc:
             # As the MySQL backend's cursor does: these codes are integrity errors.
             from django.db.backends.mysql.base import (
                 CursorWrapper,
@@ -78,7 +78,7 @@ def insert_written_out(conn: BaseDatabaseWrapper, sql: str) -> int:
 
 
 @async_unsafe
-def insert_returning_id(conn: BaseDatabaseWrapper, sql: str, params: Sequence[object]) -> int:
+def insert_returning_id(conn: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -> int:
     """Run a one-row ``INSERT … RETURNING id`` on PostgreSQL with ``params`` bound by
     the server, and return the new row's id.
 
@@ -103,7 +103,7 @@ def insert_returning_id(conn: BaseDatabaseWrapper, sql: str, params: Sequence[ob
 
 
 @async_unsafe
-def select_rows(conn: BaseDatabaseWrapper, sql: str, params: Sequence[object]) -> list[tuple]:
+def select_rows(conn: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -> list[tuple]:
     """Run a short read written by djqueue (``%s`` parameters) and return its rows as
     the driver gives them.
 
@@ -142,15 +142,21 @@ def _driver_cursor(conn: BaseDatabaseWrapper) -> Any:
     (one shared between threads gets a new cursor each time)."""
     driver = conn.connection
     if conn.allow_thread_sharing:
-        return conn.Database.Cursor(driver)
+        return _driver_module(conn).Cursor(driver)
     kept = conn.__dict__.get("_djqueue_driver_cursor")
     if kept is None or kept[0] is not driver or kept[1].closed:
-        kept = conn.__dict__["_djqueue_driver_cursor"] = (driver, conn.Database.Cursor(driver))
+        kept = conn.__dict__["_djqueue_driver_cursor"] = (driver, _driver_module(conn).Cursor(driver))
     return kept[1]
 
 
+def _driver_module(conn: BaseDatabaseWrapper) -> Any:
+    """The driver's DB-API module: every backend's ``Database``, which the base class
+    does not declare."""
+    return conn.Database  # type: ignore[attr-defined]
+
+
 @async_unsafe
-def insert_lastrowid(conn: BaseDatabaseWrapper, sql: str, params: Sequence[object]) -> int:
+def insert_lastrowid(conn: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -> int:
     """Run a one-row INSERT on SQLite with ``params`` and return the new row's id.
 
     Why: a plain send is one such statement, and on SQLite, where the insert itself

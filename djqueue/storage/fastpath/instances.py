@@ -118,7 +118,9 @@ def related_cacher(model: type[models.Model], field_name: str) -> Callable[[Any,
     database router, per message. Plain path: the assignment."""
     if not verified.enabled:
         return lambda instance, value: setattr(instance, field_name, value)
-    return model._meta.get_field(field_name).set_cached_value
+    field = model._meta.get_field(field_name)
+    assert isinstance(field, models.ForeignKey), f"{field_name} is not a foreign key"
+    return field.set_cached_value
 
 
 def frozen_dataclass(cls: type, values: dict[str, object]) -> Any:
@@ -128,7 +130,7 @@ def frozen_dataclass(cls: type, values: dict[str, object]) -> Any:
     Why: TaskResult's ``__post_init__`` normalises args and kwargs, a tenth of a
     task's time in a worker for two results a run, and changes nothing for
     values decoded from JSON. Plain path (the caller's): the constructor."""
-    instance = object.__new__(cls)
+    instance: Any = object.__new__(cls)
     for name, value in values.items():
         object.__setattr__(instance, name, value)
     return instance
