@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -146,9 +147,9 @@ def _send_partitioned(queue: Queue, payloads: list[Any], keys: list[Any], *,
     for indexes in parts.values():
         batch_keys = [keys[i] for i in indexes]
         messages = partitions.send_to_partition(
-            queue, batch_keys[0], lambda row, indexes=indexes, batch_keys=batch_keys:
-            send_batch(row, [payloads[i] for i in indexes], group_keys=batch_keys,
-                       block=block, timeout=timeout, **options),
+            queue, batch_keys[0], functools.partial(
+                send_batch, payloads=[payloads[i] for i in indexes], group_keys=batch_keys,
+                block=block, timeout=timeout, **options),
             block=block, timeout=timeout)
         for index, message in zip(indexes, messages, strict=True):
             sent[index] = message
@@ -167,7 +168,7 @@ def _insert(queue: Queue, messages: list[Message], *, dedup_key: str | None = No
     states = [m.state for m in messages]
     retried = False
 
-    def inserting() -> Message | None:
+    def inserting() -> Message | History | None:
         nonlocal retried
         if retried:  # a deadlock victim: start again from the built messages
             for message, state in zip(messages, states, strict=True):

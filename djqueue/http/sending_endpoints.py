@@ -33,7 +33,7 @@ async def send_messages(request: HttpRequest, queue: str) -> HttpResponse:
         if "messages" not in body:
             bodies.check_fields(body, SEND_FIELDS)
             sent = send(q, _payload(body), **_send_options(body))
-            return {"id": sent.pk, "duplicate": bool(getattr(sent, "duplicate", False))}
+            return {"id": sent.pk, "duplicate": sent.duplicate}
         bodies.check_fields(body, {"messages"})
         entries = bodies.listed(body, "messages", longest=get_settings().HTTP_MAX_BATCH)
         return _send_many(q, entries)
@@ -82,7 +82,7 @@ def _send_many(queue: Queue, entries: list[Any]) -> dict[str, Any]:
             if "dedup_key" in entry:
                 sent = send(queue, entry["payload"], **_send_options(entry))
                 ids.append(sent.pk)
-                if getattr(sent, "duplicate", False):
+                if sent.duplicate:
                     duplicates.append(sent.pk)
             else:
                 run.append(entry)

@@ -32,6 +32,10 @@ class History(models.Model):
     claimed_at = models.DateTimeField(null=True)
     finished_at = models.DateTimeField()
 
+    #: True on the finished message a send returned instead of a new one, its dedup key
+    #: being taken (djqueue.api.sending.send); not stored.
+    duplicate = False
+
     class Meta:
         verbose_name = "finished message"
         verbose_name_plural = "history"

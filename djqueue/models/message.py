@@ -116,6 +116,10 @@ class Message(models.Model):
 
     objects = MessageQuerySet.as_manager()
 
+    #: True on the message a send returned instead of a new one, its dedup key being
+    #: taken (djqueue.api.sending.send); not stored.
+    duplicate = False
+
     class Meta:
         permissions = [
             ("retry_message", "Can retry scheduled messages now"),

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -199,9 +200,10 @@ class QueueBackend(BaseTaskBackend):
             message = send(queue, payload, delay=task.run_after, priority=task.priority,
                            dedup_key=key, group_key=group_key,
                            expires=getattr(task, "expires", None))
-            if getattr(message, "duplicate", False):  # a pending run with this unique key
+            if message.duplicate:  # a pending run with this unique key
                 return self.get_result(record_id(message) if isinstance(message, Message)
                                        else str(message.pk))
+            assert isinstance(message, Message), "a send that is no duplicate is a new message"
             if "result_id" in payload:
                 record_from_message(message).save(using=db, force_insert=True)
         result = to_task_result(record_from_message(message), task)
@@ -239,9 +241,9 @@ class QueueBackend(BaseTaskBackend):
 
     @staticmethod
     def retry_delay(task: Task, runs: int, message: Message,
-                    exc: BaseException) -> float | None:
-        """Seconds before the retry of a task's failed run number ``runs``: a RetryAfter's
-        delay, else its own ``backoff`` step lengthened by its queue's jitter, else None
+                    exc: BaseException) -> float | timedelta | None:
+        """Seconds (or a timedelta) before the retry of a task's failed run number ``runs``:
+        a RetryAfter's delay, else its own ``backoff`` step lengthened by its queue's jitter, else None
         (the queue's backoff)."""
         if isinstance(exc, RetryAfter):
             return exc.delay
