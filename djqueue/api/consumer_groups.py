@@ -189,11 +189,10 @@ def group_lag(topic: str | Topic, group: str) -> list[Lag]:
     cg = get_group(topic, group)
     db = dialects.alias()
     subs = list(cg.subscriptions.using(db).order_by("consumer").values_list("consumer", "queue_id"))
-    stats = {row["queue_id"]: row for row in Message.objects.using(db)
+    stats = {row["queue_id"]: (row["n"], row["oldest"]) for row in Message.objects.using(db)
              .filter(queue_id__in=[q for _, q in subs], state__in=PENDING_STATES)
              .values("queue_id").annotate(n=Count("pk"), oldest=Min("sent_at"))}
-    return [Lag(consumer, stats.get(q, {}).get("n", 0), stats.get(q, {}).get("oldest"))
-            for consumer, q in subs]
+    return [Lag(consumer, *stats.get(q, (0, None))) for consumer, q in subs]
 
 
 

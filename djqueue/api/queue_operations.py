@@ -182,7 +182,8 @@ def get_message(message_id: int, *, queue: QueueRef | None = None) -> Message | 
     ``queue`` as for :func:`retry_now`."""
     if isinstance(message_id, bool) or not isinstance(message_id, int):
         raise InvalidMessage(f"get_message() takes a message id, not {message_id!r}.")
-    return _without_lease(_messages(queue)[1].filter(pk=message_id).first())
+    found = _messages(queue)[1].filter(pk=message_id).first()
+    return None if found is None else _without_lease(found)
 
 
 def peek(queue: QueueRef | None = None, *, state: State | None = None,
@@ -210,9 +211,8 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
     return [_without_lease(m) for m in query[:limit]]
 
 
-def _without_lease(message: Message | None) -> Message | None:
-    if message is not None:
-        message.lease_token = ""
+def _without_lease(message: Message) -> Message:
+    message.lease_token = ""
     return message
 
 
@@ -228,7 +228,7 @@ def delete(message: Message | int, *, only_unclaimed: bool = False,
         raise InvalidMessage(f"delete() takes a Message or a message id, not {message!r}.")
     if isinstance(message, Message):
         db = placement.database_of(message)
-        messages = Message.objects.using(db).all()
+        messages: QuerySet[Message] = Message.objects.using(db).all()
     else:
         db, messages = _messages(queue)
     with transaction.atomic(using=db):

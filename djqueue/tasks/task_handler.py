@@ -113,12 +113,12 @@ def in_claim_transaction(db: str, acks: Sequence[Message], acked: Sequence[Messa
         done = [entry for entry in map(_carried.get, [m.id for m in acked]) if entry is not None]
     task_record_copy.copy_records(db, [f.copied for f in done if f.copied is not None],
                                   FINISHED_FIELDS)
-    written = [f for f in done if f.copied is None]
+    written = [(f.record, f.row) for f in done if f.record is not None]
     for start in range(0, len(written), task_record_copy.CHUNK):
         chunk = written[start:start + task_record_copy.CHUNK]
-        rendered = [f.row for f in chunk]
-        message_inserts.upsert(db, [f.record for f in chunk], FINISHED_FIELDS,
-                    rendered=None if None in rendered else rendered)
+        rows = [row for _, row in chunk if row is not None]
+        message_inserts.upsert(db, [record for record, _ in chunk], FINISHED_FIELDS,
+                               rendered=rows if len(rows) == len(chunk) else None)
     steps = [f.step for f in done if f.step is not None]
     if steps:  # the workflow join, in the transaction that acks the steps' messages
         workflow_joins.settle(db, steps)
@@ -276,6 +276,7 @@ def _finish(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, bat
     finish(record, status, save=False, **outcome)
     step = None if ref is None else workflow_joins.settled_from(message.pk, ref, record)
     if task_record_copy.copies(conn, message, record):
+        assert record.finished_at is not None, "finish() stamps it"
         entry = Finished(copied=task_record_copy.RunEnd(
             message.pk, record.finished_at, record.return_value), step=step)
     else:

@@ -54,13 +54,13 @@ class BatchWindows:
     def __bool__(self) -> bool:
         return bool(self.windows)
 
-    def add(self, runs: list[Message | list[Message]]) -> list[Message | list[Message]]:
+    def add(self, runs: Sequence[Message | list[Message]]) -> list[Message | list[Message]]:
         """The runs of a claim that go to the handler threads now; the lists of a queue
         with a window join its open list, which goes once full."""
         ready: list[Message | list[Message]] = []
         for run in runs:
-            window = self.windows.get(run[0].queue.name) if isinstance(run, list) else None
-            if window is None:
+            if not isinstance(run, list) or (
+                    window := self.windows.get(run[0].queue.name)) is None:
                 ready.append(run)
                 continue
             batch, wait = window

@@ -15,6 +15,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import cast
 
 from django.db import DatabaseError
 
@@ -66,8 +68,10 @@ class Worker(ProcessBase):
         self._calls = HandlerCalls(self.id, self.handlers, self._prefetch)
         self._windows = BatchWindows(batch_windows(self.handlers, self.queues,
                                                    options.visibility_timeout))
-        # A run is one message, or a list of them for a batch handler (HandlerCalls.runs).
-        execute = self._calls.run if self._calls.batches else self._calls.execute
+        # A run is one message, or a list of them for a batch handler (HandlerCalls.runs);
+        # with no batch handler every run is one message, called without a type test.
+        execute = self._calls.run if self._calls.batches else cast(
+            "Callable[[Message | list[Message]], Done | list[Done]]", self._calls.execute)
         self._threads: HandlerThreads[Message | list[Message], Done | list[Done]] = (
             HandlerThreads(execute, self._deliver, size=options.concurrency,
                            time_limit=options.time_limit,
