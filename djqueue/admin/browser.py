@@ -5,6 +5,7 @@ actions."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -46,7 +47,7 @@ class TextFilter(admin.ListFilter):
     def expected_parameters(self) -> list[str | None]:
         return [self.parameter_name]
 
-    def choices(self, changelist: Any):
+    def choices(self, changelist: Any) -> Iterator[dict[str, Any]]:
         others = [(k, v) for k, v in changelist.get_filters_params().items()
                   if k != self.parameter_name]
         yield {"value": self.value, "name": self.parameter_name, "placeholder": self.placeholder,
@@ -88,7 +89,8 @@ class AgeFilter(admin.SimpleListFilter):
     AGES = {"60": "older than a minute", "3600": "older than an hour",
             "86400": "older than a day"}
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin):
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin,
+                ) -> list[tuple[str, str]]:
         return list(self.AGES.items())
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:

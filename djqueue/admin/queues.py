@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -23,7 +24,7 @@ from djqueue.storage import placement
 from djqueue.worker import registry
 
 
-def queue_action(op: QueueOperation):
+def queue_action(op: QueueOperation) -> Callable[..., TemplateResponse | None]:
     """An admin action running ``op`` on each selected queue, after a confirmation
     page when the operation is destructive."""
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Min
+from django.db.models import Count, Min, QuerySet
 from django.utils import timezone
 
 from djqueue.api.topics import (
@@ -146,7 +146,7 @@ def reset_group(topic: str | Topic, group: str, *, to: datetime | int) -> int:
     return made
 
 
-def _replay(sub: Subscription, bodies_query) -> int:
+def _replay(sub: Subscription, bodies_query: QuerySet[Body]) -> int:
     db = dialects.alias()
     queue = get_queue_by_id(sub.queue_id)
     while True:

@@ -166,7 +166,7 @@ def _check_ids(ids: object) -> list[int]:
     return list(ids)
 
 
-def _lock_ids(query, limit: int) -> list[int]:
+def _lock_ids(query: QuerySet[Message], limit: int) -> list[int]:
     """Ids of up to ``limit`` rows of ``query``, locked, skipping rows others hold.
 
     Why by id: deleting and updating by primary key keeps MySQL's locks to the

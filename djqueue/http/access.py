@@ -34,7 +34,10 @@ from importlib import import_module
 
 from django.conf import settings
 from django.contrib.auth import get_user
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
+from django.http import HttpRequest
 from django.utils import timezone
 
 from djqueue.models import ApiClient, ApiGrant, ApiPermission, ApiToken
@@ -160,7 +163,8 @@ def grant(client: ApiClient, pattern: str, permission: ApiPermission) -> ApiGran
 _last_used: dict[int, float] = {}
 
 
-def authenticate(authorization: str, user=None) -> Caller:
+def authenticate(authorization: str,
+                 user: AbstractBaseUser | AnonymousUser | None = None) -> Caller:
     """The caller of a request: from its ``Authorization: Bearer`` header, else from a
     signed-in ``user`` (who must hold one of USER_PERMISSIONS). Unauthenticated if
     neither is usable. Runs in a database thread."""
@@ -170,13 +174,16 @@ def authenticate(authorization: str, user=None) -> Caller:
             raise Unauthenticated("Use an 'Authorization: Bearer <token>' header.")
         return _from_token(token.strip())
     if user is not None and user.is_authenticated and user.is_active:
-        everywhere = frozenset(p for p, perm in USER_PERMISSIONS.items() if user.has_perm(perm))
+        # A user model that signs in to the admin has has_perm (PermissionsMixin's, or its
+        # own, as Django's docs ask of a custom one); AbstractBaseUser does not declare it.
+        has_perm = user.has_perm  # type: ignore[attr-defined]
+        everywhere = frozenset(p for p, perm in USER_PERMISSIONS.items() if has_perm(perm))
         if everywhere:
             return Caller(name=f"user {user.get_username()}", everywhere=everywhere)
     raise Unauthenticated("This API needs an 'Authorization: Bearer <token>' header.")
 
 
-def session_user(request):
+def session_user(request: HttpRequest) -> AbstractBaseUser | AnonymousUser | None:
     """The user signed in with the request's session cookie, if any (what
     SessionMiddleware and AuthenticationMiddleware give a request that went through
     them)."""

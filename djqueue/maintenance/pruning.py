@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from djqueue.api.topics import collect_bodies
@@ -71,7 +71,7 @@ def _prune_queue(db: str, queue: Queue, now: datetime) -> int:
         Exists(Message.objects.filter(queue_id=OuterRef("queue_id"), group_key=OuterRef("key")))))
 
 
-def _delete_in_batches(query) -> int:
+def _delete_in_batches(query: QuerySet) -> int:
     batch = get_settings().PRUNE_BATCH
     removed = 0
     while True:

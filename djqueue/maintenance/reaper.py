@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import DatabaseError, connections, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from djqueue.conf import get_settings
@@ -222,7 +222,7 @@ class Reaper(ProcessBase):
                 queue_lookup.note_error(queue_id, f"reaper: {type(exc).__name__}: {exc}")
         return total
 
-    def _drain(self, query, error: str) -> int:
+    def _drain(self, query: QuerySet[Message], error: str) -> int:
         """Return the claims of ``query``, queue by queue: an error serving one queue
         (an absurd value in its row, say) is logged and counted on the queue
         (queue_lookup.note_error), and the others are still served."""
@@ -240,7 +240,7 @@ class Reaper(ProcessBase):
         return total
 
     @staticmethod
-    def _drain_queue(query, error: str) -> int:
+    def _drain_queue(query: QuerySet[Message], error: str) -> int:
         total = 0
         while True:
             count = return_claims(query, error, RETURN_BATCH)

@@ -4,6 +4,7 @@ backlog), for one queue or all."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -57,7 +58,8 @@ def load(queue: Queue | None = None, now: datetime | None = None) -> Charts:
                   wait_p95_hour=hours[1], run_p95_hour=hours[2])
 
 
-def _by_slot(rows, slot_of, slots: int) -> tuple[list[int], list[int | None], list[int | None]]:
+def _by_slot(rows: Iterable[tuple], slot_of: Callable[[datetime], int], slots: int,
+             ) -> tuple[list[int], list[int | None], list[int | None]]:
     """Finished counts and wait/run p95 (ms) per slot, the queues' histograms merged."""
     finished = [0] * slots
     waits: list[dict] = [{} for _ in range(slots)]

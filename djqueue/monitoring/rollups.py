@@ -16,7 +16,7 @@ depth snapshots. Readers (dashboard, alarms) never count the message table.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -210,8 +210,8 @@ def _recompute(db: str, model: type[QueueStat] | type[TopicStat], owner: str, lo
                                                 fields))
 
 
-def _sum_rows(model: type[models.Model], rows: Iterable, owner: str, start_of,
-              period: str) -> list:
+def _sum_rows(model: type[models.Model], rows: Iterable, owner: str,
+              start_of: Callable[[datetime], datetime], period: str) -> list:
     merged: dict[tuple[int, datetime], models.Model] = {}
     for row in rows:
         key = (getattr(row, owner), start_of(row.start))

@@ -8,7 +8,7 @@ No check-then-insert window exists.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db.models import Q
 from django.utils import timezone
@@ -60,7 +60,7 @@ def assign(db: str, queue: Queue, key: str, message: Message) -> None:
         message_id=message.pk, created_at=now, expires_at=expires)
 
 
-def prune(db: str, now=None, batch: int = 5000) -> int:
+def prune(db: str, now: datetime | None = None, batch: int = 5000) -> int:
     """Delete keys that no longer hold: expired windows, and (without a window) keys
     whose message is no longer pending."""
     now = now or timezone.now()

@@ -9,6 +9,7 @@ handler still running, another reaper) is left to the next pass.
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from djqueue.models import Message, State
@@ -18,7 +19,7 @@ from djqueue.storage.claim_resume import ready_again
 from djqueue.storage.transitions import record_failure
 
 
-def return_claims(rows_query, error: str, limit: int) -> int:
+def return_claims(rows_query: QuerySet[Message], error: str, limit: int) -> int:
     """Lock up to ``limit`` claimed rows of ``rows_query`` and count each as a failed delivery.
 
     Used by the reaper for expired leases and for the claims of dead workers;

@@ -8,7 +8,7 @@ handed to someone else can no longer ack, fail or extend the message.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -228,7 +228,7 @@ def asked_delay(asked: Postpone | RetryAfter) -> tuple[float | None, str | None]
                       + "".join(traceback.format_exception(asked)))
 
 
-def run_and_ack(message: Message, call) -> None:
+def run_and_ack(message: Message, call: Callable[[], object]) -> None:
     """Exactly-once: run ``call`` and ack ``message`` in one transaction.
 
     The message row stays locked while ``call`` runs, so the reaper skips it

@@ -40,6 +40,7 @@ from djqueue.exceptions import InvalidMessage, QueueNotFound, RetryAfter, TaskCa
 from djqueue.models import (
     FINISHED_STATUSES,
     Message,
+    Queue,
     TaskRecord,
 )
 from djqueue.models.queue import stepped_delay, validate_backoff
@@ -223,7 +224,7 @@ class QueueBackend(BaseTaskBackend):
                 return to_task_result(record)
         raise TaskResultDoesNotExist(result_id)
 
-    def ensure_queue(self, name: str):
+    def ensure_queue(self, name: str) -> Queue:
         """The task queue ``name``, created with QUEUE_OPTIONS if missing. The limits that
         QUEUE_OPTIONS names for it are applied to an existing queue once per process,
         so a limit changed in settings holds after a deploy."""

@@ -7,7 +7,11 @@ MySQL's ``DIV`` does; each database spells both differently (djqueue.storage.dia
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BigIntegerField, F, FloatField, Func
+from django.db.models.sql.compiler import SQLCompiler
 
 from djqueue.storage.statements.vendor_sql import bit_xor_sql, int_div_sql, json_number_sql
 
@@ -21,10 +25,12 @@ class NumericHeader(Func):
         super().__init__(F("headers"))
         self.header = name
 
-    def as_sql(self, compiler, connection, **extra):
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper,
+               function: str | None = None, template: str | None = None,
+               arg_joiner: str | None = None, **extra: Any) -> tuple[str, tuple[Any, ...]]:
         column, params = compiler.compile(self.source_expressions[0])
-        template, key = json_number_sql(connection.vendor, self.header)
-        return template.format(column=column), (*params, key, key)
+        sql, key = json_number_sql(connection.vendor, self.header)
+        return sql.format(column=column), (*params, key, key)
 
 
 class IntDiv(Func):
@@ -33,7 +39,9 @@ class IntDiv(Func):
     output_field = BigIntegerField()
     arity = 2
 
-    def as_sql(self, compiler, connection, **extra):
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper,
+               function: str | None = None, template: str | None = None,
+               arg_joiner: str | None = None, **extra: Any) -> tuple[str, tuple[Any, ...]]:
         (a, a_params), (b, b_params) = (compiler.compile(e) for e in self.source_expressions)
         return int_div_sql(connection.vendor).format(a=a, b=b), (*a_params, *b_params)
 
@@ -44,6 +52,8 @@ class BitXor(Func):
     output_field = BigIntegerField()
     arity = 2
 
-    def as_sql(self, compiler, connection, **extra):
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper,
+               function: str | None = None, template: str | None = None,
+               arg_joiner: str | None = None, **extra: Any) -> tuple[str, tuple[Any, ...]]:
         (a, a_params), (b, b_params) = (compiler.compile(e) for e in self.source_expressions)
         return bit_xor_sql(connection.vendor).format(a=a, b=b), (*a_params, *b_params)
