@@ -31,19 +31,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.contrib.auth import get_user
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
-from django.http import HttpRequest
 from django.utils import timezone
 
 from djqueue.models import ApiClient, ApiGrant, ApiPermission, ApiToken
 from djqueue.models.api_access import PATTERN_RE
 from djqueue.storage import dialects
 from djqueue.storage.statements import api_statements
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
+    from django.http import HttpRequest
 
 PREFIX = "djq_"
 KEY_CHARS = 12
