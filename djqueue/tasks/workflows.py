@@ -75,16 +75,16 @@ def _step_row(position: int, step: Step,
     checked (and its queue made sure of) once per ``checked``, which an enqueue shares
     between its steps: a chord's 10,000 members are one task."""
     task: Task = step.task
+    try:  # first: arguments that cannot be sent make no queue
+        encode_payload({"args": step.args, "kwargs": step.kwargs})
+    except InvalidMessage as exc:
+        raise InvalidWorkflow(f"Step {step.name!r}: arguments must be JSON-serialisable: "
+                              f"{exc}") from None
     backend = None if checked is None else checked.get(id(task))
     if backend is None:
         backend = _checked_backend(step)
         if checked is not None:
             checked[id(task)] = backend
-    try:
-        encode_payload({"args": step.args, "kwargs": step.kwargs})
-    except InvalidMessage as exc:
-        raise InvalidWorkflow(f"Step {step.name!r}: arguments must be JSON-serialisable: "
-                              f"{exc}") from None
     return workflow_joins.new_step(
         position=position, name=step.name[:200], task_path=task.module_path,
         backend=backend.alias, queue_name=task.queue_name, priority=task.priority,
