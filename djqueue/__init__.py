@@ -7,7 +7,7 @@ be named in settings before Django is set up.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -49,6 +49,57 @@ _EXPORTS = {
     "BatchFailures": "djqueue.exceptions",
     "drain": "djqueue.worker.inline_drain",
 }
+
+if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
+    from djqueue.api.async_receiving import aconsume, areceive
+    from djqueue.api.async_sending import apublish, apublish_batch, asend, asend_batch
+    from djqueue.api.consumer_groups import (
+        group_lag,
+        group_queues,
+        register_consumer,
+        reset_group,
+        subscribe,
+        unregister_consumer,
+    )
+    from djqueue.api.message_reports import get_logs, get_progress
+    from djqueue.api.queue_operations import (
+        delete,
+        delete_batch,
+        finished,
+        get_message,
+        peek,
+        purge,
+        redrive,
+    )
+    from djqueue.api.queues import (
+        add_partition,
+        create_queue,
+        get_queue,
+        pause,
+        remove_partition,
+        resume,
+        set_limits,
+    )
+    from djqueue.api.receiving import OwnerSession, consume, receive
+    from djqueue.api.sending import send, send_batch
+    from djqueue.api.topics import create_topic, publish, publish_batch
+    from djqueue.exceptions import BatchFailures, Postpone, RetryAfter
+    from djqueue.models import Message, Queue, State
+    from djqueue.storage.handler_reports import report_progress
+    from djqueue.storage.ordered_groups import is_stale
+    from djqueue.storage.trace import message_trace
+    from djqueue.storage.transitions import ack_many
+    from djqueue.tasks.task_operations import (
+        await_for_result,
+        task_logs,
+        task_progress,
+        wait_for_result,
+    )
+    from djqueue.tasks.workflow_canvas import chain, chord, group, step, workflow
+    from djqueue.tasks.workflow_handles import get_workflow
+    from djqueue.tasks.workflows import batch
+    from djqueue.worker.inline_drain import drain
+    from djqueue.worker.registry import handler
 
 __all__ = sorted(_EXPORTS)
 
