@@ -264,3 +264,39 @@ def test_operator_adds_a_periodic_schedule_and_runs_it_now(ops_page, live_server
                "the worker to run the task")
     assert tasks.add.get_result(result_id).return_value == 5
     page.screenshot(path=ARTIFACTS / "periodic-3-run-now.png", full_page=True)
+
+
+def _rgb(hex_colour: str) -> str:
+    red, green, blue = (int(hex_colour.lstrip("#")[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgb({red}, {green}, {blue})"
+
+
+def _contrast(a: str, b: str) -> float:
+    """WCAG 2's contrast ratio of two ``rgb(r, g, b)`` colours."""
+    def luminance(colour: str) -> float:
+        channels = [int(c) / 255 for c in colour[4:-1].split(",")]
+        linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_the_breadcrumbs_wear_the_themes_colours_and_read_clearly(ops_page, live_server):
+    """On Django 6 the breadcrumbs are an ``ol``, which the theme does not colour; the
+    demo's admin/base_site.html gives it the theme's module colours, as the theme gives
+    Django 5.2's ``div``."""
+    from admin_interface.models import Theme
+
+    theme = Theme.objects.get(active=True)
+    page = ops_page
+    for path in ("/admin/djqueue/queue/", "/admin/djqueue/dashboard/"):
+        page.goto(f"{live_server.url}{path}")
+        bar, link = page.locator(".breadcrumbs"), page.locator(".breadcrumbs a").first
+        background = bar.evaluate("e => getComputedStyle(e).backgroundColor")
+        link_colour = link.evaluate("e => getComputedStyle(e).color")
+        assert (background, link_colour) == (
+            _rgb(theme.css_module_background_color), _rgb(theme.css_module_link_color)), path
+        assert _contrast(background, link_colour) >= 4.5, (path, background, link_colour)
+    page.screenshot(path=ARTIFACTS / "breadcrumbs.png", clip={"x": 0, "y": 0, "width": 1400,
+                                                             "height": 160})
