@@ -222,11 +222,11 @@ def add_partition(name: str, db: str) -> Queue:
     """Spread queue ``name`` over database ``db`` too; it takes new messages at once (and
     keys hash over one more partition from then on)."""
     directory = _directory(name)
-    active = active_partitions(directory)
-    if db in active:
+    current = active_partitions(directory)
+    if db in current:
         return directory
-    _checked(name, [*active, db])
-    source = get_queue_on(name, active[0])
+    _checked(name, [*current, db])
+    source = get_queue_on(name, current[0])
     options = {f.name: getattr(source, f.name) for f in Queue._meta.concrete_fields
                if f.editable and f.name not in {"id", "name", "dead_letter_queue"}}
     if source.dead_letter_queue is not None:  # partitioned over the same databases
@@ -240,10 +240,10 @@ def remove_partition(name: str, db: str) -> Queue:
     """Send queue ``name`` nothing more on database ``db``; its messages there are still
     served, and the reaper drops it from the layout once it is empty."""
     directory = _directory(name)
-    active = active_partitions(directory)
-    if db not in active:
+    current = active_partitions(directory)
+    if db not in current:
         return directory
-    if len(active) == 1:
+    if len(current) == 1:
         raise ConfigurationError(f"Queue {name!r} keeps at least one partition.")
     return _change(name, lambda active, draining: (
         _without(active, db), [*draining, db]))
