@@ -10,8 +10,7 @@ from django.db import transaction
 
 from djqueue.exceptions import ConfigurationError
 from djqueue.models import MessageGroup, Queue, QueueLimiter
-from djqueue.storage import ordered_groups, placement, queue_lookup
-from djqueue.storage import partitions as partition_layout
+from djqueue.storage import ordered_groups, partition_layout, partitions, placement, queue_lookup
 from djqueue.storage.queue_lookup import QueueRef, get_queue
 
 __all__ = ["LIMIT_FIELDS", "add_partition", "create_queue", "get_queue", "limits_changed",
@@ -59,7 +58,7 @@ def _rows(queue: Queue) -> list[Queue]:
     """A queue's rows: its own, and each partition's."""
     if queue.partitions is None:
         return [queue]
-    return [queue, *(queue_lookup.get_queue_on(queue.name, db) for db in partition_layout.served(queue)
+    return [queue, *(queue_lookup.get_queue_on(queue.name, db) for db in partitions.served(queue)
                      if db != placement.database_of(queue))]
 
 

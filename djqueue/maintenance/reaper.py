@@ -34,6 +34,7 @@ from djqueue.storage import (
     dialects,
     expiry,
     ordered_groups,
+    partition_layout,
     partitions,
     placement,
     queue_lookup,
@@ -131,7 +132,7 @@ class Reaper(ProcessBase):
                         connections[db].close()
         if self.scheduler is not None:  # its rows are on the home database
             report.periodic = self._step("periodic tasks", self.scheduler.tick)
-        self._step("drained partitions", partitions.drop_drained)
+        self._step("drained partitions", partition_layout.drop_drained)
         return report
 
     def _reap_database(self, db: str, stats_due: bool, vacuum_due: bool,

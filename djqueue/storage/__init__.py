@@ -16,7 +16,9 @@ lookup, payload encoding, the hand-written statements of the hot path
 (``statements/``), and every use of Django's or a driver's private internals
 (``fastpath``, quarantined there with a plain path each), and a process's
 presence (``registration``: its row in ``djqueue_worker``, session locks and
-heartbeat, shared by workers, API servers and waiting receives).
+heartbeat, shared by workers, API servers and waiting receives), where each queue
+lives (``placement``), and partitioned queues (``partitions``: sends and claims over
+their partitions; ``partition_layout``: creating them and changing their layout).
 
 May import: djqueue.models and the modules below them (conf, exceptions,
 signals, polling, types, histograms). Never api, processes, worker,

@@ -27,8 +27,8 @@ new partition each claim: a worker's claim also acks its last batch, in one
 transaction on one database; staying on a partition for a moment keeps the two
 together (a new start every claim made each claim two transactions).
 
-The layout changes at run time (:func:`add_partition`, :func:`remove_partition`)
-and every process sees it within QUEUE_CACHE_TTL. A new partition takes new
+The layout changes at run time (djqueue.storage.partition_layout) and every process
+sees it within QUEUE_CACHE_TTL. A new partition takes new
 messages at once. A removed one takes none and is served until empty; then the
 reaper takes it off the list.
 """
@@ -36,7 +36,6 @@ reaper takes it off the list.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import logging
 import os
@@ -46,12 +45,11 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from djqueue.exceptions import ConfigurationError, PartitionUnavailable, QueueNotFound
-from djqueue.models import Message, Queue, State
-from djqueue.storage import placement
-from djqueue.storage.queue_lookup import create_queue, forget, get_queue, get_queue_on
+from djqueue.models import Queue
+from djqueue.storage.queue_lookup import get_queue_on
 
 logger = logging.getLogger("djqueue")
 T = TypeVar("T")
@@ -189,125 +187,3 @@ def expand(queues: Sequence[Queue]) -> list[Queue]:
                     raise
                 mark_down(db, exc)
     return found
-
-
-# The layout
-
-def create_partitioned(name: str, databases: Sequence[str], *, exist_ok: bool = False,
-                       **options: object) -> Queue:
-    """Create queue ``name`` partitioned over ``databases``: its directory row on the home
-    database and its row, with ``options``, on each partition."""
-    databases = _checked(name, databases)
-    if isinstance(dead_letter_queue := options.get("dead_letter_queue"), Queue):
-        options["dead_letter_queue"] = dead_letter_queue.name
-    home = placement.home()
-    existing = Queue.objects.using(home).filter(name=name).first()
-    if existing is not None and not exist_ok:
-        raise ConfigurationError(f"Invalid queue {name!r}: a queue of this name already "
-                                 f"exists (on database {home!r}).")
-    if existing is not None and existing.partitions is None:
-        raise ConfigurationError(f"Queue {name!r} exists and is not partitioned.")
-    for db in databases:
-        if db != home:
-            create_queue(name, exist_ok=True, database=db, partition=True, **options)
-    if existing is None:
-        existing = create_queue(name, exist_ok=True, database=home, partition=True, **options)
-        Queue.objects.using(home).filter(pk=existing.pk).update(partitions=databases)
-        existing.partitions = databases
-    forget(name)
-    return existing
-
-
-def add_partition(name: str, db: str) -> Queue:
-    """Spread queue ``name`` over database ``db`` too; it takes new messages at once (and
-    keys hash over one more partition from then on)."""
-    directory = _directory(name)
-    current = active_partitions(directory)
-    if db in current:
-        return directory
-    _checked(name, [*current, db])
-    source = get_queue_on(name, current[0])
-    options = {f.name: getattr(source, f.name) for f in Queue._meta.concrete_fields
-               if f.editable and f.name not in {"id", "name", "dead_letter_queue"}}
-    if source.dead_letter_queue is not None:  # partitioned over the same databases
-        options["dead_letter_queue"] = source.dead_letter_queue.name
-    create_queue(name, exist_ok=True, database=db, partition=True, **options)
-    return _change(name, lambda active, draining: (
-        [*active, db], _without(draining, db)))
-
-
-def remove_partition(name: str, db: str) -> Queue:
-    """Send queue ``name`` nothing more on database ``db``; its messages there are still
-    served, and the reaper drops it from the layout once it is empty."""
-    directory = _directory(name)
-    current = active_partitions(directory)
-    if db not in current:
-        return directory
-    if len(current) == 1:
-        raise ConfigurationError(f"Queue {name!r} keeps at least one partition.")
-    return _change(name, lambda active, draining: (
-        _without(active, db), [*draining, db]))
-
-
-def drop_drained() -> int:
-    """The reaper's step: take every emptied draining partition off its queue's layout."""
-    dropped = 0
-    home = placement.home()
-    for directory in Queue.objects.using(home).exclude(draining_partitions=[]).filter(
-            partitions__isnull=False):
-        for db in list(directory.draining_partitions):
-            try:
-                row = get_queue_on(directory.name, db)
-                pending = Message.objects.using(db).filter(
-                    queue=row, state__in=[State.READY, State.SCHEDULED, State.CLAIMED,
-                                          State.WAITING]).exists()
-            except DatabaseError as exc:
-                if not unreachable(exc):
-                    raise
-                continue
-            if not pending:
-                _change(directory.name, functools.partial(_without_draining, db))
-                dropped += 1
-    return dropped
-
-
-def _directory(name: str) -> Queue:
-    directory = get_queue(name, fresh=True)
-    active_partitions(directory)  # raises for a queue that is not partitioned
-    return directory
-
-
-def _without(databases: list[str], db: str) -> list[str]:
-    return [d for d in databases if d != db]
-
-
-def _without_draining(db: str, active: list[str], draining: list[str],
-                      ) -> tuple[list[str], list[str]]:
-    return active, _without(draining, db)
-
-
-def _change(name: str, change: Callable[[list[str], list[str]],
-                                          tuple[list[str], list[str]]]) -> Queue:
-    home = placement.home()
-    with transaction.atomic(using=home):
-        directory = Queue.objects.using(home).select_for_update().get(name=name)
-        active, draining = change(active_partitions(directory), list(
-            directory.draining_partitions or []))
-        directory.partitions, directory.draining_partitions = active, draining
-        directory.save(using=home, update_fields=["partitions", "draining_partitions"])
-    forget(name)
-    return directory
-
-
-def _checked(name: str, databases: Sequence[str]) -> list[str]:
-    databases = list(databases)
-    if len(databases) < 1 or len(set(databases)) != len(databases) or not all(
-            isinstance(db, str) for db in databases):
-        raise ConfigurationError(f"Queue {name!r}: partitions are different database "
-                                 f"aliases, got {databases!r}.")
-    unknown = [db for db in databases if db not in placement.databases()]
-    if unknown:
-        raise ConfigurationError(
-            f"Queue {name!r}: {', '.join(unknown)} is not a database djqueue keeps queues on "
-            f"({', '.join(placement.databases())}); name it in DJQUEUE['QUEUE_DATABASES'].")
-    return databases

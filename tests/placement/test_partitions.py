@@ -14,7 +14,7 @@ import djqueue
 from djqueue.exceptions import ConfigurationError, PartitionUnavailable
 from djqueue.models import History, Message, Queue, State, Worker
 from djqueue.monitoring import queue_listing
-from djqueue.storage import partitions
+from djqueue.storage import partition_layout, partitions
 from tests.conftest import wait_until
 from tests.models import Effect
 from tests.placement.conftest import PLACED_ENV, PLACEMENT_DATABASES
@@ -112,11 +112,11 @@ def test_a_partition_added_takes_new_messages_and_a_removed_one_drains_first():
     for n in range(10):
         djqueue.send("parted.d", {"n": n})
     assert per_partition("parted.d")["p2"] == left_on_p2, "a draining partition took more"
-    assert partitions.drop_drained() == 0  # p2 still holds messages
+    assert partition_layout.drop_drained() == 0  # p2 still holds messages
     while batch := djqueue.receive("parted.d", max_messages=10):
         for message in batch:
             message.ack()
-    assert partitions.drop_drained() == 1
+    assert partition_layout.drop_drained() == 1
     assert djqueue.get_queue("parted.d", fresh=True).draining_partitions == []
     with pytest.raises(ConfigurationError, match="not a database djqueue keeps"):
         djqueue.add_partition("parted.d", "nowhere")
