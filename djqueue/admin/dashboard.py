@@ -103,7 +103,7 @@ class DashboardAdmin(admin.ModelAdmin):
 def _replica(alias: str) -> dict[str, object]:
     """The read replica the page was read from, and how far behind its primary it is."""
     try:
-        lag = dialects.replica_lag(alias)
+        lag = placement.replica_lag(alias)
     except DatabaseError:
         lag = None
     return {"alias": alias, "lag": lag}

@@ -27,7 +27,7 @@ from djqueue.export import jdbc, reports
 from djqueue.export.hadoop_files import HadoopFiles
 from djqueue.export.reports import id_bounds
 from djqueue.models import ExportRun, History, Message, Queue, State
-from djqueue.storage import dialects, placement
+from djqueue.storage import placement
 
 logger = logging.getLogger("djqueue.export")
 
@@ -115,7 +115,7 @@ class Exporter:
                 continue
             # What the replica has not replayed yet is left out: the window ends as far
             # back as it lags (an incremental run's watermark must not pass rows it lacks).
-            lag = dialects.replica_lag(read)
+            lag = placement.replica_lag(read)
             if lag is None:
                 raise ConfigurationError(
                     f"The read replica {read!r} is not replicating, so the export cannot "

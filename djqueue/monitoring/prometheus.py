@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from djqueue import histograms
 from djqueue.models import Period, Queue, QueueLimiter, QueueStat, StatsCursor, Worker
-from djqueue.storage import dialects, placement
+from djqueue.storage import placement
 
 #: The queries one collection runs on each database, whatever the backlog (a test holds
 #: it to this).
@@ -111,7 +111,7 @@ class DjqueueCollector:
                 "(absent while it is not replicating).", labels=["database", "replica"])
             for db, replica in replicas.items():
                 try:
-                    behind = dialects.replica_lag(replica)
+                    behind = placement.replica_lag(replica)
                 except DatabaseError:
                     behind = None
                 if behind is not None:

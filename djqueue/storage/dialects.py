@@ -129,33 +129,6 @@ def short_transaction(db: str) -> Iterator[None]:
         yield
 
 
-def replica_lag(db: str) -> float | None:
-    """Seconds database ``db`` (a read replica) is behind its primary; None when it is not
-    replicating (stopped, broken, or not a replica), or the vendor cannot tell.
-
-    Why per vendor: MariaDB/MySQL report it in ``SHOW SLAVE STATUS``
-    (``Seconds_Behind_Master``, NULL while its threads are stopped); PostgreSQL gives the
-    time of the last transaction replayed, and the lag is now minus that (an idle
-    primary makes it grow; ``pg_last_xact_replay_timestamp`` is NULL on a primary).
-    """
-    conn = connections[db]
-    with conn.cursor() as cursor:
-        if conn.vendor == "mysql":
-            cursor.execute("SHOW SLAVE STATUS")
-            row = cursor.fetchone()
-            if row is None:
-                return None
-            names = [c[0] for c in cursor.description]
-            value = dict(zip(names, row, strict=True)).get("Seconds_Behind_Master")
-            return None if value is None else float(value)
-        if conn.vendor == "postgresql":
-            cursor.execute("SELECT CASE WHEN pg_is_in_recovery() THEN EXTRACT(EPOCH FROM "
-                           "now() - pg_last_xact_replay_timestamp()) END")
-            value = cursor.fetchone()[0]
-            return None if value is None else max(float(value), 0.0)
-    return None
-
-
 def supports_limit_in_subquery(conn: BaseDatabaseWrapper | None = None) -> bool:
     """Why: MySQL/MariaDB reject ``IN (SELECT ... LIMIT n)``; those claim by id lists."""
     conn = conn or connection()
