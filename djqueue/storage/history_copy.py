@@ -100,7 +100,7 @@ def _lease_test(conn: BaseDatabaseWrapper, claims: list[list[int]]) -> str:
 def _build_sql(conn: BaseDatabaseWrapper, leased: bool) -> str:
     q = conn.ops.quote_name
     length = vendor_sql.byte_length_sql(conn.vendor)
-    names = {name: q(column) for name, column in model_columns.columns(Message).items()}
+    names = model_columns.quoted(conn, Message)
     names["message_size"] = length.format(f"m.{names['body']}")
     if leased:
         names["body_size"] = "NULL"
@@ -110,7 +110,7 @@ def _build_sql(conn: BaseDatabaseWrapper, leased: bool) -> str:
         source = (f"{q(Message._meta.db_table)} m "
                   f"LEFT JOIN {q(Body._meta.db_table)} b ON b.{q(model_columns.column_of(Body._meta.pk))} = "
                   f"m.{names['stored_body_id']}")
-    history = {name: q(column) for name, column in model_columns.columns(History).items()}
+    history = model_columns.quoted(conn, History)
     return (
         f"INSERT INTO {q(History._meta.db_table)} "
         f"({', '.join(history[c] for c in _COLUMNS)}) "

@@ -28,3 +28,14 @@ def test_a_field_without_a_column_is_refused_when_the_statement_is_built():
 
 def test_the_primary_key_column():
     assert model_columns.column_of(TaskRecord._meta.pk) == "id"
+
+
+def test_quoted_names_are_the_connections_own_quoting_after_the_alias():
+    from django.db import connection
+
+    quote = connection.ops.quote_name
+    assert model_columns.quoted_table(connection, Message) == quote("djqueue_message")
+    names = model_columns.quoted(connection, Message, prefix="m.")
+    assert names["queue"] == names["queue_id"] == "m." + quote("queue_id")
+    assert names["visible_at"] == "m." + quote("visible_at")
+    assert model_columns.quoted(connection, Message)["id"] == quote("id")

@@ -142,9 +142,7 @@ def built_sql(conn: BaseDatabaseWrapper, name: str,
 
 def message_names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
     """The message table's name and its columns' names by attribute, quoted."""
-    quote = conn.ops.quote_name
-    return quote(Message._meta.db_table), {
-        f.attname: quote(model_columns.column_of(f)) for f in _COLUMNS}
+    return model_columns.quoted_table(conn, Message), model_columns.quoted(conn, Message)
 
 
 def _in_ids(template: str, ids: Sequence[int]) -> str:

@@ -93,9 +93,8 @@ def _marks(values: Sequence[object]) -> str:
 
 
 def _group_names(conn: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
-    quote = conn.ops.quote_name
-    return quote(MessageGroup._meta.db_table), {
-        name: quote(column) for name, column in model_columns.columns(MessageGroup).items()}
+    return (model_columns.quoted_table(conn, MessageGroup),
+            model_columns.quoted(conn, MessageGroup))
 
 
 def _lock_rows_sql(conn: BaseDatabaseWrapper) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import ForeignObjectRel
 
 
@@ -44,3 +45,15 @@ def columns(model: type[models.Model]) -> dict[str, str]:
     for concrete in model._meta.concrete_fields:
         found[concrete.name] = found[concrete.attname] = column_of(concrete)
     return found
+
+
+def quoted(conn: BaseDatabaseWrapper, model: type[models.Model], prefix: str = "") -> dict[str, str]:
+    """:func:`columns` quoted for ``conn``'s SQL, each after ``prefix`` (a table's
+    alias and its dot, ``"m."``, say): the names a hand-written statement writes."""
+    quote = conn.ops.quote_name
+    return {name: prefix + quote(column) for name, column in columns(model).items()}
+
+
+def quoted_table(conn: BaseDatabaseWrapper, model: type[models.Model]) -> str:
+    """``model``'s table name quoted for ``conn``'s SQL."""
+    return conn.ops.quote_name(model._meta.db_table)

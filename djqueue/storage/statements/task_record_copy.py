@@ -127,7 +127,7 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
     if key in _statements:
         return _statements[key]
     q = conn.ops.quote_name
-    m = {name: f"m.{q(column)}" for name, column in model_columns.columns(Message).items()}
+    m = model_columns.quoted(conn, Message, prefix="m.")
     sources = {
         "queue_name": f"q.{q(model_columns.column(Queue, 'name'))}",
         "priority": m["priority"],
