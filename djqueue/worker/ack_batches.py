@@ -4,6 +4,11 @@ Acks wait (at most ``ACK_DELAY`` seconds, or until a batch's worth is done)
 for the worker's next claim, so that one transaction and one commit settle a
 finished batch and take the next one; failures and postponements are settled one
 by one, at once.
+
+Results are settled on the database their message came from. A database that is
+left alone after a failure (djqueue.worker.database_pacing: its server is down, a
+failover is under way) keeps its results here, unsettled, until it answers again;
+the other databases' results are settled meanwhile, and none of them waits for it.
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError
 
 from djqueue.exceptions import NotOwner
 from djqueue.models import Message
+from djqueue.storage import placement
 from djqueue.storage.claims import ack_all
 from djqueue.storage.transitions import fail, release
 from djqueue.types import AckHook
@@ -78,8 +84,11 @@ class AckBatches:
     """Handler threads ``add``; the worker's loop thread does everything else."""
 
     def __init__(self, worker_id: str, stats: WorkerStats,
-                 forget: Callable[[Message], None], hook: AckHook | None = None) -> None:
+                 forget: Callable[[Message], None], hook: AckHook | None = None,
+                 left_alone: Callable[[], Collection[str]] = frozenset) -> None:
         self.worker_id, self.stats, self._forget, self._hook = worker_id, stats, forget, hook
+        #: The databases not to settle on now (the worker's DatabasePacing.left_alone).
+        self._left_alone = left_alone
         self._done: collections.deque[Done] = collections.deque()
         #: Collected from the handler threads and not yet settled.
         self.unflushed: list[Done] = []
@@ -118,12 +127,21 @@ class AckBatches:
     def due(self, batch_size: int) -> float | None:
         """When the unflushed results must be settled without waiting for a claim:
         a monotonic time (now, for a batch's worth or a failure), or None."""
-        if not self.unflushed:
+        settling = self._settling()
+        if not settling:
             return None
-        if len(self.unflushed) >= batch_size or any(
-                d.error is not None or d.postponed is not None for d in self.unflushed):
+        if len(settling) >= batch_size or any(
+                d.error is not None or d.postponed is not None for d in settling):
             return time.monotonic()
-        return min(d.at for d in self.unflushed) + ACK_DELAY
+        return min(d.at for d in settling) + ACK_DELAY
+
+    def _settling(self) -> list[Done]:
+        """The unflushed results whose databases may be settled on now."""
+        left_alone = self._left_alone() if self.unflushed else ()
+        if not left_alone:  # as a rule: no result is looked at
+            return self.unflushed
+        return [d for d in self.unflushed
+                if placement.database_of(d.message) not in left_alone]
 
     def acked(self, acks: list[Message], acked: list[Message]) -> None:
         """Account for ``acks`` after an ack that succeeded for ``acked``."""
@@ -140,22 +158,44 @@ class AckBatches:
         settled = {id(m) for m in acks}
         self.unflushed = [d for d in self.unflushed if id(d.message) not in settled]
 
-    def flush(self) -> None:
-        """Ack in a batch, record failures. A DatabaseError leaves the rest for later."""
+    def flush(self) -> dict[str, DatabaseError]:
+        """Ack in a batch and record failures, on each database that may be settled on.
+        A database whose statement fails keeps its results for a later flush, and the
+        others' are settled: returns the errors by database."""
         self.collect()
-        acks = self.acks()
-        if acks:
-            self.acked(acks, ack_all(acks, owner=self.worker_id, hook=self._hook))
-        while self.unflushed:
-            done = self.unflushed[0]
+        settling = self._settling()
+        failed: dict[str, DatabaseError] = {}
+        by_database: dict[str, list[Message]] = {}
+        for done in settling:
+            if done.to_ack:
+                by_database.setdefault(placement.database_of(done.message), []).append(
+                    done.message)
+        for db, acks in by_database.items():
+            try:
+                self.acked(acks, ack_all(acks, owner=self.worker_id, hook=self._hook))
+            except DatabaseError as exc:
+                failed[db] = exc
+        settled = set()
+        for done in settling:
+            if done.to_ack:  # acked above (and gone from unflushed), or kept: its ack failed
+                continue
+            db = placement.database_of(done.message)
+            if db in failed:  # kept for a later flush
+                continue
             if done.error is not None or done.postponed is not None:
-                self._settle_unacked(done)
+                try:
+                    self._settle_unacked(done)
+                except DatabaseError as exc:
+                    failed[db] = exc
+                    continue
             elif done.acked:
                 self.stats.acked += 1
             else:
                 self.stats.lost += 1
-            self.unflushed.pop(0)
+            settled.add(id(done))
             self._forget(done.message)
+        self.unflushed = [d for d in self.unflushed if id(d) not in settled]
+        return failed
 
     def _settle_unacked(self, done: Done) -> None:
         """Record a failure or release a postponement. A DatabaseError is raised (the

@@ -4,7 +4,8 @@ A worker's loop keeps one idle backoff (djqueue.polling.Backoff): when to wake a
 all, for a finished handler, a send in this process or the next poll. Once awake,
 which databases it claims on is decided here, by two rules.
 
-**A failed claim leaves its database alone** for a pause that doubles from
+**A failed claim leaves its database alone** (and so does a failed settlement of
+finished messages, djqueue.worker.ack_batches) for a pause that doubles from
 :data:`FIRST_PAUSE` to :data:`LONGEST_PAUSE` while its claims keep failing (its server
 is down, a failover is under way), and ends with its next claim that answers. Its
 finished messages wait, unacked, for its return; the worker's other databases go
@@ -67,7 +68,7 @@ class DatabasePacing:
             named, self._named = self._named, set()
             all_named, self._all_named = self._all_named, False
         now = time.monotonic()
-        answering = [db for db in databases if self._failing.get(db, (0.0, 0.0))[0] <= now]
+        answering = [db for db in databases if self.answering(db, now)]
         if len(databases) <= 1:
             if self._next:
                 self._next.clear()  # one database: the loop's own backoff paces it
@@ -94,8 +95,22 @@ class DatabasePacing:
             self._next[database] = (time.monotonic() + delay, min(delay * 2, self.longest))
         # else: asked for none (earlier databases filled the batch), so it stays due
 
+    def answering(self, database: str, now: float | None = None) -> bool:
+        """Whether ``database`` is out of its failure pause: claims and settlements may
+        go to it."""
+        until = self._failing.get(database)
+        return until is None or until[0] <= (time.monotonic() if now is None else now)
+
+    def left_alone(self) -> frozenset[str]:
+        """The databases in a failure pause now (none, as a rule: one dict read)."""
+        if not self._failing:
+            return frozenset()
+        now = time.monotonic()
+        return frozenset(db for db in self._failing if not self.answering(db, now))
+
     def failed(self, database: str) -> float:
-        """Record a claim on ``database`` that failed; returns the seconds it is left alone."""
+        """Record a claim or a settlement on ``database`` that failed; returns the
+        seconds it is left alone."""
         pause = min(self._failing.get(database, (0.0, FIRST_PAUSE / 2))[1] * 2, LONGEST_PAUSE)
         self._failing[database] = (time.monotonic() + pause, pause)
         return pause

@@ -63,7 +63,12 @@ class Worker(ProcessBase):
         self.limits = RunLimits(options, self.id, self.stats)
         self._held = HeldMessages(self.id)
         self._hook = ClaimHooks(self.handlers, options.queues).hook()
-        self._acks = AckBatches(self.id, self.stats, self._held.forget, self._hook)
+        self._claims = DatabaseClaims(self.id, visibility_timeout=options.visibility_timeout,
+                                      where=self.where, hook=self._hook,
+                                      on_error=self._claim_failed)
+        # A database left alone after a failed claim or settlement keeps its results.
+        self._acks = AckBatches(self.id, self.stats, self._held.forget, self._hook,
+                                left_alone=self._claims.pacing.left_alone)
         self._prefetch = Prefetch(options.concurrency, options.batch_size)
         self._calls = HandlerCalls(self.id, self.handlers, self._prefetch)
         self._windows = BatchWindows(batch_windows(self.handlers, self.queues,
@@ -76,9 +81,6 @@ class Worker(ProcessBase):
             HandlerThreads(execute, self._deliver, size=options.concurrency,
                            time_limit=options.time_limit,
                            accepting=lambda: not self.stop_signals.stop.is_set()))
-        self._claims = DatabaseClaims(self.id, visibility_timeout=options.visibility_timeout,
-                                      where=self.where, hook=self._hook,
-                                      on_error=self._claim_failed)
         wake_host = self.settings.WAKE_HOST
         self.wake_socket = (WakeSocket(wake_host, named=self._claims.pacing.woken)
                             if wake_host is not None else None)
@@ -249,14 +251,22 @@ class Worker(ProcessBase):
     # AckBatches
 
     def _flush(self) -> None:
-        """Settle finished messages now; what a DB error interrupts is kept for later."""
+        """Settle finished messages now. A database whose settlement fails is left alone,
+        like one whose claim failed, with its results kept for its return; the others
+        go on without a pause (a partition server's outage paused every worker's loop
+        half a second a round)."""
         try:
-            self._acks.flush()
-        except Exception as exc:  # kept, and tried again: nothing finished is lost
+            failed = self._acks.flush()
+        except Exception:  # not a database's error: kept, and tried again
             logger.exception("Recording results failed; retrying", extra={"worker": self.id})
-            if isinstance(exc, DatabaseError):
-                reset_connection()
             self.stop_signals.stop.wait(0.5)
+            return
+        for db, exc in failed.items():
+            pause = self._claims.pacing.failed(db)
+            logger.error("Recording results on database %s failed; leaving it for %g s", db,
+                         pause, exc_info=exc, extra={"worker": self.id, "database": db})
+        if failed:
+            reset_connection()
 
     # Shutdown
 

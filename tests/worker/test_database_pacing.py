@@ -90,6 +90,12 @@ def test_a_failed_claim_leaves_its_database_alone_for_a_doubling_pause(pacing):
     pacing.woken("p2")
     assert list(pacing.due(DATABASES)) == ["default", "p3"], "nor when a wake-up names it"
     assert list(pacing.due(["p2"])) == [], "a worker on that one database waits too"
+    assert pacing.left_alone() == {"p2"}, "its finished messages are not settled either"
+
+
+def test_no_database_is_left_alone_until_one_fails(pacing):
+    pacing.claimed("p2", several=True, asked=10, found=0, acked=False)
+    assert pacing.left_alone() == frozenset()
 
 
 def test_a_claim_that_answers_ends_the_pause(pacing):
