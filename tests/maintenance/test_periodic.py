@@ -1,6 +1,7 @@
 """Periodic tasks: one enqueue per tick whatever the number of schedulers, no catch-up
 burst, crons read on a time zone's clocks through the days they change."""
 
+import os
 import signal
 import time
 from datetime import UTC, datetime, timedelta
@@ -90,15 +91,20 @@ def test_a_time_zone_that_is_not_one_is_refused_by_name():
     assert error.id == "djqueue.E006" and "Europe/Atlantis" in error.msg
 
 
+#: How long the three schedulers run: `make test` 70 s, which spans at least one whole
+#: minute's tick; `make soak` the 185 s (three minutes) the acceptance asks for.
+SCHEDULERS_RUN = int(os.environ.get("DJQUEUE_PERIODIC_RUN_SECONDS", "70"))
+
+
 @mysql_only
 @pytest.mark.slow
-def test_three_schedulers_for_three_minutes_enqueue_once_per_tick(spawn):
+def test_three_schedulers_enqueue_once_per_tick(spawn):
     env = {"DJQUEUE_TEST_PERIODIC": "1"}
     stored("stored-beat", args=[4, 5])  # kept in the database, beside the setting's
     started = timezone.now()
     reapers = [spawn("djqueue_reaper", env=env) for _ in range(3)]
-    deadline = time.monotonic() + 185
-    while time.monotonic() < deadline:  # the acceptance asks for three minutes of running
+    deadline = time.monotonic() + SCHEDULERS_RUN
+    while time.monotonic() < deadline:
         assert all(r.popen.poll() is None for r in reapers)
         time.sleep(1)
     for reaper in reapers:
@@ -115,7 +121,7 @@ def test_three_schedulers_for_three_minutes_enqueue_once_per_tick(spawn):
         # Every minute the schedulers were up, bar perhaps the first and last partial ones.
         first = expected.index(got[0])
         assert got == expected[first:first + len(got)], (name, got, expected)
-        assert len(got) >= max(3, len(expected) - 2), (name, got, expected)
+        assert len(got) >= max(SCHEDULERS_RUN // 60, len(expected) - 2), (name, got, expected)
     # Each tick enqueued one task; a task's result id is its message's id until it runs.
     ticks = list(PeriodicTick.objects.all())
     assert {t.task_result_id for t in ticks} == {
