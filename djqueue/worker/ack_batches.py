@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError
@@ -27,6 +27,7 @@ from djqueue.storage import placement
 from djqueue.storage.claims import ack_all
 from djqueue.storage.transitions import fail, release
 from djqueue.types import AckHook
+from djqueue.worker.database_pacing import DatabasePacing
 
 logger = logging.getLogger("djqueue.worker")
 #: Seconds a finished message may wait for the next claim to carry its ack.
@@ -85,10 +86,11 @@ class AckBatches:
 
     def __init__(self, worker_id: str, stats: WorkerStats,
                  forget: Callable[[Message], None], hook: AckHook | None = None,
-                 left_alone: Callable[[], Collection[str]] = frozenset) -> None:
+                 pacing: DatabasePacing | None = None) -> None:
         self.worker_id, self.stats, self._forget, self._hook = worker_id, stats, forget, hook
-        #: The databases not to settle on now (the worker's DatabasePacing.left_alone).
-        self._left_alone = left_alone
+        #: The worker's: which databases are left alone after a failure (its claims'
+        #: and these settlements').
+        self.pacing = pacing or DatabasePacing()
         self._done: collections.deque[Done] = collections.deque()
         #: Collected from the handler threads and not yet settled.
         self.unflushed: list[Done] = []
@@ -137,7 +139,7 @@ class AckBatches:
 
     def _settling(self) -> list[Done]:
         """The unflushed results whose databases may be settled on now."""
-        left_alone = self._left_alone() if self.unflushed else ()
+        left_alone = self.pacing.left_alone() if self.unflushed else ()
         if not left_alone:  # as a rule: no result is looked at
             return self.unflushed
         return [d for d in self.unflushed
@@ -160,8 +162,9 @@ class AckBatches:
 
     def flush(self) -> dict[str, DatabaseError]:
         """Ack in a batch and record failures, on each database that may be settled on.
-        A database whose statement fails keeps its results for a later flush, and the
-        others' are settled: returns the errors by database."""
+        A database whose statement fails keeps its results for a later flush and is
+        left alone (logged once a pause); the others' are settled. Returns the errors
+        by database."""
         self.collect()
         settling = self._settling()
         failed: dict[str, DatabaseError] = {}
@@ -195,6 +198,10 @@ class AckBatches:
             settled.add(id(done))
             self._forget(done.message)
         self.unflushed = [d for d in self.unflushed if id(d) not in settled]
+        for db, error in failed.items():
+            logger.error("Recording results on database %s failed; leaving it for %g s", db,
+                         self.pacing.failed(db), exc_info=error,
+                         extra={"worker": self.worker_id, "database": db})
         return failed
 
     def _settle_unacked(self, done: Done) -> None:

@@ -66,9 +66,8 @@ class Worker(ProcessBase):
         self._claims = DatabaseClaims(self.id, visibility_timeout=options.visibility_timeout,
                                       where=self.where, hook=self._hook,
                                       on_error=self._claim_failed)
-        # A database left alone after a failed claim or settlement keeps its results.
         self._acks = AckBatches(self.id, self.stats, self._held.forget, self._hook,
-                                left_alone=self._claims.pacing.left_alone)
+                                pacing=self._claims.pacing)
         self._prefetch = Prefetch(options.concurrency, options.batch_size)
         self._calls = HandlerCalls(self.id, self.handlers, self._prefetch)
         self._windows = BatchWindows(batch_windows(self.handlers, self.queues,
@@ -251,22 +250,14 @@ class Worker(ProcessBase):
     # AckBatches
 
     def _flush(self) -> None:
-        """Settle finished messages now. A database whose settlement fails is left alone,
-        like one whose claim failed, with its results kept for its return; the others
-        go on without a pause (a partition server's outage paused every worker's loop
-        half a second a round)."""
+        """Settle finished messages now. A database that fails is left alone with its
+        results (AckBatches.flush) while the loop goes on."""
         try:
-            failed = self._acks.flush()
+            if self._acks.flush():
+                reset_connection()
         except Exception:  # not a database's error: kept, and tried again
             logger.exception("Recording results failed; retrying", extra={"worker": self.id})
             self.stop_signals.stop.wait(0.5)
-            return
-        for db, exc in failed.items():
-            pause = self._claims.pacing.failed(db)
-            logger.error("Recording results on database %s failed; leaving it for %g s", db,
-                         pause, exc_info=exc, extra={"worker": self.id, "database": db})
-        if failed:
-            reset_connection()
 
     # Shutdown
 

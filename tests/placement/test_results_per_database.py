@@ -14,6 +14,7 @@ from django.db import OperationalError, connections
 import djqueue
 from djqueue.models import Message, State
 from djqueue.worker.ack_batches import AckBatches, Done, WorkerStats
+from djqueue.worker.database_pacing import DatabasePacing
 from tests.placement.conftest import PLACEMENT_DATABASES
 
 pytestmark = PLACEMENT_DATABASES
@@ -52,10 +53,11 @@ def test_a_database_that_does_not_answer_keeps_its_results_and_the_others_are_se
     home, placed = received("settle.home"), received("placed.settle")
     acked_home, acked_placed = received("settle.home"), received("placed.settle")
     assert (home._state.db, placed._state.db) == ("default", "queues")
-    down = {"queues"}
+    pacing = DatabasePacing()
+    pacing.failed("queues")  # as after a failed claim there
     forgotten: list[int] = []
     results = AckBatches("w", WorkerStats(), forget=lambda m: forgotten.append(m.pk),
-                         left_alone=lambda: down)
+                         pacing=pacing)
     for done in (Done(home, error="boom"), Done(placed, error="boom"),
                  Done(acked_home), Done(acked_placed)):
         results.add(done)
@@ -68,14 +70,17 @@ def test_a_database_that_does_not_answer_keeps_its_results_and_the_others_are_se
     assert Message.objects.get(pk=home.pk).state == State.SCHEDULED  # its retry, after backoff
     assert djqueue.finished(acked_home.pk, queue="settle.home") is not None
 
-    # Its pause over, but its server still down: the error is returned, nothing lost.
-    down.clear()
+    # Its pause over (a claim there answered), but its server down again: the error is
+    # returned, nothing is lost, and the database is left alone once more.
+    pacing.claimed("queues", several=True, asked=1, found=0, acked=False)
     with unreachable("queues"):
         failed = results.flush()
     assert list(failed) == ["queues"] and isinstance(failed["queues"], OperationalError)
     assert [d.message for d in results.unflushed] == [placed, acked_placed]
+    assert pacing.left_alone() == {"queues"} and results.due(batch_size=100) is None
 
     # Back: settled where they live.
+    pacing.claimed("queues", several=True, asked=1, found=0, acked=False)
     assert results.flush() == {}
     assert not results.unflushed
     row = Message.objects.using("queues").get(pk=placed.pk)
