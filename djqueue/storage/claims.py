@@ -98,13 +98,12 @@ def ack_and_claim(
     return acked, claimed
 
 
-def ack_all(acks: list[Message], *, owner: str, hook: AckHook | None = None) -> list[Message]:
-    """:func:`ack_and_claim` of ``acks`` alone, a transaction on each database they are on."""
-    acked: list[Message] = []
-    for db, (_, group) in by_database([], acks).items():
-        with dialects.using(db):
-            acked += ack_and_claim(group, [], 0, owner=owner, hook=hook)[0]
-    return acked
+def ack_on(db: str, acks: list[Message], *, owner: str,
+           hook: AckHook | None = None) -> list[Message]:
+    """:func:`ack_and_claim` of ``acks`` alone, all on database ``db``: one transaction
+    there. Returns those acked (a message whose lease was lost is not)."""
+    with dialects.using(db):
+        return ack_and_claim(acks, [], 0, owner=owner, hook=hook)[0]
 
 
 class _ClaimEnd(NamedTuple):

@@ -24,7 +24,7 @@ from django.db import DatabaseError
 from djqueue.exceptions import NotOwner
 from djqueue.models import Message
 from djqueue.storage import placement
-from djqueue.storage.claims import ack_all
+from djqueue.storage.claims import ack_on
 from djqueue.storage.transitions import fail, release
 from djqueue.types import AckHook
 from djqueue.worker.database_pacing import DatabasePacing
@@ -175,7 +175,7 @@ class AckBatches:
                     done.message)
         for db, acks in by_database.items():
             try:
-                self.acked(acks, ack_all(acks, owner=self.worker_id, hook=self._hook))
+                self.acked(acks, ack_on(db, acks, owner=self.worker_id, hook=self._hook))
             except DatabaseError as exc:
                 failed[db] = exc
         settled = set()
@@ -198,6 +198,8 @@ class AckBatches:
             settled.add(id(done))
             self._forget(done.message)
         self.unflushed = [d for d in self.unflushed if id(d) not in settled]
+        for db in {placement.database_of(d.message) for d in settling} - failed.keys():
+            self.pacing.answered(db)
         for db, error in failed.items():
             logger.error("Recording results on database %s failed; leaving it for %g s", db,
                          self.pacing.failed(db), exc_info=error,

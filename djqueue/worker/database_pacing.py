@@ -25,7 +25,8 @@ three servers for one message. A worker on one database claims whenever its loop
 
 Both are "when may this database be claimed on next", so one class keeps both: the
 loop asks it once a round (:meth:`DatabasePacing.due`) and tells it what each claim
-did (:meth:`~DatabasePacing.claimed`, :meth:`~DatabasePacing.failed`).
+did (:meth:`~DatabasePacing.claimed`, :meth:`~DatabasePacing.failed`); the settlement of
+finished messages tells it too (:meth:`~DatabasePacing.answered`, ``failed``).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class DatabasePacing:
             named, self._named = self._named, set()
             all_named, self._all_named = self._all_named, False
         now = time.monotonic()
-        answering = [db for db in databases if self.answering(db, now)]
+        answering = [db for db in databases if self._answering(db, now)]
         if len(databases) <= 1:
             if self._next:
                 self._next.clear()  # one database: the loop's own backoff paces it
@@ -85,7 +86,7 @@ class DatabasePacing:
                 acked: bool) -> None:
         """Record a claim on ``database`` that answered (``several``: one of the
         worker's several databases), having asked for ``asked``."""
-        self._failing.pop(database, None)
+        self.answered(database)
         if not several:
             return
         if found or acked:
@@ -95,18 +96,23 @@ class DatabasePacing:
             self._next[database] = (time.monotonic() + delay, min(delay * 2, self.longest))
         # else: asked for none (earlier databases filled the batch), so it stays due
 
-    def answering(self, database: str, now: float | None = None) -> bool:
-        """Whether ``database`` is out of its failure pause: claims and settlements may
-        go to it."""
+    def answered(self, database: str) -> None:
+        """Record a claim or a settlement on ``database`` that answered: its series of
+        failures ends, so the next failure pauses it for :data:`FIRST_PAUSE` again."""
+        self._failing.pop(database, None)
+
+    def _answering(self, database: str, now: float) -> bool:
+        """Whether ``database`` is out of its failure pause at ``now``: claims and
+        settlements may go to it."""
         until = self._failing.get(database)
-        return until is None or until[0] <= (time.monotonic() if now is None else now)
+        return until is None or until[0] <= now
 
     def left_alone(self) -> frozenset[str]:
         """The databases in a failure pause now (none, as a rule: one dict read)."""
         if not self._failing:
             return frozenset()
         now = time.monotonic()
-        return frozenset(db for db in self._failing if not self.answering(db, now))
+        return frozenset(db for db in self._failing if not self._answering(db, now))
 
     def failed(self, database: str) -> float:
         """Record a claim or a settlement on ``database`` that failed; returns the

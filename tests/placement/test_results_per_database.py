@@ -6,6 +6,7 @@ fail, and each failure paused the worker's loop for half a second."""
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,7 +15,7 @@ from django.db import OperationalError, connections
 import djqueue
 from djqueue.models import Message, State
 from djqueue.worker.ack_batches import AckBatches, Done, WorkerStats
-from djqueue.worker.database_pacing import DatabasePacing
+from djqueue.worker.database_pacing import FIRST_PAUSE, DatabasePacing
 from tests.placement.conftest import PLACEMENT_DATABASES
 
 pytestmark = PLACEMENT_DATABASES
@@ -79,11 +80,15 @@ def test_a_database_that_does_not_answer_keeps_its_results_and_the_others_are_se
     assert [d.message for d in results.unflushed] == [placed, acked_placed]
     assert pacing.left_alone() == {"queues"} and results.due(batch_size=100) is None
 
-    # Back: settled where they live.
-    pacing.claimed("queues", several=True, asked=1, found=0, acked=False)
+    # Back, once its pause has run out (no claim there in between): settled where they
+    # live, and that settlement ends its series of failures.
+    deadline = time.monotonic() + FIRST_PAUSE + 5
+    while pacing.left_alone() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert results.flush() == {}
     assert not results.unflushed
     row = Message.objects.using("queues").get(pk=placed.pk)
     assert (row.state, row.last_error) == (State.SCHEDULED, "boom")
     assert djqueue.finished(acked_placed.pk, queue="placed.settle") is not None
     assert results.stats.acked == 2 and results.stats.failed == 2
+    assert pacing.failed("queues") == FIRST_PAUSE, "the next failure pauses it afresh"

@@ -104,3 +104,11 @@ def test_a_claim_that_answers_ends_the_pause(pacing):
     pacing.claimed("p2", several=False, asked=10, found=0, acked=False)
     assert list(pacing.due(["p2"])) == ["p2"]
     assert pacing.failed("p2") == FIRST_PAUSE, "the next failure starts from the first pause"
+
+
+def test_a_settlement_that_answers_ends_the_series_too(pacing):
+    for _ in range(3):
+        pacing.failed("p2")
+    pacing.answered("p2")
+    assert pacing.left_alone() == frozenset()
+    assert pacing.failed("p2") == FIRST_PAUSE, "the next failure starts from the first pause"
