@@ -1,7 +1,7 @@
 """The database axis of ``make bench``: the same rows on MariaDB, MySQL, PostgreSQL and
 SQLite, each against raw loops of its own driver in the same run.
 
-    .venv/bin/python bench/databases.py [--quick] [--repeats N] [--messages N]
+    .venv/bin/python bench/databases.py [--quick | --smoke] [--repeats N] [--messages N]
                                         [--only mariadb,mysql,postgresql,sqlite]
 
 MySQL is a server this run starts on a free loopback port with a fresh data
@@ -28,6 +28,12 @@ Every database gets a child process (Django is set up once a process) that runs,
 - ``send`` from a process that sends less often than its caches last (1.2 s
   apart), against the raw insert at the same pace, with an idle worker waiting.
 
+``--quick`` runs each row once at small sizes (``make bench-quick``'s scale).
+``--smoke`` is smaller still, every row and window at the least that still runs it
+through (1,000 messages; the pickup, admin and quiet-send windows cut to a few
+samples): tests/bench runs it to check the bench works end to end, and its figures
+are not measurements.
+
 Prints a table per database and the targets; writes bench/results/databases.json
 and databases.md.
 """
@@ -43,6 +49,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
@@ -118,6 +125,8 @@ def database_url(name: str) -> Iterator[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the least that runs every row (checks the bench; no figures)")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--messages", type=int, default=None)
     parser.add_argument("--only", default=",".join(URLS))
@@ -126,8 +135,9 @@ def main() -> None:
     parser.add_argument("--one", choices=list(URLS), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.quick = args.quick or args.smoke
     args.repeats = args.repeats or (1 if args.quick else 3)
-    args.messages = args.messages or (5_000 if args.quick else 100_000)
+    args.messages = args.messages or (1_000 if args.smoke else 5_000 if args.quick else 100_000)
     if args.one:
         print(json.dumps(one_database(args.one, args.url or URLS[args.one], args)))
         return
@@ -139,7 +149,7 @@ def main() -> None:
             done = subprocess.run(
                 [sys.executable, __file__, "--one", name, "--url", url, "--repeats",
                  str(args.repeats), "--messages", str(args.messages),
-                 *(["--quick"] if args.quick else [])],
+                 *(["--smoke"] if args.smoke else ["--quick"] if args.quick else [])],
                 cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True)
         found[name] = json.loads(done.stdout.strip().splitlines()[-1])
         if not (args.quick or args.no_peers):
@@ -152,6 +162,7 @@ def main() -> None:
     targets = report(summary)
     written = write_results("databases", {
         "messages": args.messages, "repeats": args.repeats, "quick": args.quick,
+        "smoke": args.smoke,
         "seconds": time.monotonic() - started, "summary": summary, "targets": targets,
         "runs": found}, markdown(summary))
     print(f"\nwritten: {written} and {written.with_suffix('.md').name} "
@@ -291,6 +302,10 @@ def markdown(summary: dict[str, dict]) -> str:
 def one_database(name: str, url: str, args: argparse.Namespace) -> list[dict[str, float]]:
     from vendor_loops import VendorBench
 
+    # The sizes of the fixed rows: full, --quick, --smoke.
+    def size(full: float, quick: float, smoke: float) -> Any:
+        return smoke if args.smoke else quick if args.quick else full
+
     bench = VendorBench(name, url)
     runs = []
     for _ in range(args.repeats):
@@ -299,13 +314,14 @@ def one_database(name: str, url: str, args: argparse.Namespace) -> list[dict[str
         run.update(bench.raw_claim_ack(args.messages))
         run.update(bench.workers(args.messages))
         run.update(bench.tasks(args.messages // 5 if args.quick else args.messages))
-        run.update(bench.exactly_once(2_000 if args.quick else 20_000))
-        run.update(bench.io_handlers(2_000 if args.quick else 10_000))
+        run.update(bench.exactly_once(size(20_000, 2_000, 500)))
+        run.update(bench.io_handlers(size(10_000, 2_000, 500)))
         runs.append(run)
-    latency = bench.pickup(samples=10 if args.quick else 30, window=5 if args.quick else 10)
-    latency.update(bench.pickup(samples=10 if args.quick else 30, window=0, tasks=True))
-    latency.update(bench.admin_under_load(seconds=5 if args.quick else 15))
-    latency.update(bench.quiet_sends(samples=3 if args.quick else 10))
+    samples = size(30, 10, 3)
+    latency = bench.pickup(samples=samples, window=size(10, 5, 1))
+    latency.update(bench.pickup(samples=samples, window=0, tasks=True))
+    latency.update(bench.admin_under_load(seconds=size(15, 5, 2)))
+    latency.update(bench.quiet_sends(samples=size(10, 3, 2)))
     for run in runs:
         run.update(latency)
     bench.drop()

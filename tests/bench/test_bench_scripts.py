@@ -44,7 +44,7 @@ def postgres_reachable() -> bool:
 BENCHES = {
     "suite (make bench)": (["bench/suite.py", "--quick", "--repeats", "1"], "suite.json"),
     "databases (make bench-databases)": (
-        ["bench/databases.py", "--quick", "--messages", "1000", "--no-peers", "--only",
+        ["bench/databases.py", "--smoke", "--no-peers", "--only",
          "mariadb,postgresql,sqlite" if postgres_reachable() else "mariadb,sqlite"],
         "databases.json"),
     "flow control (make bench-flow)": (["bench/flow_control.py", "--messages", "500"],
