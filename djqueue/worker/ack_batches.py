@@ -178,6 +178,7 @@ class AckBatches:
                 self.acked(acks, ack_on(db, acks, owner=self.worker_id, hook=self._hook))
             except DatabaseError as exc:
                 failed[db] = exc
+        answered = by_database.keys() - failed.keys()
         settled = set()
         for done in settling:
             if done.to_ack:  # acked above (and gone from unflushed), or kept: its ack failed
@@ -191,6 +192,7 @@ class AckBatches:
                 except DatabaseError as exc:
                     failed[db] = exc
                     continue
+                answered.add(db)
             elif done.acked:
                 self.stats.acked += 1
             else:
@@ -198,7 +200,7 @@ class AckBatches:
             settled.add(id(done))
             self._forget(done.message)
         self.unflushed = [d for d in self.unflushed if id(d) not in settled]
-        for db in {placement.database_of(d.message) for d in settling} - failed.keys():
+        for db in answered - failed.keys():  # a failure's series ends where it answered
             self.pacing.answered(db)
         for db, error in failed.items():
             logger.error("Recording results on database %s failed; leaving it for %g s", db,
