@@ -76,6 +76,8 @@ soak: $(VENV)/.installed
 	DJQUEUE_PERIODIC_RUN_SECONDS=185 DATABASE_URL=mysql://root@127.0.0.1:3306/test \
 	    $(PY) -m pytest -p no:cacheprovider -q tests/maintenance/test_periodic.py \
 	    -k test_three_schedulers_enqueue_once_per_tick
+	DJQUEUE_ABSURD_RUN_SECONDS=60 DATABASE_URL=mysql://root@127.0.0.1:3306/test \
+	    $(PY) -m pytest -p no:cacheprovider -q tests/maintenance/test_absurd_rows.py
 	DJQUEUE_SPREAD_TOTAL=60000 DATABASE_URL=mysql://root@127.0.0.1:3306/test \
 	    $(PY) -m pytest -p no:cacheprovider -q -s tests/placement/test_partition_servers.py
 
