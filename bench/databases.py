@@ -49,7 +49,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
@@ -303,7 +302,7 @@ def one_database(name: str, url: str, args: argparse.Namespace) -> list[dict[str
     from vendor_loops import VendorBench
 
     # The sizes of the fixed rows: full, --quick, --smoke.
-    def size(full: float, quick: float, smoke: float) -> Any:
+    def size(full: int, quick: int, smoke: int) -> int:
         return smoke if args.smoke else quick if args.quick else full
 
     bench = VendorBench(name, url)
