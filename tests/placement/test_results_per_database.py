@@ -6,7 +6,6 @@ fail, and each failure paused the worker's loop for half a second."""
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,6 +15,7 @@ import djqueue
 from djqueue.models import Message, State
 from djqueue.worker.ack_batches import AckBatches, Done, WorkerStats
 from djqueue.worker.database_pacing import FIRST_PAUSE, DatabasePacing
+from tests.conftest import wait_until
 from tests.placement.conftest import PLACEMENT_DATABASES
 
 pytestmark = PLACEMENT_DATABASES
@@ -82,9 +82,7 @@ def test_a_database_that_does_not_answer_keeps_its_results_and_the_others_are_se
 
     # Back, once its pause has run out (no claim there in between): settled where they
     # live, and that settlement ends its series of failures.
-    deadline = time.monotonic() + FIRST_PAUSE + 5
-    while pacing.left_alone() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not pacing.left_alone(), FIRST_PAUSE + 5, "its failure pause ran out")
     assert results.flush() == {}
     assert not results.unflushed
     row = Message.objects.using("queues").get(pk=placed.pk)
