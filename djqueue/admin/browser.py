@@ -112,7 +112,6 @@ class MessageAdmin(OperationPermissions, report_views.MessageReportFields, ReadO
                     "visible_at", "owner", "short_error"]
     list_filter = ["queue", "state", GroupKeyFilter, AgeFilter, ConditionFilter]
     search_fields = ["=id", "=group_key"]
-    list_select_related = ["queue"]
     ordering = ["-id"]
     actions = ["retry_now", "redrive_selected", "change_visibility", "delete_selected"]
     fieldsets = [

@@ -135,7 +135,6 @@ class AlarmPolicyAdmin(PlacedAdmin):
 class AlarmAdmin(ReadOnlyAdmin):
     list_display = ["fired_at", "policy", "subject", "value", "threshold"]
     list_filter = ["policy"]
-    list_select_related = ["policy"]
 
 
 @admin.register(QueueStat)
@@ -143,5 +142,4 @@ class QueueStatAdmin(ReadOnlyAdmin):
     list_display = ["queue", "period", "start", "sent", "acked", "failed", "dead_lettered",
                     "wait_p95", "run_p95"]
     list_filter = ["period", "queue"]
-    list_select_related = ["queue"]
     date_hierarchy = "start"
