@@ -74,6 +74,9 @@ class Settings:
     STATS_INTERVAL: float = 10.0
     #: Seconds finished django.tasks results (and periodic tick rows) are kept.
     RESULT_RETENTION: float = 7 * 24 * 3600.0
+    #: Seconds a fired alarm's row is kept: as long as the hourly statistics it can be
+    #: read against (djqueue.monitoring.rollups.KEEP).
+    ALARM_RETENTION: float = 35 * 24 * 3600.0
     #: Rows deleted per statement when pruning history.
     PRUNE_BATCH: int = 5000
     #: The largest message a send accepts, payload and headers as stored (JSON, UTF-8),
@@ -181,6 +184,7 @@ _DURATIONS = {
     "VISIBILITY_TIMEOUT": (durations.MAX_LEASE, True),
     "RETENTION": (durations.MAX_RETENTION, True),
     "RESULT_RETENTION": (durations.MAX_RETENTION, True),
+    "ALARM_RETENTION": (durations.MAX_RETENTION, True),
     "QUEUE_CACHE_TTL": (durations.HOUR, False),
     "HEARTBEAT_INTERVAL": (durations.HOUR, True),
     "WORKER_TIMEOUT": (durations.DAY, True),

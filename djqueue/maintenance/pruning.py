@@ -16,6 +16,7 @@ from djqueue.api.topics import collect_bodies
 from djqueue.conf import get_settings
 from djqueue.models import (
     FINISHED_STATUSES,
+    Alarm,
     History,
     Message,
     MessageGroup,
@@ -35,7 +36,7 @@ logger = logging.getLogger("djqueue.reaper")
 def prune_history(now: datetime | None = None) -> int:
     """Delete what is past retention, in batches by primary key: history, trace, handler
     log records and progress (per queue's retention), finished task results and periodic
-    ticks (RESULT_RETENTION)."""
+    ticks (RESULT_RETENTION), fired alarms (ALARM_RETENTION)."""
     db = dialects.alias()
     now = now or timezone.now()
     removed = 0
@@ -53,6 +54,8 @@ def prune_history(now: datetime | None = None) -> int:
     removed += _delete_in_batches(TaskRecord.objects.using(db).filter(
         status__in=FINISHED_STATUSES, finished_at__lt=cutoff))
     removed += _delete_in_batches(PeriodicTick.objects.using(db).filter(tick_at__lt=cutoff))
+    alarms_cutoff = now - timedelta(seconds=get_settings().ALARM_RETENTION)
+    removed += _delete_in_batches(Alarm.objects.using(db).filter(fired_at__lt=alarms_cutoff))
     return removed
 
 

@@ -160,7 +160,7 @@ def test_topic_retention_must_be_finite():
 
 
 @pytest.mark.parametrize("setting", ["VISIBILITY_TIMEOUT", "RETENTION", "REAPER_INTERVAL",
-                                     "POLL_MAX", "SHUTDOWN_GRACE"])
+                                     "POLL_MAX", "SHUTDOWN_GRACE", "ALARM_RETENTION"])
 def test_duration_settings_are_checked(setting):
     for value in [math.inf, math.nan, -5, 1e300]:
         with override_settings(DJQUEUE={setting: value}):

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 import djqueue
 from djqueue import histograms, signals
+from djqueue.maintenance.pruning import prune_history
 from djqueue.models import (
     Alarm,
     AlarmPolicy,
@@ -195,3 +196,15 @@ def test_alarm_metrics_oldest_age_in_flight_dead_and_group_lag():
     assert fired[Metric.GROUP_LAG].subject == "stats.t:slow" and fired[Metric.GROUP_LAG].value == 4
     assert 119 < fired[Metric.IN_FLIGHT_AGE].value < 130
     assert fired[Metric.OLDEST_AGE].subject == "stats.m"
+
+
+def test_fired_alarms_are_pruned_after_their_retention_and_their_policy_stays(settings):
+    settings.DJQUEUE = {**settings.DJQUEUE, "ALARM_RETENTION": 3600}
+    policy = AlarmPolicy.objects.create(name="deep", metric=Metric.DEPTH, threshold=5)
+    now = timezone.now()
+    old, kept = (Alarm.objects.create(policy=policy, subject="q", value=6, threshold=5,
+                                      fired_at=now - timedelta(seconds=age))
+                 for age in (3601, 3599))
+    assert prune_history(now) >= 1
+    assert list(Alarm.objects.all()) == [kept] and not Alarm.objects.filter(pk=old.pk).exists()
+    assert AlarmPolicy.objects.filter(pk=policy.pk).exists()
