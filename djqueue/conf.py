@@ -72,7 +72,7 @@ class Settings:
     REAPER_INTERVAL: float = 1.0
     #: How often the reaper rolls up statistics, samples queue depths and checks alarms.
     STATS_INTERVAL: float = 10.0
-    #: Seconds finished django.tasks results (and periodic tick rows) are kept.
+    #: Seconds finished django.tasks results, ended workflows and periodic tick rows are kept.
     RESULT_RETENTION: float = 7 * 24 * 3600.0
     #: Seconds a fired alarm's row is kept: as long as the hourly statistics it can be
     #: read against (djqueue.monitoring.rollups.KEEP).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
@@ -24,8 +25,12 @@ from djqueue.models import (
     MessageProgress,
     PeriodicTick,
     Queue,
+    StepDependency,
     TaskRecord,
     TraceEvent,
+    Workflow,
+    WorkflowState,
+    WorkflowStep,
 )
 from djqueue.monitoring import rollups
 from djqueue.storage import dedup, dialects, queue_lookup
@@ -35,8 +40,8 @@ logger = logging.getLogger("djqueue.reaper")
 
 def prune_history(now: datetime | None = None) -> int:
     """Delete what is past retention, in batches by primary key: history, trace, handler
-    log records and progress (per queue's retention), finished task results and periodic
-    ticks (RESULT_RETENTION), fired alarms (ALARM_RETENTION)."""
+    log records and progress (per queue's retention), finished task results, ended
+    workflows and periodic ticks (RESULT_RETENTION), fired alarms (ALARM_RETENTION)."""
     db = dialects.alias()
     now = now or timezone.now()
     removed = 0
@@ -54,6 +59,7 @@ def prune_history(now: datetime | None = None) -> int:
     removed += _delete_in_batches(TaskRecord.objects.using(db).filter(
         status__in=FINISHED_STATUSES, finished_at__lt=cutoff))
     removed += _delete_in_batches(PeriodicTick.objects.using(db).filter(tick_at__lt=cutoff))
+    removed += _prune_workflows(db, cutoff)
     alarms_cutoff = now - timedelta(seconds=get_settings().ALARM_RETENTION)
     removed += _delete_in_batches(Alarm.objects.using(db).filter(fired_at__lt=alarms_cutoff))
     return removed
@@ -72,6 +78,39 @@ def _prune_queue(db: str, queue: Queue, now: datetime) -> int:
     return removed + _delete_in_batches(MessageGroup.objects.using(db).filter(
         queue_id=queue.pk, touched_at__lt=cutoff).exclude(
         Exists(Message.objects.filter(queue_id=OuterRef("queue_id"), group_key=OuterRef("key")))))
+
+
+#: The states in which a workflow has ended.
+ENDED_WORKFLOWS = (WorkflowState.SUCCEEDED, WorkflowState.FAILED, WorkflowState.CANCELLED)
+
+
+def _prune_workflows(db: str, cutoff: datetime) -> int:
+    """Workflows that ended before ``cutoff``, with their steps and edges: a transaction
+    for each batch of workflows holding about PRUNE_BATCH steps (one workflow of more
+    steps is a batch of its own). Its end is checked again under the row's lock, so a
+    retry begun meanwhile (RUNNING again) keeps its workflow. ``created_at`` bounds the
+    range read from the (state, created_at) index: a workflow ends after it began."""
+    ended = Workflow.objects.using(db).filter(
+        state__in=ENDED_WORKFLOWS, created_at__lt=cutoff, finished_at__lt=cutoff)
+    batch = get_settings().PRUNE_BATCH
+    removed = 0
+    while True:
+        ids: list[int] = []
+        steps = 0
+        for pk, steps_total in ended.values_list("pk", "steps_total")[:batch]:
+            if ids and steps + steps_total > batch:
+                break
+            ids.append(pk)
+            steps += steps_total
+        if not ids:
+            return removed
+        with transaction.atomic(using=db):
+            doomed = list(ended.filter(pk__in=ids).select_for_update()
+                          .values_list("pk", flat=True))
+            StepDependency.objects.using(db).filter(workflow_id__in=doomed).delete()
+            WorkflowStep.objects.using(db).filter(workflow_id__in=doomed).delete()
+            Workflow.objects.using(db).filter(pk__in=doomed).delete()
+        removed += len(doomed)
 
 
 def _delete_in_batches(query: QuerySet) -> int:
