@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 import djqueue
+from djqueue.conf import get_settings
 from djqueue.maintenance.pruning import prune_history
 from djqueue.models import StepDependency, Workflow, WorkflowStep
 from tests import tasks
@@ -33,7 +34,7 @@ def test_ended_workflows_are_pruned_with_their_steps_and_running_ones_stay(setti
     assert djqueue.drain("t.wf").acked == 8
     assert {h.refresh().status for h in [*old, recent]} == {"SUCCEEDED"}
     running = chain(9, 10)
-    retention = timedelta(seconds=settings.DJQUEUE.get("RESULT_RETENTION", 7 * 24 * 3600))
+    retention = timedelta(seconds=get_settings().RESULT_RETENTION)
     later = timezone.now() + retention + timedelta(minutes=1)
     # The recent one ended just before the pass: within its retention.
     Workflow.objects.filter(pk=recent.id).update(finished_at=later - timedelta(seconds=1))
