@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +173,7 @@ class Process:
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
                "DJQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
                "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", **(env or {})}
+        self.args = args
         self.log = log
         self._log_file = log.open("wb")
         self.popen = subprocess.Popen(
@@ -247,10 +248,29 @@ def admin_theme() -> None:
     call_command("loaddata", "djqueue_admin_theme", verbosity=0)
 
 
+#: The processes a test's ``spawn`` started, for its failure report.
+SPAWNED = pytest.StashKey[list[Process]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report ends with the output of each process it started: they are
+    still running then, and their logs go with the test's temporary folder, which pytest
+    keeps for three runs only (a CI run is ten)."""
+    report = yield
+    if report.when == "call" and report.failed:
+        for process in item.stash.get(SPAWNED, []):
+            report.sections.append(
+                (f"manage.py {' '.join(process.args)} (pid {process.pid})", process.output()))
+    return report
+
+
 @pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Callable[..., Process]]:
+def spawn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Process]]:
     """Start ``manage.py <args>``; every process is killed at teardown."""
     started: list[Process] = []
+    request.node.stash[SPAWNED] = started
 
     def start(*args: str, env: dict[str, str] | None = None) -> Process:
         process = Process(list(args), tmp_path / f"proc-{len(started)}.log", env)
