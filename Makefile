@@ -80,6 +80,12 @@ soak: $(VENV)/.installed
 	    $(PY) -m pytest -p no:cacheprovider -q tests/maintenance/test_absurd_rows.py
 	DJQUEUE_SPREAD_TOTAL=60000 DATABASE_URL=mysql://root@127.0.0.1:3306/test \
 	    $(PY) -m pytest -p no:cacheprovider -q -s tests/placement/test_partition_servers.py
+	DJQUEUE_ORDER_EXAMPLES=4 DATABASE_URL=mysql://root@127.0.0.1:3306/test \
+	    $(PY) -m pytest -p no:cacheprovider -q tests/storage/test_ordered_groups.py \
+	    -k test_property_per_group_order_under_random_interleavings
+	DJQUEUE_PRODUCED_TOTAL=100000 DATABASE_URL=mysql://root@127.0.0.1:3306/test \
+	    $(PY) -m pytest -p no:cacheprovider -q tests/worker/test_processes.py \
+	    -k test_four_producers_four_workers_process_each_message_exactly_once
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache
