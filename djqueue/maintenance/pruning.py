@@ -18,6 +18,7 @@ from djqueue.conf import get_settings
 from djqueue.models import (
     FINISHED_STATUSES,
     Alarm,
+    ExportRun,
     History,
     Message,
     MessageGroup,
@@ -41,7 +42,8 @@ logger = logging.getLogger("djqueue.reaper")
 def prune_history(now: datetime | None = None) -> int:
     """Delete what is past retention, in batches by primary key: history, trace, handler
     log records and progress (per queue's retention), finished task results, ended
-    workflows and periodic ticks (RESULT_RETENTION), fired alarms (ALARM_RETENTION)."""
+    workflows, periodic ticks and export watermarks (RESULT_RETENTION), fired alarms
+    (ALARM_RETENTION)."""
     db = dialects.alias()
     now = now or timezone.now()
     removed = 0
@@ -60,6 +62,7 @@ def prune_history(now: datetime | None = None) -> int:
         status__in=FINISHED_STATUSES, finished_at__lt=cutoff))
     removed += _delete_in_batches(PeriodicTick.objects.using(db).filter(tick_at__lt=cutoff))
     removed += _prune_workflows(db, cutoff)
+    removed += _delete_in_batches(_superseded_export_runs(db, cutoff))
     alarms_cutoff = now - timedelta(seconds=get_settings().ALARM_RETENTION)
     removed += _delete_in_batches(Alarm.objects.using(db).filter(fired_at__lt=alarms_cutoff))
     return removed
@@ -111,6 +114,14 @@ def _prune_workflows(db: str, cutoff: datetime) -> int:
             WorkflowStep.objects.using(db).filter(workflow_id__in=doomed).delete()
             Workflow.objects.using(db).filter(pk__in=doomed).delete()
         removed += len(doomed)
+
+
+def _superseded_export_runs(db: str, cutoff: datetime) -> QuerySet:
+    """Incremental exports' runs that finished before ``cutoff`` and are not their
+    target's newest: the newest one's end is where the next run begins, however old."""
+    newer = ExportRun.objects.filter(target=OuterRef("target"),
+                                     window_end__gt=OuterRef("window_end"))
+    return ExportRun.objects.using(db).filter(finished_at__lt=cutoff).filter(Exists(newer))
 
 
 def _delete_in_batches(query: QuerySet) -> int:
