@@ -35,7 +35,8 @@ from djqueue.models.trace import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 #: Rows per queue: enough that a planner with current statistics sorts rather than walks
-#: when the query leaves it the choice (MariaDB 10.11 did at this 1,500 a queue, and at 20,000 and 100,000).
+#: when the query leaves it the choice. MariaDB 10.11 chose to sort at each size tried:
+#: 1,500 rows a queue (this one), 20,000 and 100,000.
 ROWS = 1500
 #: What a plan says when it sorts or spills: MariaDB/MySQL, PostgreSQL, SQLite.
 SORTS = re.compile(r"filesort|Using temporary|\bSort\b|TEMP B-TREE")

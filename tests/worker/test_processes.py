@@ -23,9 +23,9 @@ def effects_per_key(positive_only: bool = True) -> Counter:
     return Counter(dict(rows.values_list("key").annotate(c=Count("id")).values_list("key", "c")))
 
 
-#: Messages the four producers send: `make test` 8,000 (they take 15-40 s on the
-#: two-core machine beside another suite, and the test runs on seven database set-ups),
-#: `make soak` 100,000.
+#: Messages the four producers send: `make test` 8,000, as the test runs on seven
+#: database set-ups (on the two-core machine 20,000 took ~40 s beside another suite,
+#: and 8,000 took 13 s alone on PostgreSQL); `make soak` 100,000.
 PRODUCED = int(os.environ.get("DJQUEUE_PRODUCED_TOTAL", "8000"))
 
 
