@@ -195,7 +195,9 @@ if os.environ.get("DJQUEUE_TEST_SPREAD_PORTS"):
     for _name in ("POLL_MAX", "QUEUE_CACHE_TTL", "REAPER_INTERVAL", "STATS_INTERVAL",
                   "PROMOTE_INTERVAL"):
         del DJQUEUE[_name]
-if os.environ.get("DJQUEUE_TEST_POLL"):  # a process that polls only this often
+# A process that polls only this often: the wake-up tests, where a message may reach
+# a worker or a long poll only by its send's wake-up.
+if os.environ.get("DJQUEUE_TEST_POLL"):
     DJQUEUE["POLL_MIN"] = DJQUEUE["POLL_MAX"] = float(os.environ["DJQUEUE_TEST_POLL"])
 if os.environ.get("DJQUEUE_TEST_TASK_QUEUES"):  # more queues of the default task backend
     TASKS["default"]["QUEUES"] += os.environ["DJQUEUE_TEST_TASK_QUEUES"].split(",")
@@ -207,5 +209,3 @@ if os.environ.get("DJQUEUE_TEST_PERIODIC"):
 if os.environ.get("DJQUEUE_TEST_GC_THRESHOLD"):  # tests/worker/test_garbage_collection.py
     _threshold = os.environ["DJQUEUE_TEST_GC_THRESHOLD"]
     DJQUEUE["WORKER_GC_THRESHOLD"] = None if _threshold == "none" else int(_threshold)
-if os.environ.get("DJQUEUE_TEST_POLL"):  # a worker that polls this rarely (the wake-up tests)
-    DJQUEUE["POLL_MIN"] = DJQUEUE["POLL_MAX"] = float(os.environ["DJQUEUE_TEST_POLL"])
