@@ -27,6 +27,8 @@ Every database gets a child process (Django is set up once a process) that runs,
   (PostgreSQL) it costs a second, and how soon it picks up a send.
 - ``send`` from a process that sends less often than its caches last (1.2 s
   apart), against the raw insert at the same pace, with an idle worker waiting.
+- a thousand receives waiting on one HTTP API server process, and 50 messages sent
+  one by one: how soon each reaches one of them (bench/long_polls.py).
 
 ``--quick`` runs each row once at small sizes (``make bench-quick``'s scale).
 ``--smoke`` is smaller still, every row and window at the least that still runs it
@@ -54,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from common import percentile, summarise, write_results  # noqa: E402
+from long_polls import long_poll_latencies  # noqa: E402
 
 URLS = {
     "mariadb": "mysql://root@127.0.0.1:3306/djq_bench",
@@ -211,6 +214,7 @@ def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str,
         for key, limit in (("pickup_p50_ms", 5.0), ("pickup_p95_ms", 20.0),
                            ("tasks_pickup_p50_ms", 5.0),
                            ("idle_per_s", 20.0), ("admin_p95_ms", 200.0),
+                           ("long_poll_p95_ms", 50.0),
                            ("admin_locked_errors", 0.0), ("admin_failed", 0.0)):
             if key in found:
                 value = found[key]["median"]
@@ -269,6 +273,8 @@ LABELS = {
     "admin_p50_ms": "admin pages while 2 workers drain and 1,000 msgs/s are sent: p50, ms",
     "admin_p95_ms": "the same, p95, ms",
     "admin_locked_errors": "\"database is locked\" errors (pages and process logs)",
+    "long_poll_p50_ms": "1,000 HTTP long polls waiting: a send's delivery p50, ms",
+    "long_poll_p95_ms": "the same, p95, ms",
     **{f"peer_{peer}_{key}": f"{peer}: {label}" for peer in PEER_FACTORS
        for key, label in (("drain_defaults", "drain, its defaults, tasks/s"),
                           ("drain_tuned", "drain, its fastest documented settings, tasks/s"),
@@ -321,6 +327,7 @@ def one_database(name: str, url: str, args: argparse.Namespace) -> list[dict[str
     latency.update(bench.pickup(samples=samples, window=0, tasks=True))
     latency.update(bench.admin_under_load(seconds=size(15, 5, 2)))
     latency.update(bench.quiet_sends(samples=size(10, 3, 2)))
+    latency.update(long_poll_latencies(waiters=size(1000, 1000, 100), sent=size(50, 20, 5)))
     for run in runs:
         run.update(latency)
     bench.drop()

@@ -3,7 +3,7 @@ djqueue_http``, uvicorn) on a loopback port, on the test database."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +32,15 @@ class Server:
 
 
 @pytest.fixture
-def api_server(spawn) -> Iterator[Server]:
+def api_server(spawn) -> Server:
+    return start_api_server(spawn)
+
+
+def start_api_server(spawn: Callable[..., Any], env: dict[str, str] | None = None) -> Server:
+    """``manage.py djqueue_http`` on a free port (``env``: added to its environment),
+    once it answers; stopped at the test's teardown, as every spawned process."""
     port = free_port()
-    process = spawn("djqueue_http", "--port", str(port))
+    process = spawn("djqueue_http", "--port", str(port), env=env)
     base = f"http://127.0.0.1:{port}{MOUNT}"
 
     def answers() -> bool:
@@ -46,7 +52,7 @@ def api_server(spawn) -> Iterator[Server]:
             return False
 
     wait_until(answers, 30, "the API server to answer", interval=0.05)
-    yield Server(base, process.pid, process.output)
+    return Server(base, process.pid, process.output)
 
 
 @pytest.fixture
