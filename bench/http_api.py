@@ -17,17 +17,13 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from measures import PAYLOAD, ROOT, clear, env, fill, rate
 
+from tests.servers import cpu_seconds
+
 SENDS = 2000
 DRAIN = 10_000
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
 
 
 def http_api(sends: int = SENDS, drain: int = DRAIN) -> dict[str, float]:
@@ -67,13 +63,13 @@ def http_api(sends: int = SENDS, drain: int = DRAIN) -> dict[str, float]:
             for _ in range(sends):
                 djqueue.send("bench.http", PAYLOAD)
             results["api_send_1_same_run"] = rate(sends, time.perf_counter() - started)
-            cpu, mine = _cpu_seconds(server.pid), time.process_time()
+            cpu, mine = cpu_seconds(server.pid), time.process_time()
             started = time.perf_counter()
             for _ in range(sends):
                 response = http.post("queues/bench.http/messages", json={"payload": PAYLOAD})
                 assert response.status_code == 201, response.text
             results["http_send_1"] = rate(sends, time.perf_counter() - started)
-            results["http_send_1_server_cpu_us"] = (_cpu_seconds(server.pid) - cpu) / sends * 1e6
+            results["http_send_1_server_cpu_us"] = (cpu_seconds(server.pid) - cpu) / sends * 1e6
             results["http_send_1_client_cpu_us"] = (time.process_time() - mine) / sends * 1e6
 
             clear()
@@ -84,7 +80,7 @@ def http_api(sends: int = SENDS, drain: int = DRAIN) -> dict[str, float]:
                 drained += len(djqueue.ack_many(messages))
             results["api_batch_100_same_run"] = rate(drained, time.perf_counter() - started)
             fill(drain, "bench.http")
-            cpu = _cpu_seconds(server.pid)
+            cpu = cpu_seconds(server.pid)
             started = time.perf_counter()
             drained = 0
             while True:
@@ -97,7 +93,7 @@ def http_api(sends: int = SENDS, drain: int = DRAIN) -> dict[str, float]:
                 drained += len(done.json()["done"])
             results["http_batch_100"] = rate(drained, time.perf_counter() - started)
             results["http_batch_100_server_cpu_us"] = (
-                (_cpu_seconds(server.pid) - cpu) / drained * 1e6)
+                (cpu_seconds(server.pid) - cpu) / drained * 1e6)
     finally:
         server.terminate()
         server.wait(30)

@@ -22,8 +22,10 @@ QUEUE = "bench.poll"
 
 
 def long_poll_latencies(waiters: int, sent: int) -> dict[str, float]:
-    """``waiters`` long polls, then ``sent`` messages one by one: their delivery p50,
-    p95 and max, in ms."""
+    """``waiters`` long polls, then ``sent`` messages one by one (no more than
+    ``waiters``): their delivery p50, p95 and max, in ms, and the seconds the server
+    took to take the long polls in (each claims once on arrival; the sends begin
+    once the server is idle again)."""
     import httpx
 
     import djqueue
@@ -53,19 +55,21 @@ def long_poll_latencies(waiters: int, sent: int) -> dict[str, float]:
                 raise RuntimeError("the API server did not start")
             time.sleep(0.05)
 
-        async def run() -> list[float]:
-            polls = LongPolls(base, token, QUEUE)
+        async def run() -> tuple[list[float], float]:
+            polls = LongPolls(base, token, QUEUE, server.pid)
             await polls.warm()
             try:
                 await polls.open(waiters)
-                return await polls.send_one_by_one(sent)
+                return await polls.send_one_by_one(sent), polls.intake
             finally:
                 await polls.close()
 
-        found = percentiles(asyncio.run(run()))
+        latencies, intake = asyncio.run(run())
+        found = percentiles(latencies)
     finally:
         server.terminate()
         server.wait(30)
         Worker.objects.all().delete()  # the server's row, gone at its exit
         djqueue.purge(QUEUE)
-    return {f"long_poll_{key}_ms": value for key, value in found.items()}
+    return {**{f"long_poll_{key}_ms": value for key, value in found.items()},
+            "long_poll_intake_s": intake}

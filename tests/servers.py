@@ -21,6 +21,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time process ``pid`` has used so far (user and system), in seconds."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stop_process(process: subprocess.Popen, grace: float) -> None:
     """SIGTERM (a server's clean shutdown), then SIGKILL if it has not ended within
     ``grace`` seconds."""

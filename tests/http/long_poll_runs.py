@@ -14,10 +14,14 @@ import json
 import time
 from urllib.parse import urlsplit
 
+from tests.servers import cpu_seconds
+
 #: Seconds between two sends: each delivery is timed on its own.
 SEND_EVERY = 0.05
 #: Seconds a waiter's receive waits (the API's longest long poll).
 WAIT = 20
+#: Seconds over which the server must be all but idle before the sends begin.
+SETTLE = 0.2
 
 
 class HttpConnection:
@@ -68,15 +72,19 @@ def connections_to(port: int) -> int:
 
 
 class LongPolls:
-    """Waiting receives on queue ``queue`` of the server at ``base``, each acking what
-    it gets; then sends, each timed to its delivery."""
+    """Waiting receives on queue ``queue`` of the server at ``base`` (process
+    ``server_pid``), each acking what it gets and then ending; then sends, each timed
+    to its delivery."""
 
-    def __init__(self, base: str, token: str, queue: str) -> None:
-        self.base, self.token, self.queue = base, token, queue
+    def __init__(self, base: str, token: str, queue: str, server_pid: int) -> None:
+        self.base, self.token, self.queue, self.server_pid = base, token, queue, server_pid
         self.waiters: list[asyncio.Future] = []
         self.requested = 0
         self.delivered: dict[int, float] = {}
         self.sent: dict[int, float] = {}
+        #: Seconds from the start of the last ``open`` until the server was done with
+        #: the long polls it opened (its last SETTLE seconds included).
+        self.intake = 0.0
 
     async def warm(self, requests: int = 40) -> None:
         """Enough concurrent short receives to start every database thread of the server,
@@ -94,10 +102,14 @@ class LongPolls:
         await asyncio.gather(*(one() for _ in range(requests)))
 
     async def open(self, count: int, timeout: float = 60) -> None:
-        """Start ``count`` long polls; return once each has sent its request and the
-        server has accepted each one's connection."""
+        """Start ``count`` long polls; return once each has sent its request, the
+        server has accepted each one's connection, and it has done with them: each
+        receive first claims at once (a statement on one of the server's database
+        threads), so a thousand arriving together keep it busy for about a second,
+        and a send meanwhile would be timed behind them."""
         port = urlsplit(self.base).port
         assert port is not None
+        started = time.monotonic()
         self.waiters += [asyncio.ensure_future(self._wait_for_one()) for _ in range(count)]
         deadline = time.monotonic() + timeout
         while self.requested < count or connections_to(port) < count:
@@ -107,6 +119,21 @@ class LongPolls:
                     f"{connections_to(port)} connections after {timeout} s")
             self.raise_failures()
             await asyncio.sleep(0.02)
+        await self._until_server_idle(deadline)
+        self.intake = time.monotonic() - started
+
+    async def _until_server_idle(self, deadline: float) -> None:
+        """Until the server used at most a tenth of a core over SETTLE seconds."""
+        used = cpu_seconds(self.server_pid)
+        while True:
+            await asyncio.sleep(SETTLE)
+            now = cpu_seconds(self.server_pid)
+            if now - used <= SETTLE / 10:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the server was still busy (its last {SETTLE} s: "
+                                     f"{now - used:.2f} s of CPU) with the long polls")
+            used = now
 
     async def _wait_for_one(self) -> None:
         connection = HttpConnection(self.base, self.token)
@@ -134,8 +161,12 @@ class LongPolls:
     async def send_one_by_one(self, count: int, timeout: float = 30) -> list[float]:
         """Send ``count`` messages (payloads 0 to count - 1), SEND_EVERY apart, from a
         thread of this process; each one's delivery latency in ms, in the order sent.
-        Raises AssertionError naming those no waiter got within ``timeout`` seconds."""
+        Raises AssertionError naming those no waiter got within ``timeout`` seconds.
+        Each waiter takes one message, so there must be ``count`` of them at least."""
         first = len(self.sent)
+        if len(self.waiters) - first < count:
+            raise ValueError(f"{count} sends need as many waiters; {len(self.waiters)} "
+                             f"were opened and {first} have had one")
         await asyncio.to_thread(self._send, first, count)
         deadline = time.monotonic() + timeout
         wanted = range(first, first + count)

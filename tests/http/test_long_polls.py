@@ -64,7 +64,7 @@ def test_a_thousand_waiting_receivers_hold_no_threads_and_each_send_wakes_one(
     token = make_token({"h.poll": "full_control"})
 
     async def scenario() -> tuple[tuple[int, int], dict[str, list[int]], list[float]]:
-        polls = LongPolls(server.base, token, "h.poll")
+        polls = LongPolls(server.base, token, "h.poll", server.pid)
         await polls.warm()
         baseline = (threads_of(server.pid), database_connections_of(server.pid))
         try:
