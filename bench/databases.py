@@ -28,7 +28,9 @@ Every database gets a child process (Django is set up once a process) that runs,
 - ``send`` from a process that sends less often than its caches last (1.2 s
   apart), against the raw insert at the same pace, with an idle worker waiting.
 - a thousand receives waiting on one HTTP API server process, and 50 messages sent
-  one by one: how soon each reaches one of them (bench/long_polls.py).
+  one by one: how soon each reaches one of them (bench/long_polls.py);
+- how much of a rate limit (50/s) and a concurrency limit (3 handlers of 0.2 s) three
+  worker processes use (bench/limit_use.py).
 
 ``--quick`` runs each row once at small sizes (``make bench-quick``'s scale).
 ``--smoke`` is smaller still, every row and window at the least that still runs it
@@ -56,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from common import percentile, summarise, write_results  # noqa: E402
+from limit_use import limit_use  # noqa: E402
 from long_polls import long_poll_latencies  # noqa: E402
 
 URLS = {
@@ -200,6 +203,8 @@ def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str,
         ratio(db, "django.tasks worker vs worker (defaults)", "tasks_defaults",
               "worker_defaults", 0.55)
         ratio(db, "10 ms handlers, -c 32, vs 3,200/s", "io_c32", 3200.0, 0.9)
+        ratio(db, "rate limit 50/s, 3 workers: used", "rate_use", 1.0, 0.95)
+        ratio(db, "concurrency limit 3, 3 workers: used", "concurrency_use", 1.0, 0.9)
         for peer, factor in PEER_FACTORS.items():
             ratio(db, f"django.tasks worker (defaults) vs {peer}", "tasks_defaults",
                   f"peer_{peer}_drain_1", factor)
@@ -273,8 +278,11 @@ LABELS = {
     "admin_p50_ms": "admin pages while 2 workers drain and 1,000 msgs/s are sent: p50, ms",
     "admin_p95_ms": "the same, p95, ms",
     "admin_locked_errors": "\"database is locked\" errors (pages and process logs)",
+    "rate_use": "rate limit 50/s, 3 workers of 4 threads: the rate reached / 50",
+    "concurrency_use": "concurrency limit 3, handlers of 0.2 s: the ideal time / the time taken",
     "long_poll_p50_ms": "1,000 HTTP long polls waiting: a send's delivery p50, ms",
     "long_poll_p95_ms": "the same, p95, ms",
+    "long_poll_intake_s": "the server's time to take the 1,000 long polls in, s",
     **{f"peer_{peer}_{key}": f"{peer}: {label}" for peer in PEER_FACTORS
        for key, label in (("drain_defaults", "drain, its defaults, tasks/s"),
                           ("drain_tuned", "drain, its fastest documented settings, tasks/s"),
@@ -327,6 +335,7 @@ def one_database(name: str, url: str, args: argparse.Namespace) -> list[dict[str
     latency.update(bench.pickup(samples=samples, window=0, tasks=True))
     latency.update(bench.admin_under_load(seconds=size(15, 5, 2)))
     latency.update(bench.quiet_sends(samples=size(10, 3, 2)))
+    latency.update(limit_use(rated=size(1000, 500, 100), slotted=size(60, 30, 15)))
     latency.update(long_poll_latencies(waiters=size(1000, 1000, 100), sent=size(50, 20, 5)))
     for run in runs:
         run.update(latency)

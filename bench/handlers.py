@@ -16,3 +16,8 @@ def noop_batch(messages) -> None:
 
 async def noop_async(message) -> None:
     """The async handler row's handler: a coroutine that does nothing."""
+
+
+def work_200ms(message) -> None:
+    """The concurrency limit's row's handler: 0.2 s of work, long against a hand-over."""
+    time.sleep(0.2)
