@@ -4,10 +4,10 @@ limit three worker processes use (issue #23 asked that they be used to the full)
 Three ``djqueue_worker -c 4`` processes drain, on the bench database:
 
 - ``rate_use``: a queue with ``rate_limit="50/s"``; the rate reached from the first
-  claim to the last finish, over 50. The burst (5) allows at most (n + 5) / n of it.
+  claim to the last finish, over 50. A first burst of 5 lets it reach n / (n - 5).
 - ``concurrency_use``: a queue with ``concurrency_limit=3`` and handlers of 0.2 s;
-  the ideal time (n times 0.2 s, over 3) over the time taken. Each hand-over of a place (an
-  ack, then another claim) costs a little of it.
+  the ideal time (n times 0.2 s, over 3) over the time taken. Each hand-over of a
+  place (an ack, then another claim) costs a little of it.
 
 That the limits hold (never more than 50 + the burst in any second, never more than
 3 at once) is the test suite's to check, on every database
