@@ -253,3 +253,43 @@ def verdict(queries_steady: bool, time_met: bool, judge_time: bool) -> int:
         return 1 if judge_time else 0
     print("OK")
     return 0
+
+
+@contextlib.contextmanager
+def api_server(queue: str) -> Iterator[tuple[Any, str, str]]:
+    """``manage.py djqueue_http`` on a free loopback port, with the bench's settings,
+    once it answers; a client with full control of ``queue`` (named after it, made
+    anew). Yields the server process, the API's base URL and the client's token; the
+    server is stopped at the end."""
+    import subprocess
+
+    import httpx
+
+    from djqueue.http import access
+    from djqueue.models import ApiClient, ApiPermission
+    from tests.servers import free_port
+
+    ApiClient.objects.filter(name=queue).delete()
+    client = ApiClient.objects.create(name=queue)
+    access.grant(client, queue, ApiPermission.FULL_CONTROL)
+    token = access.issue_token(client)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "djqueue_http",
+                               "--port", str(port)], cwd=ROOT,
+                              env={**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"})
+    base = f"http://127.0.0.1:{port}/queue-api/"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(base + "openapi.json", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the API server did not start")
+            time.sleep(0.05)
+        yield server, base, token
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -13,12 +13,10 @@ trips, two a send: the token's row and the insert's commit):
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import time
 
-from measures import PAYLOAD, ROOT, clear, env, fill, rate
+from common import api_server
+from measures import PAYLOAD, clear, fill, rate
 
 from tests.servers import cpu_seconds
 
@@ -31,72 +29,50 @@ def http_api(sends: int = SENDS, drain: int = DRAIN) -> dict[str, float]:
     import httpx
 
     import djqueue
-    from djqueue.http import access
-    from djqueue.models import ApiClient, ApiPermission
 
     clear()
     djqueue.create_queue("bench.http", exist_ok=True)
-    ApiClient.objects.filter(name="bench").delete()
-    client = ApiClient.objects.create(name="bench")
-    access.grant(client, "bench.http", ApiPermission.FULL_CONTROL)
-    token = access.issue_token(client)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "djqueue_http",
-                               "--port", str(port)], cwd=ROOT, env=env())
-    base = f"http://127.0.0.1:{port}/queue-api/"
     results: dict[str, float] = {}
-    try:
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"},
-                          timeout=30) as http:
-            for _ in range(300):
-                try:
-                    if http.get("openapi.json").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.05)
-            for _ in range(200):  # warm: threads, connections, caches
-                http.post("queues/bench.http/messages", json={"payload": PAYLOAD})
+    with api_server("bench.http") as (server, base, token), httpx.Client(
+            base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        for _ in range(200):  # warm: threads, connections, caches
+            http.post("queues/bench.http/messages", json={"payload": PAYLOAD})
 
-            started = time.perf_counter()
-            for _ in range(sends):
-                djqueue.send("bench.http", PAYLOAD)
-            results["api_send_1_same_run"] = rate(sends, time.perf_counter() - started)
-            cpu, mine = cpu_seconds(server.pid), time.process_time()
-            started = time.perf_counter()
-            for _ in range(sends):
-                response = http.post("queues/bench.http/messages", json={"payload": PAYLOAD})
-                assert response.status_code == 201, response.text
-            results["http_send_1"] = rate(sends, time.perf_counter() - started)
-            results["http_send_1_server_cpu_us"] = (cpu_seconds(server.pid) - cpu) / sends * 1e6
-            results["http_send_1_client_cpu_us"] = (time.process_time() - mine) / sends * 1e6
+        started = time.perf_counter()
+        for _ in range(sends):
+            djqueue.send("bench.http", PAYLOAD)
+        results["api_send_1_same_run"] = rate(sends, time.perf_counter() - started)
+        cpu, mine = cpu_seconds(server.pid), time.process_time()
+        started = time.perf_counter()
+        for _ in range(sends):
+            response = http.post("queues/bench.http/messages", json={"payload": PAYLOAD})
+            assert response.status_code == 201, response.text
+        results["http_send_1"] = rate(sends, time.perf_counter() - started)
+        results["http_send_1_server_cpu_us"] = (cpu_seconds(server.pid) - cpu) / sends * 1e6
+        results["http_send_1_client_cpu_us"] = (time.process_time() - mine) / sends * 1e6
 
-            clear()
-            fill(drain, "bench.http")
-            started = time.perf_counter()
-            drained = 0
-            while messages := djqueue.receive("bench.http", max_messages=100):
-                drained += len(djqueue.ack_many(messages))
-            results["api_batch_100_same_run"] = rate(drained, time.perf_counter() - started)
-            fill(drain, "bench.http")
-            cpu = cpu_seconds(server.pid)
-            started = time.perf_counter()
-            drained = 0
-            while True:
-                got = http.post("queues/bench.http/receive", json={"max_messages": 100})
-                messages = got.json()["messages"]
-                if not messages:
-                    break
-                done = http.post("queues/bench.http/ack",
-                                 json={"receipts": [m["receipt"] for m in messages]})
-                drained += len(done.json()["done"])
-            results["http_batch_100"] = rate(drained, time.perf_counter() - started)
-            results["http_batch_100_server_cpu_us"] = (
-                (cpu_seconds(server.pid) - cpu) / drained * 1e6)
-    finally:
-        server.terminate()
-        server.wait(30)
+        clear()
+        fill(drain, "bench.http")
+        started = time.perf_counter()
+        drained = 0
+        while messages := djqueue.receive("bench.http", max_messages=100):
+            drained += len(djqueue.ack_many(messages))
+        results["api_batch_100_same_run"] = rate(drained, time.perf_counter() - started)
+        fill(drain, "bench.http")
+        cpu = cpu_seconds(server.pid)
+        started = time.perf_counter()
+        drained = 0
+        while True:
+            got = http.post("queues/bench.http/receive", json={"max_messages": 100})
+            messages = got.json()["messages"]
+            if not messages:
+                break
+            done = http.post("queues/bench.http/ack",
+                             json={"receipts": [m["receipt"] for m in messages]})
+            drained += len(done.json()["done"])
+        results["http_batch_100"] = rate(drained, time.perf_counter() - started)
+        results["http_batch_100_server_cpu_us"] = (
+            (cpu_seconds(server.pid) - cpu) / drained * 1e6)
     results["http_send_1_vs_api"] = results["http_send_1"] / results["api_send_1_same_run"]
     results["http_batch_100_vs_api"] = (results["http_batch_100"]
                                         / results["api_batch_100_same_run"])
