@@ -1,8 +1,9 @@
 """Long polls: receives that wait for a message on the event loop, not on a thread.
 
-A waiting receive joins the line of its queue(s) in this process and awaits an
-event; it holds no thread and no database connection. Only the first in each
-line claims, when something may have arrived:
+A waiting receive joins a line in this process and awaits an event; it holds no
+thread and no database connection. A line is the waiters whose claims would take the
+same messages: the same queue(s) and the same condition (``where``). Only the first
+in each line claims, when something may have arrived:
 
 - a sender's wake-up: the process registers a row in ``djqueue_worker`` (as a
   worker does, with a session lock and a heartbeat) naming the queues it has
@@ -13,8 +14,11 @@ line claims, when something may have arrived:
   delay that ran out, a released lease).
 
 A waiter that claimed as many as it asked for hands the turn on at once (more
-may be there); one that claimed fewer leaves the rest of the line asleep. So a
-thousand waiters on a queue cost one claim per wake-up, not a thousand.
+may be there); one that claimed fewer leaves the rest of the line asleep: what
+it could not find, they could not either. So a thousand waiters on a queue cost one
+claim per wake-up, not a thousand. (Waiters with different conditions stand in
+different lines: one whose condition matched nothing must not keep asleep another
+that would have taken the message.)
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ T = TypeVar("T")
 QUEUES_WRITE_EVERY = 0.2
 
 
+#: Which waiters share a line: the queues they wait on, and their condition.
+LineKey = tuple[tuple[str, ...], str | None]
+
+
 class Waiter:
     def __init__(self) -> None:
         self.turn = asyncio.Event()
@@ -52,7 +60,7 @@ class WaitingReceives:
     """The lines of this process's waiting receives, by the queues they wait on."""
 
     def __init__(self) -> None:
-        self.lines: dict[tuple[str, ...], deque[Waiter]] = {}
+        self.lines: dict[LineKey, deque[Waiter]] = {}
         self._started = False
         self._registration: Registration | None = None
         self._queues_written: tuple[str, ...] = ()
@@ -61,16 +69,16 @@ class WaitingReceives:
 
     # Waiting
 
-    async def receive(self, queues: tuple[str, ...], wait: float,
+    async def receive(self, line: LineKey, wait: float,
                       claim: Callable[[], Awaitable[list[T]]], wanted: int) -> list[T]:
-        """``claim()`` at once, then as woken, until it returns messages or ``wait``
-        seconds have passed."""
+        """``claim()`` at once, then as woken in ``line``, until it returns messages or
+        ``wait`` seconds have passed."""
         found = await claim()
         if found or wait <= 0:
             return found
         await self._start()
         deadline = time.monotonic() + wait
-        async with self._in_line(queues) as waiter:
+        async with self._in_line(line) as waiter:
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -83,13 +91,13 @@ class WaitingReceives:
                 found = await claim()
                 if found:
                     if len(found) >= wanted:
-                        self.wake(queues, skip=waiter)  # there may be more
+                        self.wake(line, skip=waiter)  # there may be more
                     return found
 
     @contextlib.asynccontextmanager
-    async def _in_line(self, queues: tuple[str, ...]) -> AsyncIterator[Waiter]:
+    async def _in_line(self, key: LineKey) -> AsyncIterator[Waiter]:
         waiter = Waiter()
-        line = self.lines.setdefault(queues, deque())
+        line = self.lines.setdefault(key, deque())
         line.append(waiter)
         if len(line) == 1:
             self._queues_dirty.set()
@@ -98,15 +106,14 @@ class WaitingReceives:
         finally:
             line.remove(waiter)
             if waiter.turn.is_set():  # woken but leaving: the turn goes on
-                self.wake(queues)
+                self.wake(key)
             if not line:
-                del self.lines[queues]
+                del self.lines[key]
                 self._queues_dirty.set()
 
-    def wake(self, queues: tuple[str, ...] | None = None, skip: Waiter | None = None) -> None:
-        """Give the turn to the first waiter of the line for ``queues`` (None: of every
-        line)."""
-        lines = self.lines.values() if queues is None else [self.lines.get(queues, deque())]
+    def wake(self, key: LineKey | None = None, skip: Waiter | None = None) -> None:
+        """Give the turn to the first waiter of line ``key`` (None: of every line)."""
+        lines = self.lines.values() if key is None else [self.lines.get(key, deque())]
         for line in lines:
             for waiter in line:
                 if waiter is not skip:
@@ -152,7 +159,7 @@ class WaitingReceives:
         while True:
             await self._queues_dirty.wait()
             self._queues_dirty.clear()
-            names = tuple(sorted({name for queues in self.lines for name in queues}))
+            names = tuple(sorted({name for queues, _ in self.lines for name in queues}))
             if names != self._queues_written:
                 try:
                     await in_database(self._registration.set_queues, list(names))

@@ -74,7 +74,7 @@ async def _long_poll(request: HttpRequest, name: str, permission_on: str,
             where=wanted.where)]
 
     messages = await long_polls.waiting_receives().receive(
-        names, wanted.wait, lambda: in_database(claim), wanted.max_messages)
+        (names, wanted.where), wanted.wait, lambda: in_database(claim), wanted.max_messages)
     return json_response({"messages": messages})
 
 

@@ -71,6 +71,22 @@ def connections_to(port: int) -> int:
     return count
 
 
+async def until_server_idle(pid: int, deadline: float) -> None:
+    """Until process ``pid`` used at most a tenth of a core over SETTLE seconds: the
+    server has done with the requests it was sent (AssertionError at ``deadline``, a
+    ``time.monotonic()``)."""
+    used = cpu_seconds(pid)
+    while True:
+        await asyncio.sleep(SETTLE)
+        now = cpu_seconds(pid)
+        if now - used <= SETTLE / 10:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the server was still busy (its last {SETTLE} s: "
+                                 f"{now - used:.2f} s of CPU)")
+        used = now
+
+
 class LongPolls:
     """Waiting receives on queue ``queue`` of the server at ``base`` (process
     ``server_pid``), each acking what it gets and then ending; then sends, each timed
@@ -119,21 +135,8 @@ class LongPolls:
                     f"{connections_to(port)} connections after {timeout} s")
             self.raise_failures()
             await asyncio.sleep(0.02)
-        await self._until_server_idle(deadline)
+        await until_server_idle(self.server_pid, deadline)
         self.intake = time.monotonic() - started
-
-    async def _until_server_idle(self, deadline: float) -> None:
-        """Until the server used at most a tenth of a core over SETTLE seconds."""
-        used = cpu_seconds(self.server_pid)
-        while True:
-            await asyncio.sleep(SETTLE)
-            now = cpu_seconds(self.server_pid)
-            if now - used <= SETTLE / 10:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the server was still busy (its last {SETTLE} s: "
-                                     f"{now - used:.2f} s of CPU) with the long polls")
-            used = now
 
     async def _wait_for_one(self) -> None:
         connection = HttpConnection(self.base, self.token)

@@ -7,16 +7,24 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
 import djqueue
+from djqueue.api.worker_wakeups import wake_addresses
 from djqueue.models import ProcessKind, Worker
 from tests.conftest import wait_until
 from tests.http.conftest import start_api_server
-from tests.http.long_poll_runs import LongPolls, percentiles
+from tests.http.long_poll_runs import (
+    HttpConnection,
+    LongPolls,
+    connections_to,
+    percentiles,
+    until_server_idle,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WAITERS = int(os.environ.get("DJQ_WAITERS", "1000"))
@@ -106,3 +114,49 @@ def test_the_api_server_drops_a_wake_up_not_signed_with_the_projects_key(
     wait_until(lambda: f"Dropped 1 wake-up datagram(s) on {row.wake_address} not signed"
                in api_server.output(), 30, "the server to say it dropped the datagram")
     # (The signed wake-ups of sends still end long polls: the test above.)
+
+
+def test_a_waiter_whose_condition_matches_nothing_does_not_keep_a_message_from_another(
+        spawn, make_token):
+    # Polling off, as above: a message reaches a waiter only through its send's wake-up.
+    server = start_api_server(spawn, env={"DJQUEUE_TEST_POLL": "60"})
+    djqueue.create_queue("h.where")
+    token = make_token({"h.where": "full_control"})
+    port = int(server.base.split(":")[2].split("/")[0])
+
+    async def scenario() -> tuple[dict, dict]:
+        picky, plain = HttpConnection(server.base, token), HttpConnection(server.base, token)
+        await picky.open()
+        await plain.open()
+        try:
+            # The picky one waits first and longer; the plain one arrives behind it.
+            await picky.send_post("queues/h.where/receive",
+                                  {"wait": 20, "where": "priority >= 9"})
+            await asyncio.to_thread(wait_until, lambda: any(
+                "h.where" in row.queues for row in Worker.objects.filter(
+                    kind=ProcessKind.HTTP)), 30, "the server to list the queue")
+            await plain.send_post("queues/h.where/receive", {"wait": 10})
+            deadline = time.monotonic() + 30
+            while connections_to(port) < 2:
+                await asyncio.sleep(0.02)
+            await until_server_idle(server.pid, deadline)  # both are in line
+
+            def send(n: int, priority: int = 0) -> None:
+                wake_addresses.forget()
+                djqueue.send("h.where", {"n": n}, priority=priority)
+
+            await asyncio.to_thread(send, 1)
+            _, plain_got = await plain.read_answer()
+            await asyncio.to_thread(send, -1, 9)  # the picky one still waits, and gets its own
+            _, picky_got = await picky.read_answer()
+            return plain_got, picky_got
+        finally:
+            picky.close()
+            plain.close()
+
+    plain_got, picky_got = asyncio.run(scenario())
+    # Before lines were kept by condition, the plain waiter stood behind the picky one,
+    # whose claims found nothing: it got its message only once the picky one left, after
+    # its own wait had ended, so it answered empty.
+    assert [m["payload"] for m in plain_got["messages"]] == [{"n": 1}]
+    assert [m["payload"] for m in picky_got["messages"]] == [{"n": -1}]
