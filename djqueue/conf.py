@@ -98,6 +98,10 @@ class Settings:
     HTTP_MAX_WAIT: float = 20.0
     #: The most messages one send or receive request carries.
     HTTP_MAX_BATCH: int = 100
+    #: The most different ``where`` conditions one caller's long polls may wait with at
+    #: once, per server process: each condition is a line of its own, claiming on every
+    #: wake-up (djqueue.http.long_polls).
+    HTTP_MAX_WAIT_CONDITIONS: int = 8
     #: OpenTelemetry spans for sends and handler runs, when an SDK is configured
     #: (djqueue.tracing); False: none, whatever is installed.
     TRACING: bool = True
@@ -208,6 +212,7 @@ _COUNTS = {
     "HTTP_DATABASE_THREADS": (1, 256),
     "HTTP_MAX_BODY_BYTES": (1024, 256 * 1024 * 1024),
     "HTTP_MAX_BATCH": (1, 10_000),
+    "HTTP_MAX_WAIT_CONDITIONS": (1, 10_000),
 }
 
 

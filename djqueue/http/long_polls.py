@@ -19,6 +19,14 @@ it could not find, they could not either. So a thousand waiters on a queue cost 
 claim per wake-up, not a thousand. (Waiters with different conditions stand in
 different lines: one whose condition matched nothing must not keep asleep another
 that would have taken the message.)
+
+A line with a condition costs a claim on every wake-up, and a claim whose condition
+matches nothing reads every ready message of its queue. So one caller's long polls
+may wait with at most ``HTTP_MAX_WAIT_CONDITIONS`` different conditions at once, per
+server process; another is refused (TooManyConditions, 429). Without the bound, a
+caller's quota would not bound what it costs the database: a request waiting 20 s
+would hold a line, claiming at each send, for all of that time (docs/http-api.md
+has the measurement).
 """
 
 from __future__ import annotations
@@ -30,8 +38,8 @@ import os
 import socket
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from djqueue.api.worker_wakeups import DatagramChecks
@@ -51,6 +59,10 @@ QUEUES_WRITE_EVERY = 0.2
 LineKey = tuple[tuple[str, ...], str | None]
 
 
+class TooManyConditions(Exception):
+    """The caller already waits with HTTP_MAX_WAIT_CONDITIONS other conditions: 429."""
+
+
 class Waiter:
     def __init__(self) -> None:
         self.turn = asyncio.Event()
@@ -61,6 +73,8 @@ class WaitingReceives:
 
     def __init__(self) -> None:
         self.lines: dict[LineKey, deque[Waiter]] = {}
+        #: caller -> its waiting receives with a condition, by line.
+        self._conditions: dict[str, Counter[LineKey]] = {}
         self._started = False
         self._registration: Registration | None = None
         self._queues_written: tuple[str, ...] = ()
@@ -70,9 +84,38 @@ class WaitingReceives:
     # Waiting
 
     async def receive(self, line: LineKey, wait: float,
-                      claim: Callable[[], Awaitable[list[T]]], wanted: int) -> list[T]:
+                      claim: Callable[[], Awaitable[list[T]]], wanted: int,
+                      caller: str) -> list[T]:
         """``claim()`` at once, then as woken in ``line``, until it returns messages or
         ``wait`` seconds have passed."""
+        if wait <= 0 or line[1] is None:
+            return await self._receive(line, wait, claim, wanted)
+        with self._condition_of(caller, line):
+            return await self._receive(line, wait, claim, wanted)
+
+    @contextlib.contextmanager
+    def _condition_of(self, caller: str, line: LineKey) -> Iterator[None]:
+        """Count ``caller``'s waiting receive with ``line``'s condition while inside;
+        TooManyConditions if that is one condition more than it may wait with."""
+        held = self._conditions.setdefault(caller, Counter())
+        most = get_settings().HTTP_MAX_WAIT_CONDITIONS
+        if line not in held and len(held) >= most:
+            raise TooManyConditions(
+                f"{caller} already waits with {len(held)} different conditions on this "
+                f"server, the most it may (HTTP_MAX_WAIT_CONDITIONS = {most}); wait with "
+                "one of those, or without a condition, or receive without waiting.")
+        held[line] += 1
+        try:
+            yield
+        finally:
+            held[line] -= 1
+            if not held[line]:
+                del held[line]
+            if not held:
+                del self._conditions[caller]
+
+    async def _receive(self, line: LineKey, wait: float,
+                       claim: Callable[[], Awaitable[list[T]]], wanted: int) -> list[T]:
         found = await claim()
         if found or wait <= 0:
             return found

@@ -19,6 +19,7 @@ from djqueue.exceptions import (
     QueueNotFound,
 )
 from djqueue.http.access import Forbidden, OverQuota, Unauthenticated
+from djqueue.http.long_polls import TooManyConditions
 
 TYPE_PREFIX = "urn:djqueue:error:"
 CONTENT_TYPE = "application/problem+json"
@@ -48,6 +49,7 @@ STATUSES: list[tuple[type[Exception], int, str]] = [
     (UnsupportedMediaType, 415, "Unsupported media type"),
     (QueueFull, 429, "Queue full"),
     (OverQuota, 429, "Quota used up"),
+    (TooManyConditions, 429, "Too many waiting conditions"),
     (InvalidMessage, 400, "Invalid message"),
     (InvalidCondition, 400, "Invalid condition"),
 ]

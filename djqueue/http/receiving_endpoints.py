@@ -60,11 +60,11 @@ def _receive_request(request: HttpRequest, caller: access.Caller) -> ReceiveRequ
 
 async def _long_poll(request: HttpRequest, name: str, permission_on: str,
                      queues_of: Callable[[], list[Queue]]) -> HttpResponse:
-    def first() -> tuple[ReceiveRequest, list[Queue]]:
+    def first() -> tuple[ReceiveRequest, str, list[Queue]]:
         caller = granted(request, permission_on, ApiPermission.RECEIVE)
-        return _receive_request(request, caller), queues_of()
+        return _receive_request(request, caller), caller.name, queues_of()
 
-    wanted, queues = await in_database(first)
+    wanted, caller, queues = await in_database(first)
     names = tuple(q.name for q in queues)
 
     def claim() -> list[dict[str, Any]]:
@@ -74,7 +74,8 @@ async def _long_poll(request: HttpRequest, name: str, permission_on: str,
             where=wanted.where)]
 
     messages = await long_polls.waiting_receives().receive(
-        (names, wanted.where), wanted.wait, lambda: in_database(claim), wanted.max_messages)
+        (names, wanted.where), wanted.wait, lambda: in_database(claim), wanted.max_messages,
+        caller)
     return json_response({"messages": messages})
 
 

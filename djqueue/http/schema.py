@@ -24,15 +24,23 @@ def _ok(description: str, schema: dict[str, Any], status: str = "200") -> dict[s
     return {status: {"description": description, "content": {JSON: {"schema": schema}}}}
 
 
-def _problems(*statuses: int, forbidden: bool = True) -> dict[str, Any]:
-    """The problem responses: 400 and 401 always, 403 where a grant is needed."""
+#: What a 429 means on most endpoints; sends and receives add their own cases.
+QUOTA = "The client's quota is used up (Retry-After says when to try again)"
+FULL = "The queue is full, or the client's quota is used up"
+CONDITIONS = ("The client's quota is used up, or it already waits with "
+              "HTTP_MAX_WAIT_CONDITIONS other conditions")
+
+
+def _problems(*statuses: int, forbidden: bool = True, too_many: str = QUOTA,
+              ) -> dict[str, Any]:
+    """The problem responses: 400, 401 and 429 (every caller has a quota) always, 403
+    where a grant is needed."""
     text = {400: "Bad input (the detail names the field)", 401: "No usable token",
             403: "No grant for this", 404: "No such queue, topic or group",
             409: "A receipt's lease was lost", 413: "Payload or body too large",
-            415: "The body is not JSON",
-            429: "The queue is full, or the client's quota is used up"}
+            415: "The body is not JSON", 429: too_many}
     return {str(s): {"description": text[s], "content": {PROBLEM: {"schema": _ref("Problem")}}}
-            for s in (400, 401, *((403,) if forbidden else ()), *statuses)}
+            for s in sorted({400, 401, 429, *((403,) if forbidden else ()), *statuses})}
 
 
 def _name(where: str, what: str) -> dict[str, Any]:
@@ -110,7 +118,7 @@ def openapi() -> dict[str, Any]:
                              "items": _ref("NewMessage")}}}]}),
                      "responses": {"201": {"description": "Sent", "content": {JSON: {
                          "schema": {"oneOf": [_ref("Sent"), _ref("SentBatch")]}}}},
-                         **_problems(404, 413, 415, 429)}},
+                         **_problems(404, 413, 415, too_many=FULL)}},
             "get": {"operationId": "peek", "tags": ["queues"], "security": [{"token": []}],
                     "summary": "Messages without claiming them, oldest first (RECEIVE)",
                     "parameters": [QUEUE, {
@@ -129,7 +137,8 @@ def openapi() -> dict[str, Any]:
             "summary": "Claim up to max_messages, waiting up to wait seconds (RECEIVE)",
             "parameters": [QUEUE], "requestBody": _body(_ref("ReceiveRequest"), False),
             "responses": {**_ok("Claimed messages (none if the wait ran out)",
-                                _ref("Received")), **_problems(404, 415)}}},
+                                _ref("Received")),
+                          **_problems(404, 415, too_many=CONDITIONS)}}},
         "/queues/{queue}/ack": _finishing("ack", {}, [], "Finish messages (RECEIVE)",
                                           [QUEUE], "queues"),
         "/queues/{queue}/nack": _finishing("nack", nack, [], "Fail or give back (RECEIVE)",
@@ -167,12 +176,13 @@ def openapi() -> dict[str, Any]:
             "responses": {"201": {"description": "Published", "content": {JSON: {"schema": {
                 "type": "object", "required": ["ids"], "properties": {"ids": {
                     "type": "array", "items": {"type": "integer"}}}}}}},
-                **_problems(404, 413, 415)}}},
+                **_problems(404, 413, 415, too_many=FULL)}}},
         "/topics/{topic}/groups/{group}/receive": {"post": {
             "operationId": "receiveGroup", "tags": ["topics"], "security": [{"token": []}],
             "summary": "Receive for a consumer group (RECEIVE on the topic)",
             "parameters": [TOPIC, GROUP], "requestBody": _body(_ref("ReceiveRequest"), False),
-            "responses": {**_ok("Claimed messages", _ref("Received")), **_problems(404, 415)}}},
+            "responses": {**_ok("Claimed messages", _ref("Received")),
+                          **_problems(404, 415, too_many=CONDITIONS)}}},
         "/topics/{topic}/groups/{group}/ack": _finishing(
             "ack", {}, [], "Finish a group's messages", [TOPIC, GROUP], "topics"),
         "/topics/{topic}/groups/{group}/nack": _finishing(

@@ -160,3 +160,75 @@ def test_a_waiter_whose_condition_matches_nothing_does_not_keep_a_message_from_a
     # its own wait had ended, so it answered empty.
     assert [m["payload"] for m in plain_got["messages"]] == [{"n": 1}]
     assert [m["payload"] for m in picky_got["messages"]] == [{"n": -1}]
+
+
+def test_one_callers_long_polls_wait_with_at_most_eight_conditions(spawn, make_token):
+    # Polling off: eleven lines polling twice a second would keep the server from ever
+    # looking idle (all_in), and each message here reaches its waiter by its wake-up.
+    api_server = start_api_server(spawn, env={"DJQUEUE_TEST_POLL": "60"})
+    djqueue.create_queue("h.conditions")
+    token = make_token({"h.conditions": "full_control"})
+    other = make_token({"h.conditions": "receive"})
+    port = int(api_server.base.split(":")[2].split("/")[0])
+    receive = "queues/h.conditions/receive"
+
+    async def waiting(body: dict, as_token: str = token) -> HttpConnection:
+        connection = HttpConnection(api_server.base, as_token)
+        await connection.open()
+        await connection.send_post(receive, {"wait": 20, **body})
+        return connection
+
+    async def all_in(count: int) -> None:
+        deadline = time.monotonic() + 30
+        while connections_to(port) < count:
+            assert time.monotonic() < deadline, f"{connections_to(port)} connections of {count}"
+            await asyncio.sleep(0.02)
+        await until_server_idle(api_server.pid, deadline)
+
+    async def answer(connection: HttpConnection) -> tuple[int, dict]:
+        return await asyncio.wait_for(connection.read_answer(), 30)
+
+    def send(priority: int, count: int = 1) -> None:
+        wake_addresses.forget()  # read the server's address afresh
+        for _ in range(count):
+            djqueue.send("h.conditions", {"p": priority}, priority=priority)
+
+    async def scenario() -> dict[str, object]:
+        found: dict[str, object] = {}
+        eight = [await waiting({"where": f"priority = {p}"}) for p in range(1, 9)]
+        again = await waiting({"where": "priority = 1"})  # a condition it waits with
+        plain = await waiting({})
+        elsewhere = await waiting({"where": "priority = 9"}, other)  # another caller
+        await all_in(11)
+        ninth = await waiting({"where": "priority = 9"})
+        found["ninth"] = await answer(ninth)
+        await asyncio.to_thread(send, 0)
+        found["plain"] = await answer(plain)
+        await asyncio.to_thread(send, 1, 2)
+        found["both ones"] = [await answer(eight[0]), await answer(again)]
+        await asyncio.to_thread(send, 9)  # the other caller's
+        found["elsewhere"] = await answer(elsewhere)
+        # The caller's "priority = 1" line is gone: a ninth condition may wait now.
+        later = await waiting({"where": "priority = 9"})
+        await all_in(8)
+        await asyncio.to_thread(send, 9)
+        found["later"] = await answer(later)
+        for each in [*eight, again, plain, elsewhere, ninth, later]:
+            each.close()
+        return found
+
+    found = asyncio.run(scenario())
+    status, body = found["ninth"]
+    assert status == 429 and body["type"] == "urn:djqueue:error:TooManyConditions", body
+    assert "already waits with 8 different conditions" in body["detail"]
+    assert "HTTP_MAX_WAIT_CONDITIONS = 8" in body["detail"]
+
+    def payloads(answered: tuple[int, dict]) -> list:
+        status, body = answered
+        assert status == 200, body
+        return [m["payload"] for m in body["messages"]]
+
+    assert payloads(found["plain"]) == [{"p": 0}]
+    assert [payloads(a) for a in found["both ones"]] == [[{"p": 1}], [{"p": 1}]]
+    assert payloads(found["elsewhere"]) == [{"p": 9}]
+    assert payloads(found["later"]) == [{"p": 9}]
