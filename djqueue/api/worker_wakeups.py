@@ -15,11 +15,19 @@ hint — a lost one costs at most a poll — so polling (``POLL_MAX``) remains t
 safety net, and workers the sender cannot reach (another host, with the default
 ``WAKE_HOST`` of 127.0.0.1) are found by it.
 
-A datagram is signed: it carries an HMAC of its alias under a key derived from the
+After the alias, a datagram lists the queues the send stored on that the receiving
+process serves, one a line, when they fit in ``LONGEST_BODY`` bytes (without them it
+wakes everything). A worker claims on all its queues anyway; the HTTP API server
+wakes only the long polls waiting on those queues (djqueue.http.long_polls), where a
+waiter on each of a hundred queues would otherwise claim at every send to any of them.
+A listener of an earlier release reads the whole text as an alias it does not know,
+which wakes all it serves.
+
+A datagram is signed: it carries an HMAC of its text under a key derived from the
 project's ``SECRET_KEY``, and a listener drops one whose tag does not match that key
 or one of ``SECRET_KEY_FALLBACKS`` (a rolling deploy's). Anyone who can reach the
 port could otherwise turn a flood of datagrams into back-to-back claims on every
-database. The tag is the same for every datagram naming one alias, so it stops
+database. The tag is the same for every datagram of one text, so it stops
 forgery, not a replay by someone who can read the traffic (on loopback, root).
 """
 
@@ -34,6 +42,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -49,6 +58,9 @@ logger = logging.getLogger("djqueue.worker")
 #: The longest database alias a datagram names, in bytes (a listener drops a longer one,
 #: as it drops an unsigned one: that database's sends are found by polling).
 LONGEST_NAME = 200
+#: The longest text (alias and queue names) a datagram carries, in bytes: within one
+#: packet of a 1,500-byte MTU. Queue names that would not fit are left out.
+LONGEST_BODY = 1200
 #: A datagram's tag: the first bytes of the HMAC-SHA256 of its alias.
 TAG_BYTES = 16
 #: Seconds between two warnings about dropped datagrams, at most.
@@ -70,16 +82,16 @@ class WakeSocket:
     def listen_until(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                data, sender = self._socket.recvfrom(TAG_BYTES + LONGEST_NAME + 1)
+                data, sender = self._socket.recvfrom(TAG_BYTES + LONGEST_BODY + 1)
             except TimeoutError:
                 continue
             except OSError:
                 return  # closed
-            database = self.checks.read(data, sender)
-            if database is None:
+            wake_up = self.checks.read(data, sender)
+            if wake_up is None:
                 continue
             if self._named is not None:
-                self._named(database)
+                self._named(wake_up.database)
             local_wakeup.notify()
 
     def close(self) -> None:
@@ -97,11 +109,11 @@ class DatagramChecks:
         self.dropped = 0
         self._warned_at = -WARN_EVERY
 
-    def read(self, data: bytes, sender: object) -> str | None:
-        """The database a signed datagram from ``sender`` names; None for another,
-        dropped and counted."""
-        database = database_named(data)
-        if database is None:
+    def read(self, data: bytes, sender: object) -> WakeUp | None:
+        """What a signed datagram from ``sender`` names; None for another, dropped and
+        counted."""
+        wake_up = wake_up_read(data)
+        if wake_up is None:
             self.dropped += 1
             now = time.monotonic()
             if now - self._warned_at >= WARN_EVERY:
@@ -111,18 +123,29 @@ class DatagramChecks:
                     "forgery. Sends it meant to announce are found by polling.",
                     self.dropped, self.address, sender)
                 self.dropped, self._warned_at = 0, now
-        return database
+        return wake_up
 
 
-def wake_up_datagram(database: str) -> bytes:
-    """What a sender sends to wake a worker: a tag, then the alias of ``database``."""
-    return _signed(settings.SECRET_KEY, database)
+class WakeUp(NamedTuple):
+    """What a signed datagram says: the database a send stored on, and the queues it
+    stored on (None: not said, so any of the listener's)."""
+
+    database: str
+    queues: frozenset[str] | None
 
 
-@functools.lru_cache(maxsize=64)
-def _signed(secret: str | bytes, database: str) -> bytes:
-    name = database.encode()
-    return _tag(secret, name) + name
+def wake_up_datagram(database: str, queues: Iterable[str] = ()) -> bytes:
+    """What a sender sends to wake a process: a tag, then the alias of ``database`` and
+    the names of ``queues``, a line each (none if they would not fit)."""
+    return _signed(settings.SECRET_KEY, database, tuple(sorted(queues)))
+
+
+@functools.lru_cache(maxsize=256)
+def _signed(secret: str | bytes, database: str, queues: tuple[str, ...] = ()) -> bytes:
+    text = "\n".join((database, *queues)).encode()
+    if len(text) > LONGEST_BODY:
+        text = database.encode()
+    return _tag(secret, text) + text
 
 
 def _tag(secret: str | bytes, name: bytes) -> bytes:
@@ -136,20 +159,23 @@ def _key(secret: str | bytes) -> bytes:
         secret.encode() if isinstance(secret, str) else secret)).digest()
 
 
-def database_named(data: bytes) -> str | None:
-    """The alias a signed datagram names; None for one not signed with ``SECRET_KEY``
-    or a fallback, cut short, or not text. A name that is not one of the worker's
-    databases wakes them all."""
-    tag, name = data[:TAG_BYTES], data[TAG_BYTES:]
-    if not name or len(name) > LONGEST_NAME:
+def wake_up_read(data: bytes) -> WakeUp | None:
+    """What a signed datagram names; None for one not signed with ``SECRET_KEY`` or a
+    fallback, cut short, too long, or not text. A database that is not one of the
+    worker's wakes them all."""
+    tag, text = data[:TAG_BYTES], data[TAG_BYTES:]
+    if not text or len(text) > LONGEST_BODY:
         return None
     secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
-    if not any(hmac.compare_digest(tag, _tag(secret, name)) for secret in secrets):
+    if not any(hmac.compare_digest(tag, _tag(secret, text)) for secret in secrets):
         return None
     try:
-        return name.decode()
+        database, *queues = text.decode().split("\n")
     except UnicodeDecodeError:
         return None
+    if not database or len(database.encode()) > LONGEST_NAME:
+        return None
+    return WakeUp(database, frozenset(queues) if queues else None)
 
 
 class _WakeAddresses:
@@ -168,17 +194,20 @@ class _WakeAddresses:
         by_queue = self._addresses()
         if not by_queue:  # no worker listens: the names need not even be looked up
             return
-        addresses = {a for name in queue_names for a in by_queue.get(name, ())}
-        if not addresses:
+        served: dict[tuple[str, int], set[str]] = {}  # address -> the queues it serves
+        for name in queue_names:
+            for address in by_queue.get(name, ()):
+                served.setdefault(address, set()).add(name)
+        if not served:
             return
-        datagram = wake_up_datagram(dialects.alias())
+        db = dialects.alias()
         with self._lock:
             if self._socket is None:
                 self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 self._socket.setblocking(False)
-            for address in addresses:
+            for address, names in served.items():
                 with contextlib.suppress(OSError):  # a full buffer or a gone worker: it polls
-                    self._socket.sendto(datagram, address)
+                    self._socket.sendto(wake_up_datagram(db, names), address)
 
     def forget(self) -> None:
         self._by_database = {}

@@ -7,9 +7,9 @@ in each line claims, when something may have arrived:
 
 - a sender's wake-up: the process registers a row in ``djqueue_worker`` (as a
   worker does, with a session lock and a heartbeat) naming the queues it has
-  waiters on, and binds a UDP socket on ``WAKE_HOST``; a send that commits sends
-  it a datagram (djqueue.api.worker_wakeups), so a message is claimed one round
-  trip after its commit;
+  waiters on, and binds a UDP socket on ``WAKE_HOST``; a send that commits sends it
+  a datagram naming the queues (djqueue.api.worker_wakeups), which wakes the lines
+  waiting on them, so a message is claimed one round trip after its commit;
 - every ``POLL_MAX`` seconds, for messages no datagram announced (another host, a
   delay that ran out, a released lease).
 
@@ -84,7 +84,7 @@ class WaitingReceives:
     # Waiting
 
     async def receive(self, line: LineKey, wait: float,
-                      claim: Callable[[], Awaitable[list[T]]], wanted: int,
+                      claim: Callable[[], Awaitable[list[T]]], wanted: int, *,
                       caller: str) -> list[T]:
         """``claim()`` at once, then as woken in ``line``, until it returns messages or
         ``wait`` seconds have passed."""
@@ -163,6 +163,13 @@ class WaitingReceives:
                     waiter.turn.set()
                     break
 
+    def wake_for(self, queues: frozenset[str] | None) -> None:
+        """Give the turn to the first waiter of each line a send to one of ``queues``
+        concerns (None: of every line)."""
+        for key in list(self.lines):
+            if queues is None or not queues.isdisjoint(key[0]):
+                self.wake(key)
+
     # What wakes the lines
 
     async def _start(self) -> None:
@@ -214,8 +221,9 @@ class WaitingReceives:
 
 
 class _WakeDatagrams(asyncio.DatagramProtocol):
-    """Hears the wake-up datagrams of sends: a signed one wakes the lines (whatever the
-    database it names), another is dropped (djqueue.api.worker_wakeups)."""
+    """Hears the wake-up datagrams of sends: a signed one wakes the lines waiting on
+    the queues it names (whatever the database), another is dropped
+    (djqueue.api.worker_wakeups)."""
 
     def __init__(self, waiting: WaitingReceives) -> None:
         self.waiting = waiting
@@ -225,8 +233,9 @@ class _WakeDatagrams(asyncio.DatagramProtocol):
         self.checks = DatagramChecks("{}:{}".format(*transport.get_extra_info("sockname")[:2]))
 
     def datagram_received(self, data: bytes, addr: tuple) -> None:
-        if self.checks is not None and self.checks.read(data, addr) is not None:
-            self.waiting.wake()
+        wake_up = None if self.checks is None else self.checks.read(data, addr)
+        if wake_up is not None:
+            self.waiting.wake_for(wake_up.queues)
 
 
 #: One per event loop (an ASGI server runs one).

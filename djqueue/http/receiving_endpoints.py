@@ -75,7 +75,7 @@ async def _long_poll(request: HttpRequest, name: str, permission_on: str,
 
     messages = await long_polls.waiting_receives().receive(
         (names, wanted.where), wanted.wait, lambda: in_database(claim), wanted.max_messages,
-        caller)
+        caller=caller)
     return json_response({"messages": messages})
 
 

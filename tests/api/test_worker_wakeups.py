@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
 
 import djqueue
@@ -55,21 +56,41 @@ def signed_with(secret: str, name: str) -> bytes:
         return worker_wakeups.wake_up_datagram(name)
 
 
-@pytest.mark.parametrize(("data", "name"), [
-    (lambda: worker_wakeups.wake_up_datagram("default"), "default"),
-    (lambda: worker_wakeups.wake_up_datagram("p2"), "p2"),
-    (lambda: worker_wakeups.wake_up_datagram("bäse"), "bäse"),
+def signed_text(body: bytes) -> bytes:
+    """A datagram of ``body`` as it is, signed with the project's key."""
+    return worker_wakeups._tag(settings.SECRET_KEY, body) + body
+
+
+LONG = "q" * 100  # the longest queue name
+
+
+@pytest.mark.parametrize(("data", "named"), [
+    (lambda: worker_wakeups.wake_up_datagram("default"), ("default", None)),
+    (lambda: worker_wakeups.wake_up_datagram("p2"), ("p2", None)),
+    (lambda: worker_wakeups.wake_up_datagram("bäse"), ("bäse", None)),
+    (lambda: worker_wakeups.wake_up_datagram("default", ["b", "a"]), ("default", {"a", "b"})),
+    # Names that would not fit are left out: the datagram wakes everything.
+    (lambda: worker_wakeups.wake_up_datagram("default", [f"{i:03}{LONG[3:]}" for i in range(12)]),
+     ("default", None)),
     (lambda: b"default", None),  # unsigned, as a send of an earlier release
     (lambda: b"", None),
     (lambda: signed_with("another project's key", "default"), None),
     (lambda: worker_wakeups.wake_up_datagram("default")[:-1] + b"x", None),  # name changed
+    (lambda: worker_wakeups.wake_up_datagram("default", ["q"])[:-1], None),  # cut short
     (lambda: b"x" * worker_wakeups.TAG_BYTES + b"default", None),
-    (lambda: signed_with("the key before", "default"), "default"),  # a fallback key
+    (lambda: signed_with("the key before", "default"), ("default", None)),  # a fallback key
     (lambda: signed_with("k", "x" * (worker_wakeups.LONGEST_NAME + 1)), None),
+    (lambda: signed_text(b"x" * (worker_wakeups.LONGEST_NAME + 1) + b"\nq"), None),
+    (lambda: signed_text(b"default\n" + LONG.encode() * 12), None),  # longer than sent
+    (lambda: signed_text(b"\nq"), None),  # no database
+    (lambda: signed_text(b"default\n\xff"), None),  # not text
 ])
 @override_settings(SECRET_KEY_FALLBACKS=["the key before"])
-def test_a_datagram_signed_with_the_projects_key_names_a_database(data, name):
-    assert worker_wakeups.database_named(data()) == name
+def test_a_datagram_signed_with_the_projects_key_names_a_database_and_queues(data, named):
+    found = worker_wakeups.wake_up_read(data())
+    expected = None if named is None else worker_wakeups.WakeUp(
+        named[0], None if named[1] is None else frozenset(named[1]))
+    assert found == expected
 
 
 def test_a_flood_of_forged_datagrams_wakes_nothing_and_is_said_once(caplog):

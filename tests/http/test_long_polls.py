@@ -15,7 +15,7 @@ from django.db import connection
 
 import djqueue
 from djqueue.api.worker_wakeups import wake_addresses
-from djqueue.models import ProcessKind, Worker
+from djqueue.models import ProcessKind, QueueLimiter, Worker
 from tests.conftest import wait_until
 from tests.http.conftest import start_api_server
 from tests.http.long_poll_runs import (
@@ -232,3 +232,57 @@ def test_one_callers_long_polls_wait_with_at_most_eight_conditions(spawn, make_t
     assert [payloads(a) for a in found["both ones"]] == [[{"p": 1}], [{"p": 1}]]
     assert payloads(found["elsewhere"]) == [{"p": 9}]
     assert payloads(found["later"]) == [{"p": 9}]
+
+
+def test_a_send_wakes_only_the_long_polls_waiting_on_its_queue(spawn, make_token):
+    # Polling off: only wake-ups make the server claim. The other queue holds a message
+    # back from every claim (a concurrency limit of 0), and counts each: that shows
+    # whether its line was woken by the sends to the first.
+    server = start_api_server(spawn, env={"DJQUEUE_TEST_POLL": "60"})
+    djqueue.create_queue("h.sent")
+    djqueue.create_queue("h.quiet", concurrency_limit=0)
+    djqueue.send("h.quiet", "held back")
+    token = make_token({"h.*": "full_control"})
+    port = int(server.base.split(":")[2].split("/")[0])
+    limiter = QueueLimiter.objects.filter(queue__name="h.quiet")
+
+    def listed(*names: str) -> bool:
+        return any(set(names) <= set(row.queues)
+                   for row in Worker.objects.filter(kind=ProcessKind.HTTP))
+
+    async def waiting(queue: str) -> HttpConnection:
+        connection = HttpConnection(server.base, token)
+        await connection.open()
+        await connection.send_post(f"queues/{queue}/receive", {"wait": 20})
+        return connection
+
+    async def scenario() -> tuple[int, int, list[tuple[int, dict]]]:
+        quiet = await waiting("h.quiet")
+        await asyncio.to_thread(wait_until, lambda: listed("h.quiet") and (
+            limiter.get().held_back >= 1), 30, "the quiet queue's waiter in line")
+        waiters = [await waiting("h.sent") for _ in range(5)]
+        await asyncio.to_thread(wait_until, lambda: listed("h.quiet", "h.sent"), 30,
+                                "the server to list both queues")
+        deadline = time.monotonic() + 30
+        while connections_to(port) < 6:
+            assert time.monotonic() < deadline, "the six long polls did not connect"
+            await asyncio.sleep(0.02)
+        await until_server_idle(server.pid, deadline)
+        before = await asyncio.to_thread(lambda: limiter.get().held_back)
+
+        def send() -> None:
+            wake_addresses.forget()
+            for n in range(5):
+                djqueue.send("h.sent", n)
+
+        await asyncio.to_thread(send)
+        answers = [await asyncio.wait_for(w.read_answer(), 30) for w in waiters]
+        after = await asyncio.to_thread(lambda: limiter.get().held_back)
+        for each in [quiet, *waiters]:
+            each.close()
+        return before, after, answers
+
+    before, after, answers = asyncio.run(scenario())
+    assert sorted(m["payload"] for _, body in answers for m in body["messages"]) == [
+        0, 1, 2, 3, 4]
+    assert after == before  # the quiet queue's line claimed no more

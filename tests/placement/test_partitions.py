@@ -3,6 +3,7 @@ receiving from all of them, the layout changing at run time, a worker serving it
 
 from __future__ import annotations
 
+import concurrent.futures
 import signal
 import zlib
 from collections import Counter
@@ -213,6 +214,46 @@ def test_the_http_api_sends_receives_and_acks_on_a_partitioned_queue(spawn):
     assert acked.status_code == 200, acked.text
     assert sum(History.objects.using(db).count() for db in PARTS) == 12
     assert all(History.objects.using(db).count() == 4 for db in PARTS)
+
+
+def test_a_send_to_a_partitioned_queue_wakes_an_http_long_poll_on_it(spawn):
+    import httpx
+
+    from djqueue.api.worker_wakeups import wake_addresses
+    from djqueue.http import access
+    from djqueue.models import ApiClient, ApiPermission, ProcessKind
+    from tests.http.conftest import MOUNT
+    from tests.servers import free_port
+
+    djqueue.create_queue("parted.poll")
+    client = ApiClient.objects.create(name="svc")
+    access.grant(client, "parted.poll", ApiPermission.FULL_CONTROL)
+    port = free_port()
+    # Polling off: within the long poll's 20 s, the message reaches it only by the
+    # send's wake-up, from whichever partition's database it was stored on.
+    spawn("djqueue_http", "--port", str(port), env={**PLACED_ENV, "DJQUEUE_TEST_POLL": "60"})
+    base = f"http://127.0.0.1:{port}{MOUNT}queues/parted.poll"
+    headers = {"Authorization": f"Bearer {access.issue_token(client)}"}
+    http = httpx.Client(headers=headers, timeout=30)
+
+    def answers() -> bool:
+        try:
+            return http.get(f"{base}/messages").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_until(answers, 30, "the API server to answer", interval=0.05)
+    with httpx.Client(headers=headers, timeout=30) as waiting, \
+            concurrent.futures.ThreadPoolExecutor(1) as thread:
+        answer = thread.submit(waiting.post, f"{base}/receive", json={"wait": 20})
+        wait_until(lambda: all(any("parted.poll" in row.queues for row in Worker.objects
+                                   .using(db).filter(kind=ProcessKind.HTTP)) for db in PARTS),
+                   30, "the server to list the queue on every partition's database")
+        wake_addresses.forget()
+        sent = djqueue.send("parted.poll", {"n": 1}, group_key="k1")
+        got = answer.result(30)
+    assert got.status_code == 200, got.text
+    assert [(m["id"], m["payload"]) for m in got.json()["messages"]] == [(sent.pk, {"n": 1})]
 
 
 @pytest.mark.parametrize("keys", [{"group_key": 5}, {"group_key": "a\x00b"},
