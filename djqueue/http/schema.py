@@ -27,12 +27,10 @@ def _ok(description: str, schema: dict[str, Any], status: str = "200") -> dict[s
 #: What a 429 means on most endpoints; sends and receives add their own cases.
 QUOTA = "The client's quota is used up (Retry-After says when to try again)"
 FULL = "The queue is full, or the client's quota is used up"
-CONDITIONS = ("The client's quota is used up, or it already waits with "
-              "HTTP_MAX_WAIT_CONDITIONS other conditions")
+CONDITIONS = "The quota is used up, or the client waits with HTTP_MAX_WAIT_CONDITIONS others"
 
 
-def _problems(*statuses: int, forbidden: bool = True, too_many: str = QUOTA,
-              ) -> dict[str, Any]:
+def _problems(*statuses: int, forbidden: bool = True, too_many: str = QUOTA) -> dict[str, Any]:
     """The problem responses: 400, 401 and 429 (every caller has a quota) always, 403
     where a grant is needed."""
     text = {400: "Bad input (the detail names the field)", 401: "No usable token",

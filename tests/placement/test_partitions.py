@@ -179,30 +179,22 @@ def test_metrics_show_a_partitioned_queue_once_with_its_partitions_added_up():
     assert len(paused) == 1
 
 
-def test_the_http_api_sends_receives_and_acks_on_a_partitioned_queue(spawn):
-    import httpx
-
+def token_for(queue: str) -> str:
+    """A token of a client with full control of ``queue``."""
     from djqueue.http import access
     from djqueue.models import ApiClient, ApiPermission
-    from tests.http.conftest import MOUNT
-    from tests.servers import free_port
+
+    client = ApiClient.objects.create(name="svc")
+    access.grant(client, queue, ApiPermission.FULL_CONTROL)
+    return access.issue_token(client)
+
+
+def test_the_http_api_sends_receives_and_acks_on_a_partitioned_queue(spawn):
+    from tests.http.conftest import start_api_server
 
     djqueue.create_queue("parted.http")
-    client = ApiClient.objects.create(name="svc")
-    access.grant(client, "parted.http", ApiPermission.FULL_CONTROL)
-    port = free_port()
-    spawn("djqueue_http", "--port", str(port), env=PLACED_ENV)
-    base = f"http://127.0.0.1:{port}{MOUNT}queues/parted.http"
-    http = httpx.Client(headers={"Authorization": f"Bearer {access.issue_token(client)}"},
-                        timeout=30)
-
-    def answers() -> bool:
-        try:
-            return http.get(f"{base}/messages").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_until(answers, 30, "the API server to answer", interval=0.05)
+    http = start_api_server(spawn, env=PLACED_ENV).client(token_for("parted.http"))
+    base = "queues/parted.http"
     for n in range(3):  # each batch to the next partition
         sent = http.post(f"{base}/messages", json={"messages": [{"payload": n}] * 4})
         assert sent.status_code == 201, sent.text
@@ -217,35 +209,17 @@ def test_the_http_api_sends_receives_and_acks_on_a_partitioned_queue(spawn):
 
 
 def test_a_send_to_a_partitioned_queue_wakes_an_http_long_poll_on_it(spawn):
-    import httpx
-
     from djqueue.api.worker_wakeups import wake_addresses
-    from djqueue.http import access
-    from djqueue.models import ApiClient, ApiPermission, ProcessKind
-    from tests.http.conftest import MOUNT
-    from tests.servers import free_port
+    from djqueue.models import ProcessKind
+    from tests.http.conftest import start_api_server
 
     djqueue.create_queue("parted.poll")
-    client = ApiClient.objects.create(name="svc")
-    access.grant(client, "parted.poll", ApiPermission.FULL_CONTROL)
-    port = free_port()
     # Polling off: within the long poll's 20 s, the message reaches it only by the
     # send's wake-up, from whichever partition's database it was stored on.
-    spawn("djqueue_http", "--port", str(port), env={**PLACED_ENV, "DJQUEUE_TEST_POLL": "60"})
-    base = f"http://127.0.0.1:{port}{MOUNT}queues/parted.poll"
-    headers = {"Authorization": f"Bearer {access.issue_token(client)}"}
-    http = httpx.Client(headers=headers, timeout=30)
-
-    def answers() -> bool:
-        try:
-            return http.get(f"{base}/messages").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_until(answers, 30, "the API server to answer", interval=0.05)
-    with httpx.Client(headers=headers, timeout=30) as waiting, \
+    server = start_api_server(spawn, env={**PLACED_ENV, "DJQUEUE_TEST_POLL": "60"})
+    with server.client(token_for("parted.poll")) as waiting, \
             concurrent.futures.ThreadPoolExecutor(1) as thread:
-        answer = thread.submit(waiting.post, f"{base}/receive", json={"wait": 20})
+        answer = thread.submit(waiting.post, "queues/parted.poll/receive", json={"wait": 20})
         wait_until(lambda: all(any("parted.poll" in row.queues for row in Worker.objects
                                    .using(db).filter(kind=ProcessKind.HTTP)) for db in PARTS),
                    30, "the server to list the queue on every partition's database")
