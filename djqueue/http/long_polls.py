@@ -20,6 +20,16 @@ claim per wake-up, not a thousand. (Waiters with different conditions stand in
 different lines: one whose condition matched nothing must not keep asleep another
 that would have taken the message.)
 
+Two hazards of waking several lines at once, each closed here. A claim locks the rows
+it reads (``FOR UPDATE SKIP LOCKED``; on MariaDB and MySQL, rows its condition then
+turns down too, for a moment), so a line claiming beside another on the same queue
+could skip the very message it was woken for, and sleep until the next poll: the
+woken claims of lines sharing a queue take turns (a lock per queue name). And a
+wake-up that came while an arriving receive made its first claim, before it joined
+its line, would pass it by: it claims again at once if any came meanwhile.
+(Processes other than this one can still lock a row for a moment; the poll every
+``POLL_MAX`` seconds finds what such a claim skipped.)
+
 A line with a condition costs a claim on every wake-up, and a claim whose condition
 matches nothing reads every ready message of its queue. So one caller's long polls
 may wait with at most ``HTTP_MAX_WAIT_CONDITIONS`` different conditions at once, per
@@ -69,7 +79,8 @@ class Waiter:
 
 
 class WaitingReceives:
-    """The lines of this process's waiting receives, by the queues they wait on."""
+    """The lines of this process's waiting receives, by the queues they wait on and
+    their condition."""
 
     def __init__(self) -> None:
         self.lines: dict[LineKey, deque[Waiter]] = {}
@@ -79,6 +90,11 @@ class WaitingReceives:
         self._registration: Registration | None = None
         self._queues_written: tuple[str, ...] = ()
         self._queues_dirty = asyncio.Event()
+        #: Wake-ups so far (datagrams and polls): an arriving receive reads it around
+        #: its first claim.
+        self._wake_ups = 0
+        #: queue name -> the lock woken claims on it take turns with.
+        self._claiming: dict[str, asyncio.Lock] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # Waiting
@@ -116,12 +132,15 @@ class WaitingReceives:
 
     async def _receive(self, line: LineKey, wait: float,
                        claim: Callable[[], Awaitable[list[T]]], wanted: int) -> list[T]:
+        wake_ups = self._wake_ups
         found = await claim()
         if found or wait <= 0:
             return found
         await self._start()
         deadline = time.monotonic() + wait
         async with self._in_line(line) as waiter:
+            if self._wake_ups != wake_ups:  # woken while it claimed: claim again
+                waiter.turn.set()
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -131,7 +150,8 @@ class WaitingReceives:
                 if not waiter.turn.is_set():
                     return []
                 waiter.turn.clear()
-                found = await claim()
+                async with self._turns_on(line[0]):
+                    found = await claim()
                 if found:
                     if len(found) >= wanted:
                         self.wake(line, skip=waiter)  # there may be more
@@ -154,18 +174,26 @@ class WaitingReceives:
                 del self.lines[key]
                 self._queues_dirty.set()
 
-    def wake(self, key: LineKey | None = None, skip: Waiter | None = None) -> None:
-        """Give the turn to the first waiter of line ``key`` (None: of every line)."""
-        lines = self.lines.values() if key is None else [self.lines.get(key, deque())]
-        for line in lines:
-            for waiter in line:
-                if waiter is not skip:
-                    waiter.turn.set()
-                    break
+    def wake(self, key: LineKey, skip: Waiter | None = None) -> None:
+        """Give the turn to the first waiter of line ``key`` (but ``skip``)."""
+        for waiter in self.lines.get(key, ()):
+            if waiter is not skip:
+                waiter.turn.set()
+                break
+
+    @contextlib.asynccontextmanager
+    async def _turns_on(self, queues: tuple[str, ...]) -> AsyncIterator[None]:
+        """Inside: the only woken claim on ``queues`` in this process (locks taken in
+        name order, so two lines on overlapping queues cannot wait for each other)."""
+        async with contextlib.AsyncExitStack() as held:
+            for name in sorted(queues):
+                await held.enter_async_context(self._claiming.setdefault(name, asyncio.Lock()))
+            yield
 
     def wake_for(self, queues: frozenset[str] | None) -> None:
         """Give the turn to the first waiter of each line a send to one of ``queues``
         concerns (None: of every line)."""
+        self._wake_ups += 1
         for key in list(self.lines):
             if queues is None or not queues.isdisjoint(key[0]):
                 self.wake(key)
@@ -195,7 +223,7 @@ class WaitingReceives:
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(get_settings().POLL_MAX)
-            self.wake()
+            self.wake_for(None)
 
     async def _beat(self) -> None:
         assert self._registration is not None
