@@ -28,6 +28,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: Seconds over which a process must be all but idle for :func:`until_idle`.
+SETTLE = 0.2
+
+
+def until_idle(pid: int, deadline: float) -> None:
+    """Until process ``pid`` used at most a tenth of a core over SETTLE seconds: it has
+    done with what it was given and sleeps (AssertionError at ``deadline``, a
+    ``time.monotonic()``)."""
+    used = cpu_seconds(pid)
+    while True:
+        time.sleep(SETTLE)
+        now = cpu_seconds(pid)
+        if now - used <= SETTLE / 10:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} was still busy (its last {SETTLE} s: "
+                                 f"{now - used:.2f} s of CPU)")
+        used = now
+
+
 def stop_process(process: subprocess.Popen, grace: float) -> None:
     """SIGTERM (a server's clean shutdown), then SIGKILL if it has not ended within
     ``grace`` seconds."""

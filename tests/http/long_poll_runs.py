@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from tests.servers import cpu_seconds
+from tests.servers import until_idle
 
 #: Seconds between two sends: each delivery is timed on its own.
 SEND_EVERY = 0.05
 #: Seconds a waiter's receive waits (the API's longest long poll).
 WAIT = 20
-#: Seconds over which the server must be all but idle before the sends begin.
-SETTLE = 0.2
 
 
 class HttpConnection:
@@ -59,6 +58,22 @@ class HttpConnection:
         self.writer.close()
 
 
+def port_of(base: str) -> int:
+    """The TCP port of the server whose API is at ``base``."""
+    port = urlsplit(base).port
+    assert port is not None, base
+    return port
+
+
+async def open_long_poll(base: str, token: str, path: str, body: dict) -> HttpConnection:
+    """A connection to the API at ``base`` that has posted ``body`` to ``path`` and not
+    read the answer (a receive with ``wait`` in ``body`` is a long poll)."""
+    connection = HttpConnection(base, token)
+    await connection.open()
+    await connection.send_post(path, body)
+    return connection
+
+
 def connections_to(port: int) -> int:
     """TCP connections established to ``port`` on this host, counted on the server's
     side (a connection its client closed is no longer ESTABLISHED there)."""
@@ -72,19 +87,23 @@ def connections_to(port: int) -> int:
 
 
 async def until_server_idle(pid: int, deadline: float) -> None:
-    """Until process ``pid`` used at most a tenth of a core over SETTLE seconds: the
-    server has done with the requests it was sent (AssertionError at ``deadline``, a
-    ``time.monotonic()``)."""
-    used = cpu_seconds(pid)
-    while True:
-        await asyncio.sleep(SETTLE)
-        now = cpu_seconds(pid)
-        if now - used <= SETTLE / 10:
-            return
+    """tests.servers.until_idle, in a thread: the event loop's waiters go on meanwhile."""
+    await asyncio.to_thread(until_idle, pid, deadline)
+
+
+async def until_in_line(base: str, server_pid: int, count: int, deadline: float,
+                        while_waiting: Callable[[], None] = lambda: None) -> None:
+    """Until the server at ``base`` (process ``server_pid``) holds ``count`` connections
+    and has done with their requests, so its long polls stand in their lines; calls
+    ``while_waiting`` between looks (AssertionError at ``deadline``, a ``time.monotonic()``)."""
+    port = port_of(base)
+    while connections_to(port) < count:
         if time.monotonic() > deadline:
-            raise AssertionError(f"the server was still busy (its last {SETTLE} s: "
-                                 f"{now - used:.2f} s of CPU)")
-        used = now
+            raise AssertionError(f"the server held {connections_to(port)} of {count} "
+                                 "connections")
+        while_waiting()
+        await asyncio.sleep(0.02)
+    await until_server_idle(server_pid, deadline)
 
 
 class LongPolls:
@@ -99,7 +118,7 @@ class LongPolls:
         self.delivered: dict[int, float] = {}
         self.sent: dict[int, float] = {}
         #: Seconds from the start of the last ``open`` until the server was done with
-        #: the long polls it opened (its last SETTLE seconds included).
+        #: the long polls it opened (its last tests.servers.SETTLE seconds included).
         self.intake = 0.0
 
     async def warm(self, requests: int = 40) -> None:
@@ -123,19 +142,17 @@ class LongPolls:
         receive first claims at once (a statement on one of the server's database
         threads), so a thousand arriving together keep it busy for about a second,
         and a send meanwhile would be timed behind them."""
-        port = urlsplit(self.base).port
-        assert port is not None
         started = time.monotonic()
         self.waiters += [asyncio.ensure_future(self._wait_for_one()) for _ in range(count)]
         deadline = time.monotonic() + timeout
-        while self.requested < count or connections_to(port) < count:
+        while self.requested < count:
             if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{self.requested} of {count} long polls were sent and the server held "
-                    f"{connections_to(port)} connections after {timeout} s")
+                raise AssertionError(f"{self.requested} of {count} long polls were sent "
+                                     f"after {timeout} s")
             self.raise_failures()
             await asyncio.sleep(0.02)
-        await until_server_idle(self.server_pid, deadline)
+        await until_in_line(self.base, self.server_pid, count, deadline,
+                            self.raise_failures)
         self.intake = time.monotonic() - started
 
     async def _wait_for_one(self) -> None:

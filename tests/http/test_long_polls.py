@@ -21,9 +21,9 @@ from tests.http.conftest import start_api_server
 from tests.http.long_poll_runs import (
     HttpConnection,
     LongPolls,
-    connections_to,
+    open_long_poll,
     percentiles,
-    until_server_idle,
+    until_in_line,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -122,24 +122,19 @@ def test_a_waiter_whose_condition_matches_nothing_does_not_keep_a_message_from_a
     server = start_api_server(spawn, env={"DJQUEUE_TEST_POLL": "60"})
     djqueue.create_queue("h.where")
     token = make_token({"h.where": "full_control"})
-    port = int(server.base.split(":")[2].split("/")[0])
+    receive = "queues/h.where/receive"
 
     async def scenario() -> tuple[dict, dict]:
-        picky, plain = HttpConnection(server.base, token), HttpConnection(server.base, token)
-        await picky.open()
-        await plain.open()
+        # The picky one waits first and longer; the plain one arrives behind it.
+        picky = await open_long_poll(server.base, token, receive,
+                                     {"wait": 20, "where": "priority >= 9"})
+        plain = None
         try:
-            # The picky one waits first and longer; the plain one arrives behind it.
-            await picky.send_post("queues/h.where/receive",
-                                  {"wait": 20, "where": "priority >= 9"})
             await asyncio.to_thread(wait_until, lambda: any(
                 "h.where" in row.queues for row in Worker.objects.filter(
                     kind=ProcessKind.HTTP)), 30, "the server to list the queue")
-            await plain.send_post("queues/h.where/receive", {"wait": 10})
-            deadline = time.monotonic() + 30
-            while connections_to(port) < 2:
-                await asyncio.sleep(0.02)
-            await until_server_idle(server.pid, deadline)  # both are in line
+            plain = await open_long_poll(server.base, token, receive, {"wait": 10})
+            await until_in_line(server.base, server.pid, 2, time.monotonic() + 30)
 
             def send(n: int, priority: int = 0) -> None:
                 wake_addresses.forget()
@@ -152,7 +147,8 @@ def test_a_waiter_whose_condition_matches_nothing_does_not_keep_a_message_from_a
             return plain_got, picky_got
         finally:
             picky.close()
-            plain.close()
+            if plain is not None:
+                plain.close()
 
     plain_got, picky_got = asyncio.run(scenario())
     # Before lines were kept by condition, the plain waiter stood behind the picky one,
@@ -169,21 +165,13 @@ def test_one_callers_long_polls_wait_with_at_most_eight_conditions(spawn, make_t
     djqueue.create_queue("h.conditions")
     token = make_token({"h.conditions": "full_control"})
     other = make_token({"h.conditions": "receive"})
-    port = int(api_server.base.split(":")[2].split("/")[0])
     receive = "queues/h.conditions/receive"
 
     async def waiting(body: dict, as_token: str = token) -> HttpConnection:
-        connection = HttpConnection(api_server.base, as_token)
-        await connection.open()
-        await connection.send_post(receive, {"wait": 20, **body})
-        return connection
+        return await open_long_poll(api_server.base, as_token, receive, {"wait": 20, **body})
 
     async def all_in(count: int) -> None:
-        deadline = time.monotonic() + 30
-        while connections_to(port) < count:
-            assert time.monotonic() < deadline, f"{connections_to(port)} connections of {count}"
-            await asyncio.sleep(0.02)
-        await until_server_idle(api_server.pid, deadline)
+        await until_in_line(api_server.base, api_server.pid, count, time.monotonic() + 30)
 
     async def answer(connection: HttpConnection) -> tuple[int, dict]:
         return await asyncio.wait_for(connection.read_answer(), 30)
@@ -243,7 +231,6 @@ def test_a_send_wakes_only_the_long_polls_waiting_on_its_queue(spawn, make_token
     djqueue.create_queue("h.quiet", concurrency_limit=0)
     djqueue.send("h.quiet", "held back")
     token = make_token({"h.*": "full_control"})
-    port = int(server.base.split(":")[2].split("/")[0])
     limiter = QueueLimiter.objects.filter(queue__name="h.quiet")
 
     def listed(*names: str) -> bool:
@@ -251,10 +238,8 @@ def test_a_send_wakes_only_the_long_polls_waiting_on_its_queue(spawn, make_token
                    for row in Worker.objects.filter(kind=ProcessKind.HTTP))
 
     async def waiting(queue: str) -> HttpConnection:
-        connection = HttpConnection(server.base, token)
-        await connection.open()
-        await connection.send_post(f"queues/{queue}/receive", {"wait": 20})
-        return connection
+        return await open_long_poll(server.base, token, f"queues/{queue}/receive",
+                                    {"wait": 20})
 
     async def scenario() -> tuple[int, int, list[tuple[int, dict]]]:
         quiet = await waiting("h.quiet")
@@ -263,11 +248,7 @@ def test_a_send_wakes_only_the_long_polls_waiting_on_its_queue(spawn, make_token
         waiters = [await waiting("h.sent") for _ in range(5)]
         await asyncio.to_thread(wait_until, lambda: listed("h.quiet", "h.sent"), 30,
                                 "the server to list both queues")
-        deadline = time.monotonic() + 30
-        while connections_to(port) < 6:
-            assert time.monotonic() < deadline, "the six long polls did not connect"
-            await asyncio.sleep(0.02)
-        await until_server_idle(server.pid, deadline)
+        await until_in_line(server.base, server.pid, 6, time.monotonic() + 30)
         before = await asyncio.to_thread(lambda: limiter.get().held_back)
 
         def send() -> None:
