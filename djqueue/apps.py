@@ -11,13 +11,21 @@ class DjqueueConfig(AppConfig):
     def ready(self) -> None:
         # Imports in AppConfig.ready: these modules need the app registry, and each
         # registers something as it loads (the layering is in docs/architecture.md).
-        from djqueue import checks  # noqa: F401  (AppConfig.ready: registers the system checks)
+        from djqueue import (
+            checks,  # noqa: F401  (AppConfig.ready: registers the system checks)
+            signals,
+        )
+        from djqueue.api import worker_wakeups
         from djqueue.storage import (
             claim_limits,  # noqa: F401  (AppConfig.ready: a saved queue's limits are copied)
             queue_lookup,  # noqa: F401  (AppConfig.ready: cache signals)
             transitions,  # noqa: F401  (AppConfig.ready: Message.ack())
         )
         from djqueue.worker import registry  # AppConfig.ready: the tasks' handler source below
+
+        # A release (in storage, below the wake-ups) wakes receivers through its signal.
+        signals.messages_released.connect(worker_wakeups.wake_for_released,
+                                          dispatch_uid="djqueue.wake_for_released")
 
         if find_spec("django.tasks") or find_spec("django_tasks"):
             # The tasks feature registers its queues' handler with the worker, and its

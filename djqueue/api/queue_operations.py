@@ -9,10 +9,10 @@ from django.db.models import Case, F, QuerySet, Value, When
 from django.utils import timezone
 
 from djqueue import durations, signals
+from djqueue.api import worker_wakeups
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State
-from djqueue.polling import local_wakeup
 from djqueue.storage import dialects, history_copy, ordered_groups, partitions, placement, trace
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.claim_resume import ready_again
@@ -72,6 +72,7 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
                               .only("pk", "queue_id", "attempts", "owner"))
             trace.record(db, moved_rows, Event.REDRIVEN, also_queue_id=source.pk,
                          detail=f"from queue {source.name}")
+            worker_wakeups.wake_on_commit(db, {m.queue_id for m in moved_rows})
         moved += len(ids)
         if len(ids) < take:
             break
@@ -114,10 +115,10 @@ def retry_now(ids: list[int], *, queue: QueueRef | None = None) -> int:
     with transaction.atomic(using=db):
         ready = _lock_ids(messages.filter(
             pk__in=_check_ids(ids), state=State.SCHEDULED), len(ids))
-        ready_again(Message.objects.using(db).filter(pk__in=ready),
-                    state=State.READY, visible_at=timezone.now())
-    if ready:
-        transaction.on_commit(local_wakeup.notify, using=db)
+        now_ready = Message.objects.using(db).filter(pk__in=ready)
+        ready_again(now_ready, state=State.READY, visible_at=timezone.now())
+        if ready:
+            worker_wakeups.wake_on_commit(db, now_ready.values_list("queue_id", flat=True))
     return len(ready)
 
 
@@ -140,8 +141,8 @@ def change_visibility(ids: list[int], seconds: float, *, queue: QueueRef | None 
         changed += ready_again(messages.exclude(state=State.CLAIMED),
                                state=State.READY if seconds == 0 else State.SCHEDULED,
                                visible_at=until)
-    if changed and seconds == 0:
-        transaction.on_commit(local_wakeup.notify, using=db)
+        if changed and seconds == 0:
+            worker_wakeups.wake_on_commit(db, messages.values_list("queue_id", flat=True))
     return changed
 
 

@@ -25,7 +25,6 @@ from djqueue.api.message_checks import (
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage, PayloadTooLarge
 from djqueue.models import Event, History, Message, Queue, State
-from djqueue.polling import local_wakeup
 from djqueue.storage import (
     dedup,
     dialects,
@@ -261,9 +260,7 @@ def announce(messages: list[Message], conn: BaseDatabaseWrapper | None = None) -
 
 def _committed(messages: list[Message], db: str) -> None:
     resume_points.sent(messages)
-    local_wakeup.notify()
-    with dialects.using(db):
-        worker_wakeups.wake_workers(_queue_names(messages))
+    worker_wakeups.wake_receivers(db, _queue_names(messages))
     signals.messages_sent.send(sender=Message, messages=messages)
 
 

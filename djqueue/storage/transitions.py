@@ -87,7 +87,12 @@ def history_row(message: Message, outcome: Outcome, now: datetime) -> History:
 
 
 def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
-    """Give messages back without counting the delivery (Q4M ``queue_abort``)."""
+    """Give messages back without counting the delivery (Q4M ``queue_abort``). Returns
+    how many were still leased to their receiver (the others are left alone).
+
+    Once the release commits it sends ``djqueue.signals.messages_released``; given back
+    without a delay, the messages wake idle receivers of their queues in this and other
+    processes, as a send does (djqueue.api.worker_wakeups)."""
     delay = validate_delay(delay)
     messages = list(messages)
     if not messages:
@@ -113,6 +118,8 @@ def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
                 attempts=F("attempts") - 1, visible_at=now + timedelta(seconds=delay or 0))
             trace.record(db, mine, Event.RELEASED, at=now,
                          detail=f"released, visible again in {delay:g} s" if delay else "")
+            transaction.on_commit(lambda: signals.messages_released.send(
+                sender=Message, messages=mine, delay=delay, database=db), using=db)
         return len(mine)
 
     with dialects.using(db):

@@ -12,13 +12,15 @@ from django.conf import settings
 from django.test import override_settings
 
 import djqueue
-from djqueue.api import worker_wakeups
+from djqueue.api import queue_operations, worker_wakeups
 from djqueue.api.worker_wakeups import WakeSocket
-from djqueue.models import History, Worker
+from djqueue.models import History, Message, State, Worker
 from djqueue.polling import local_wakeup
+from djqueue.storage.transitions import fail
 from djqueue.worker.message_worker import Worker as QueueWorker
 from djqueue.worker.options import WorkerOptions
 from tests.conftest import wait_until
+from tests.servers import until_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,6 +154,83 @@ def test_a_send_wakes_a_worker_that_polls_every_two_minutes(spawn):
     djqueue.send("t.record", {"n": 2})
     wait_until(lambda: History.objects.count() == 2, 60, f"the wake-up\n{worker.output()}")
     assert time.monotonic() - sent < 60
+
+
+def test_a_message_given_back_without_a_delay_wakes_a_worker_that_polls_every_two_minutes(
+        spawn):
+    djqueue.create_queue("t.record")
+    djqueue.send("t.record", {"n": 2})
+    # Claimed here before the worker starts, so that only its release can reach it.
+    [mine] = djqueue.receive("t.record", visibility_timeout=600)
+    worker = spawn("djqueue_worker", "t.record", env={"DJQUEUE_TEST_POLL": "120"})
+    wait_until(lambda: Worker.objects.exclude(wake_address="").exists(), 60, "the worker")
+    worker_wakeups.wake_addresses.forget()  # read by the first send, before the worker was
+    djqueue.send("t.record", {"n": 1})
+    wait_until(lambda: History.objects.count() == 1, 60, "the first message")
+    until_idle(worker.pid, time.monotonic() + 30)  # asleep until its next poll, 120 s on
+    released = time.monotonic()
+    mine.nack()
+    wait_until(lambda: History.objects.filter(id=mine.pk).exists(), 60,
+               f"the wake-up\n{worker.output()}")
+    assert time.monotonic() - released < 60
+
+
+@pytest.fixture
+def heard():
+    """The databases named by the datagrams a listener serving ``t.record`` hears (its
+    worker row written, the senders' address cache emptied)."""
+    named: list[str] = []
+    wake_socket = WakeSocket("127.0.0.1", named=named.append)
+    stop = threading.Event()
+    listener = threading.Thread(target=wake_socket.listen_until, args=(stop,))
+    listener.start()
+    try:
+        Worker.objects.create(id="w1", hostname="h", pid=1, lock_key="k", queues=["t.record"],
+                              wake_address=wake_socket.address)
+        worker_wakeups.wake_addresses.forget()
+        yield named
+    finally:
+        stop.set()
+        listener.join(5)
+        wake_socket.close()
+
+
+def test_a_release_with_a_delay_wakes_nobody(heard):
+    """A datagram for a release without a delay (the message is ready at once), none for
+    one with a delay (it is not)."""
+    djqueue.create_queue("t.record", exist_ok=True)
+    with override_settings(DJQUEUE={**settings.DJQUEUE, "WAKE_HOST": None}):
+        djqueue.send_batch("t.record", [1, 2])  # no datagram of the sends
+    later, now = djqueue.receive("t.record", max_messages=2)
+    later.nack(delay=30)
+    now.nack()
+    # Datagrams from one socket on loopback arrive in order: had the delayed release
+    # sent one, it would be heard first.
+    wait_until(lambda: heard, 10, "the release's datagram")
+    assert heard == ["default"]
+
+
+def dead_then_redriven(message: Message) -> int:
+    fail(message, "boom", dead_letter=True)
+    return djqueue.redrive("t.record", to="t.record")
+
+
+@pytest.mark.parametrize("made_ready", [
+    pytest.param(lambda m: queue_operations.retry_now([m.pk]), id="retry_now"),
+    pytest.param(lambda m: queue_operations.change_visibility([m.pk], 0), id="change_visibility"),
+    pytest.param(dead_then_redriven, id="redrive"),
+])
+def test_a_message_made_ready_by_an_operation_wakes_its_receivers(heard, made_ready):
+    djqueue.create_queue("t.record", exist_ok=True)
+    with override_settings(DJQUEUE={**settings.DJQUEUE, "WAKE_HOST": None}):
+        message = djqueue.send("t.record", 1, delay=3600)  # scheduled, and no datagram
+    if made_ready is dead_then_redriven:
+        message = Message.objects.get(pk=message.pk)
+        Message.objects.filter(pk=message.pk).update(state=State.CLAIMED, lease_token="t")
+        message.lease_token = "t"
+    assert made_ready(message) == 1
+    wait_until(lambda: heard, 10, "the datagram")
+    assert heard == ["default"]
 
 
 def test_workers_without_wake_ups_register_no_address(settings):

@@ -267,3 +267,37 @@ def test_a_send_wakes_only_the_long_polls_waiting_on_its_queue(spawn, make_token
     assert sorted(m["payload"] for _, body in answers for m in body["messages"]) == [
         0, 1, 2, 3, 4]
     assert after == before  # the quiet queue's line claimed no more
+
+
+def test_a_message_given_back_without_a_delay_reaches_a_long_poll_at_once(spawn, make_token):
+    # Polling off: the long poll gets the message only if its release wakes the line.
+    server = start_api_server(spawn, env={"DJQUEUE_TEST_POLL": "60"})
+    djqueue.create_queue("h.given")
+    djqueue.send("h.given", {"n": 1})
+    token = make_token({"h.given": "full_control"})
+
+    async def scenario() -> tuple[dict, tuple[int, dict]]:
+        holder = HttpConnection(server.base, token)
+        await holder.open()
+        status, held = await holder.post("queues/h.given/receive", {"visibility_timeout": 600})
+        assert status == 200 and len(held["messages"]) == 1, held
+        waiter = await open_long_poll(server.base, token, "queues/h.given/receive",
+                                      {"wait": 20})
+        try:
+            await asyncio.to_thread(wait_until, lambda: any(
+                "h.given" in row.queues for row in Worker.objects.filter(
+                    kind=ProcessKind.HTTP)), 30, "the server to list the queue")
+            await until_in_line(server.base, server.pid, 2, time.monotonic() + 30)
+            status, nacked = await holder.post(
+                "queues/h.given/nack", {"receipts": [held["messages"][0]["receipt"]]})
+            assert status == 200, nacked
+            return held, await asyncio.wait_for(waiter.read_answer(), 30)
+        finally:
+            holder.close()
+            waiter.close()
+
+    held, (status, got) = asyncio.run(scenario())
+    assert status == 200, got
+    # Before releases woke receivers, the line slept through its 20 s and answered empty.
+    assert [m["id"] for m in got["messages"]] == [held["messages"][0]["id"]]
+
