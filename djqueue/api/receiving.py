@@ -8,21 +8,24 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from django.db import DatabaseError
 from django.db.models import Q
 
 from djqueue import durations
 from djqueue.api.condition_parser import compile_condition
 from djqueue.api.receive_wakeups import receive_wakeups
-from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter
+from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, QueueNotFound, RetryAfter
 from djqueue.models import Message, Queue
 from djqueue.polling import Backoff
 from djqueue.rates import LimitWait
-from djqueue.storage import partitions
+from djqueue.storage import dialects, partitions
+from djqueue.storage.claims import by_database
 from djqueue.storage.queue_lookup import QueueRef, get_queue
-from djqueue.storage.receiver_claims import PromotionClock, claim_ready
+from djqueue.storage.receiver_claims import PromotionClock, claim_ready, queues_with_ready
+from djqueue.storage.requeueing import promote_due
 from djqueue.storage.transitions import asked_delay, fail, release, validate_delay
 
 #: The longest receiver name (the message row's owner column).
@@ -50,6 +53,36 @@ def default_owner() -> str:
 
 
 _promotion = PromotionClock()
+
+
+def queues_to_claim_from(names: Iterable[str]) -> set[str]:
+    """Those of the queues ``names`` (or their partitions) that a claim would find a
+    message on now, due scheduled ones promoted first (as a receive's claim does, at
+    most every PROMOTE_INTERVAL); one read a database. The HTTP API server's idle poll
+    reads this once for all its long polls' queues instead of claiming on each. A
+    paused queue has none; a name with no queue, or on a database that did not answer,
+    is counted in: its claim says why."""
+    found: set[str] = set()
+    queues: list[Queue] = []
+    for name in set(names):
+        try:
+            queue = get_queue(name)
+        except QueueNotFound:
+            found.add(name)
+            continue
+        if not queue.paused:
+            queues.append(queue)
+    for db, (on_db, _) in by_database(partitions.expand(queues), []).items():
+        try:
+            with dialects.using(db):
+                if _promotion.due(db):
+                    promote_due([q.pk for q in on_db])
+                ready = queues_with_ready(on_db)
+        except DatabaseError:
+            found.update(q.name for q in on_db)
+            continue
+        found.update(q.name for q in on_db if q.pk in ready)
+    return found
 
 
 def receive(

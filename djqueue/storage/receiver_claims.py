@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from djqueue.conf import get_settings
@@ -185,3 +185,13 @@ def _any_ready(queues: Sequence[Queue], where: Q | None) -> bool:
     ready = Message.objects.using(dialects.alias()).filter(
         queue_id__in=[q.pk for q in queues], state=State.READY)
     return (ready.filter(where) if where is not None else ready).exists()
+
+
+def queues_with_ready(queues: Sequence[Queue]) -> set[int]:
+    """Ids of those of ``queues`` (on the current database) with a ready message: one
+    statement, an index probe a queue (djqueue_msg_claim). An idle poll over many queues
+    reads this where it would open a claim on each."""
+    db = dialects.alias()
+    ready = Message.objects.using(db).filter(queue_id=OuterRef("pk"), state=State.READY)
+    return set(Queue.objects.using(db).filter(pk__in=[q.pk for q in queues])
+               .filter(Exists(ready)).values_list("pk", flat=True))

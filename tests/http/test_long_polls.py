@@ -8,14 +8,20 @@ import asyncio
 import os
 import socket
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import connection
+from django.test import override_settings
+from django.utils import timezone
 
 import djqueue
+from djqueue.api import receiving
+from djqueue.api.receiving import queues_to_claim_from
 from djqueue.api.worker_wakeups import wake_addresses
-from djqueue.models import ProcessKind, QueueLimiter, Worker
+from djqueue.models import Message, ProcessKind, QueueLimiter, State, Worker
 from tests.conftest import wait_until
 from tests.http.conftest import start_api_server
 from tests.http.long_poll_runs import (
@@ -301,3 +307,50 @@ def test_a_message_given_back_without_a_delay_reaches_a_long_poll_at_once(spawn,
     # Before releases woke receivers, the line slept through its 20 s and answered empty.
     assert [m["id"] for m in got["messages"]] == [held["messages"][0]["id"]]
 
+
+def test_a_message_no_wake_up_announced_reaches_a_long_poll_by_its_poll(api_server, make_token):
+    # The sender's wake-ups are off: only the server's poll (every POLL_MAX, 0.1 s in the
+    # tests) can find the message, and that poll reads before it claims.
+    djqueue.create_queue("h.unannounced")
+    token = make_token({"h.unannounced": "full_control"})
+
+    async def scenario() -> tuple[int, dict]:
+        waiter = await open_long_poll(api_server.base, token, "queues/h.unannounced/receive",
+                                      {"wait": 20})
+        try:
+            await until_in_line(api_server.base, api_server.pid, 1, time.monotonic() + 30)
+
+            def send() -> None:
+                with override_settings(DJQUEUE={**settings.DJQUEUE, "WAKE_HOST": None}):
+                    djqueue.send("h.unannounced", {"n": 1})
+
+            await asyncio.to_thread(send)
+            return await asyncio.wait_for(waiter.read_answer(), 30)
+        finally:
+            waiter.close()
+
+    status, got = asyncio.run(scenario())
+    assert status == 200, got
+    assert [m["payload"] for m in got["messages"]] == [{"n": 1}]
+
+
+
+def test_the_servers_poll_reads_which_queues_have_a_message_to_claim():
+    """What the API server's poll reads once for all its lines without a condition
+    (djqueue.api.receiving.queues_to_claim_from): only those lines claim."""
+    for name in ("h.ready", "h.empty", "h.due", "h.later", "h.paused", "h.claimed"):
+        djqueue.create_queue(name)
+    djqueue.send("h.ready", 1)
+    due = djqueue.send("h.due", 1, delay=3600)
+    Message.objects.filter(pk=due.pk).update(visible_at=timezone.now() - timedelta(seconds=1))
+    djqueue.send("h.later", 1, delay=3600)
+    djqueue.send("h.paused", 1)
+    djqueue.pause("h.paused")
+    djqueue.send("h.claimed", 1)
+    assert djqueue.receive("h.claimed")
+    asked = ["h.ready", "h.empty", "h.due", "h.later", "h.paused", "h.claimed", "h.nowhere"]
+    receiving._promotion.last.clear()  # promotion is due: the due message is promoted
+    # A queue that does not exist is counted in: the claim then says why.
+    assert queues_to_claim_from(asked) == {"h.ready", "h.due", "h.nowhere"}
+    assert Message.objects.get(pk=due.pk).state == State.READY
+    assert queues_to_claim_from([]) == set()

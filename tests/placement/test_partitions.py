@@ -230,6 +230,23 @@ def test_a_send_to_a_partitioned_queue_wakes_an_http_long_poll_on_it(spawn):
     assert [(m["id"], m["payload"]) for m in got.json()["messages"]] == [(sent.pk, {"n": 1})]
 
 
+def test_the_http_servers_poll_reads_each_partitions_database():
+    """The API server's idle poll (djqueue.api.receiving.queues_to_claim_from) finds a
+    message on whichever partition it was stored, and none on a queue whose partitions
+    are all empty."""
+    from djqueue.api.receiving import queues_to_claim_from
+
+    djqueue.create_queue("parted.found")
+    djqueue.create_queue("parted.none")
+    assert queues_to_claim_from(["parted.found", "parted.none"]) == set()
+    for key in ("k1", "k2", "k3", "k4", "k5", "k6"):
+        djqueue.send("parted.found", {"n": 1}, group_key=key)
+    # Only those stored on the other partitions' databases are left.
+    Message.objects.using(PARTS[0]).filter(queue__name="parted.found").delete()
+    assert sum(per_partition("parted.found").values()) > 0
+    assert queues_to_claim_from(["parted.found", "parted.none"]) == {"parted.found"}
+
+
 @pytest.mark.parametrize("keys", [{"group_key": 5}, {"group_key": "a\x00b"},
                                   {"dedup_key": ["x"]}, {"group_key": "k" * 500}])
 def test_bad_keys_for_a_partitioned_queue_are_refused_before_routing(keys):
