@@ -32,8 +32,11 @@ def fresh_directory():
     worker_wakeups.wake_addresses.forget()
 
 
-def test_a_wake_up_reaches_the_workers_of_that_queue_only_naming_the_database():
-    named: list[str | None] = []
+@pytest.fixture
+def heard():
+    """The databases named by the datagrams a listener serving ``t.record`` hears (its
+    worker row written, the senders' address cache emptied)."""
+    named: list[str] = []
     wake_socket = WakeSocket("127.0.0.1", named=named.append)
     stop = threading.Event()
     listener = threading.Thread(target=wake_socket.listen_until, args=(stop,))
@@ -41,16 +44,21 @@ def test_a_wake_up_reaches_the_workers_of_that_queue_only_naming_the_database():
     try:
         Worker.objects.create(id="w1", hostname="h", pid=1, lock_key="k", queues=["t.record"],
                               wake_address=wake_socket.address)
-        seen = local_wakeup.generation
-        worker_wakeups.wake_workers({"t.other"})
-        assert not local_wakeup.wait(seen, 0.5), "a worker of another queue was woken"
-        worker_wakeups.wake_workers({"t.record"})
-        assert local_wakeup.wait(seen, 10), "the datagram did not wake the listener"
-        assert named == ["default"], "the datagram names the database the send went to"
+        worker_wakeups.wake_addresses.forget()
+        yield named
     finally:
         stop.set()
         listener.join(5)
         wake_socket.close()
+
+
+def test_a_wake_up_reaches_the_workers_of_that_queue_only_naming_the_database(heard):
+    seen = local_wakeup.generation
+    worker_wakeups.wake_workers({"t.other"})
+    assert not local_wakeup.wait(seen, 0.5), "a worker of another queue was woken"
+    worker_wakeups.wake_workers({"t.record"})
+    assert local_wakeup.wait(seen, 10), "the datagram did not wake the listener"
+    assert heard == ["default"], "the datagram names the database the send went to"
 
 
 def signed_with(secret: str, name: str) -> bytes:
@@ -173,26 +181,6 @@ def test_a_message_given_back_without_a_delay_wakes_a_worker_that_polls_every_tw
     wait_until(lambda: History.objects.filter(id=mine.pk).exists(), 60,
                f"the wake-up\n{worker.output()}")
     assert time.monotonic() - released < 60
-
-
-@pytest.fixture
-def heard():
-    """The databases named by the datagrams a listener serving ``t.record`` hears (its
-    worker row written, the senders' address cache emptied)."""
-    named: list[str] = []
-    wake_socket = WakeSocket("127.0.0.1", named=named.append)
-    stop = threading.Event()
-    listener = threading.Thread(target=wake_socket.listen_until, args=(stop,))
-    listener.start()
-    try:
-        Worker.objects.create(id="w1", hostname="h", pid=1, lock_key="k", queues=["t.record"],
-                              wake_address=wake_socket.address)
-        worker_wakeups.wake_addresses.forget()
-        yield named
-    finally:
-        stop.set()
-        listener.join(5)
-        wake_socket.close()
 
 
 def test_a_release_with_a_delay_wakes_nobody(heard):
