@@ -1,5 +1,6 @@
-"""Waking idle workers in other processes the moment a send commits (or a release
-without a delay: ``wake_for_released``).
+"""Waking idle workers in other processes the moment a send commits (or another
+change makes messages ready at once: a release without a delay, ``wake_for_released``;
+a redrive, a retry made now, a claim the reaper returns, ``wake_on_commit``).
 
 A worker binds a UDP socket on ``WAKE_HOST`` (an ephemeral port) and records
 the address in its worker row. A process whose send commits looks up the
@@ -247,7 +248,7 @@ def wake_receivers(database: str, queue_names: Iterable[str]) -> None:
 def wake_on_commit(database: str, queue_ids: Iterable[int]) -> None:
     """Wake the idle receivers of the queues ``queue_ids`` (on ``database``) once the
     transaction open there commits (at once outside one): messages became ready there
-    other than by a send (a release, a retry made now, a redrive)."""
+    other than by a send (a release, a retry made now, a redrive, a returned claim)."""
     ids = set(queue_ids)
     if ids:
         transaction.on_commit(lambda: _wake_queues(database, ids), using=database)

@@ -11,7 +11,7 @@ in each line claims, when something may have arrived:
   a datagram naming the queues (djqueue.api.worker_wakeups), which wakes the lines
   waiting on them, so a message is claimed one round trip after its commit;
 - every ``POLL_MAX`` seconds, for messages no datagram announced (another host, a
-  delay that ran out, a lease the reaper took back): one read finds which of the
+  delay that ran out, a sender with ``WAKE_HOST = None``): one read finds which of the
   lines' queues have a message (djqueue.api.receiving.queues_to_claim_from), and only
   their lines claim, so an idle server costs one statement a poll, not a claim a line.
 

@@ -22,6 +22,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from djqueue.api import worker_wakeups
 from djqueue.conf import get_settings
 from djqueue.maintenance.periodic import Scheduler
 from djqueue.maintenance.pruning import prune_history
@@ -226,18 +227,23 @@ class Reaper(ProcessBase):
     def _drain(self, query: QuerySet[Message], error: str) -> int:
         """Return the claims of ``query``, queue by queue: an error serving one queue
         (an absurd value in its row, say) is logged and counted on the queue
-        (queue_lookup.note_error), and the others are still served."""
+        (queue_lookup.note_error), and the others are still served. A queue that got
+        messages back wakes its idle receivers, as a send does: they are ready at once."""
         db = dialects.alias()
         total = 0
         for queue_id in sorted(set(query.using(db).values_list("queue_id", flat=True))):
             try:
-                total += self._drain_queue(query.filter(queue_id=queue_id), error)
+                returned = self._drain_queue(query.filter(queue_id=queue_id), error)
             except Exception as exc:
                 name = Queue.objects.using(db).filter(pk=queue_id).values_list(
                     "name", flat=True).first()
                 logger.exception("Reaper: returning claims of queue %s failed; going on with "
                                  "the other queues", name, extra={"queue": name})
                 queue_lookup.note_error(queue_id, f"reaper: {type(exc).__name__}: {exc}")
+                continue
+            total += returned
+            if returned:
+                worker_wakeups.wake_on_commit(db, [queue_id])
         return total
 
     @staticmethod

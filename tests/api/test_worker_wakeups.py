@@ -6,20 +6,23 @@ import os
 import socket
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.conf import settings
 from django.test import override_settings
+from django.utils import timezone
 
 import djqueue
 from djqueue.api import queue_operations, worker_wakeups
 from djqueue.api.worker_wakeups import WakeSocket
+from djqueue.maintenance.reaper import Reaper
 from djqueue.models import History, Message, State, Worker
 from djqueue.polling import local_wakeup
 from djqueue.storage.transitions import fail
 from djqueue.worker.message_worker import Worker as QueueWorker
 from djqueue.worker.options import WorkerOptions
-from tests.conftest import wait_until
+from tests.conftest import Process, wait_until
 from tests.servers import until_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -164,11 +167,12 @@ def test_a_send_wakes_a_worker_that_polls_every_two_minutes(spawn):
     assert time.monotonic() - sent < 60
 
 
-def test_a_message_given_back_without_a_delay_wakes_a_worker_that_polls_every_two_minutes(
-        spawn):
+def claimed_beside_an_idle_worker(spawn) -> tuple[Process, Message]:
+    """A message of ``t.record`` claimed here (for 600 s), then a worker process of that
+    queue polling every two minutes, started, given a first message and asleep: only a
+    wake-up can bring it the claimed message, once it is ready again, within a minute."""
     djqueue.create_queue("t.record")
     djqueue.send("t.record", {"n": 2})
-    # Claimed here before the worker starts, so that only its release can reach it.
     [mine] = djqueue.receive("t.record", visibility_timeout=600)
     worker = spawn("djqueue_worker", "t.record", env={"DJQUEUE_TEST_POLL": "120"})
     wait_until(lambda: Worker.objects.exclude(wake_address="").exists(), 60, "the worker")
@@ -176,11 +180,27 @@ def test_a_message_given_back_without_a_delay_wakes_a_worker_that_polls_every_tw
     djqueue.send("t.record", {"n": 1})
     wait_until(lambda: History.objects.count() == 1, 60, "the first message")
     until_idle(worker.pid, time.monotonic() + 30)  # asleep until its next poll, 120 s on
+    return worker, mine
+
+
+def test_a_message_given_back_without_a_delay_wakes_a_worker_that_polls_every_two_minutes(
+        spawn):
+    worker, mine = claimed_beside_an_idle_worker(spawn)
     released = time.monotonic()
     mine.nack()
     wait_until(lambda: History.objects.filter(id=mine.pk).exists(), 60,
                f"the wake-up\n{worker.output()}")
     assert time.monotonic() - released < 60
+
+
+def test_claims_the_reaper_returns_wake_a_worker_that_polls_every_two_minutes(spawn):
+    worker, mine = claimed_beside_an_idle_worker(spawn)  # its lease then runs out
+    Message.objects.filter(pk=mine.pk).update(visible_at=timezone.now() - timedelta(seconds=1))
+    returned = time.monotonic()
+    assert Reaper().tick().expired == 1
+    wait_until(lambda: History.objects.filter(id=mine.pk).exists(), 60,
+               f"the wake-up\n{worker.output()}")
+    assert time.monotonic() - returned < 60
 
 
 def test_a_release_with_a_delay_wakes_nobody(heard):
