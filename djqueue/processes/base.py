@@ -110,5 +110,9 @@ class ProcessBase:
     def beat_until_stopped(self) -> None:
         assert self.heartbeat_interval is not None
         while not self.sleep(self.heartbeat_interval):
-            self.heartbeat()
+            try:  # a thread that died would stop the beats of a live process for good
+                self.heartbeat()
+            except Exception:
+                self.logger.exception("%s: a heartbeat failed; the next tries again",
+                                      type(self).__name__)
         connections.close_all()  # the heartbeat thread's own connections

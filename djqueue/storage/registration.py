@@ -46,6 +46,8 @@ class Registration:
         self.concurrency = concurrency
         self._held = held
         self._locks = {db: SessionLock(lock_key, db) for db in self.databases}
+        #: The databases where another session held the lock at the last try.
+        self._lock_elsewhere: set[str] = set()
         #: Set by deregister, before the row goes: a heartbeat that then finds no row
         #: must not register the stopping worker again.
         self._leaving = threading.Event()
@@ -109,7 +111,8 @@ class Registration:
 
     def beat(self) -> None:
         """One heartbeat: keep the lock and the row alive, report what is held; a row the
-        reaper deleted (a long pause) is registered again, unless the worker is leaving."""
+        reaper deleted (a long pause), or one never written (an HTTP API server whose
+        registration failed), is registered, unless the process is leaving."""
         holding = self._holding()
         for db in self.databases:  # each on its own: one server down stops no other beat
             if self._leaving.is_set():
@@ -118,18 +121,29 @@ class Registration:
 
     def _beat(self, db: str, holding: dict[str, object]) -> None:
         try:
-            if not self._locks[db].is_alive():
-                self._locks[db].acquire()
+            lock = self._locks[db]
+            if not lock.is_alive():
+                # If another session has it (the old one, which the server has not yet
+                # seen die), the beat goes on (the row says this process lives), and
+                # every beat tries again; said once.
+                if lock.acquire():
+                    self._lock_elsewhere.discard(db)
+                elif db not in self._lock_elsewhere:
+                    self._lock_elsewhere.add(db)
+                    logger.warning("Session lock %s is held by another session on %s; "
+                                   "each heartbeat tries again", self.lock_key, db,
+                                   extra={"worker": self.worker_id})
             beat = WorkerRecord.objects.using(db).filter(pk=self.worker_id).update(
                 heartbeat_at=timezone.now(), **holding)
             if not beat:
                 with self._registration:
                     if self._leaving.is_set():
                         return
-                    logger.warning("Worker row was reaped on %s; registering again", db,
+                    logger.warning("Worker row missing on %s (reaped, or its registration "
+                                   "failed); registering again", db,
                                    extra={"worker": self.worker_id})
                     self._register(db)
-        except (DatabaseError, MemoryError):
+        except (DatabaseError, DjqueueError, MemoryError):  # DjqueueError: lock held elsewhere
             logger.exception("Heartbeat failed on %s", db, extra={"worker": self.worker_id})
             with contextlib.suppress(DatabaseError):
                 connections[db].close()

@@ -61,7 +61,10 @@ class SessionLock:
         self._conn: BaseDatabaseWrapper | None = None
 
     def acquire(self) -> bool:
-        """Take the lock (again, after a lost connection). False if someone else has it."""
+        """Take the lock (again, after a lost connection). False if someone else has it,
+        and then no connection is kept: ``is_alive`` says it is not held, so the next
+        heartbeat tries again (else a live connection that never got the lock would pass
+        for its holder, and the worker would run on without it)."""
         if not has_session_locks(connections[self.alias]):
             return True
         self.close()
@@ -77,7 +80,12 @@ class SessionLock:
                 cursor.execute("SELECT GET_LOCK(%s, 0)", [_mysql_name(self.key, self._conn)])
             else:
                 cursor.execute("SELECT pg_try_advisory_lock(%s)", [_pg_key(self.key)])
-            return bool(cursor.fetchone()[0])
+            held = bool(cursor.fetchone()[0])
+        if not held:  # nothing to release: PostgreSQL would warn of an unlock of no lock
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+        return held
 
     def is_alive(self) -> bool:
         """Whether the holding connection still answers."""

@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 from django.db.models import Count
+from django.utils import timezone
 
 import djqueue
 from djqueue.models import History, Message, State, Worker
@@ -210,6 +211,68 @@ def test_live_workers_session_lock_is_held_by_one_connection_across_heartbeats(s
         assert lock_holder(worker.lock_key) == holder, "the lock was re-acquired"
         assert session_locks.session_lock_free(worker.lock_key) is False
     assert Worker.objects.get().pk == worker.pk
+
+
+def end_session(holder: int) -> None:
+    """End the database session ``holder`` (a MySQL connection id, a PostgreSQL backend
+    pid) from the server's side, as a DBA, a timeout or a proxy would."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute("KILL CONNECTION %s", [holder])
+        else:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [holder])
+
+
+def test_a_worker_whose_session_lock_another_session_holds_takes_it_back_once_free(spawn):
+    """The worker's lock connection dies, and for a while another session holds its lock
+    (the old one, half-open, which the server has not yet seen die). The heartbeat must
+    go on, and take the lock back once it is free, even if the reaper deleted the row
+    meanwhile. It used to keep the connection that failed to get the lock and take it
+    for the holder, never trying again; and registering the row again raised out of the
+    heartbeat thread and ended it. Either way the reaper would then have seen a free
+    lock, or a stale heartbeat, and returned the claims of a live worker."""
+    from djqueue.storage import session_locks
+
+    if not session_locks.has_session_locks():
+        pytest.skip("SQLite has no session locks")
+    djqueue.create_queue("t.record")
+    worker = spawn("djqueue_worker", "t.record")
+    row = wait_until(lambda: Worker.objects.first(), 30, "the worker to register")
+    rows = Worker.objects.filter(pk=row.pk)
+
+    def held_elsewhere_until(while_held) -> None:
+        stale = session_locks.SessionLock(row.lock_key)
+
+        def taken_over() -> bool:
+            holder = lock_holder(row.lock_key)
+            if holder is not None:
+                end_session(holder)  # the heartbeat may take it back first: end that too
+            return stale.acquire()
+
+        wait_until(taken_over, 30, "another session to hold the worker's lock", interval=0)
+        try:
+            while_held()
+        finally:
+            stale.close()
+        wait_until(lambda: lock_holder(row.lock_key) is not None and rows.exists(), 30,
+                   f"the worker to hold its lock and row again\n{worker.output()}")
+
+    def beats() -> None:
+        since = timezone.now()
+        wait_until(lambda: rows.filter(heartbeat_at__gt=since).exists(), 30,
+                   "a heartbeat while the lock is held elsewhere")
+
+    def row_deleted() -> None:
+        rows.delete()
+        wait_until(lambda: "registering again" in worker.output(), 30,
+                   "a heartbeat to find the row gone")
+
+    held_elsewhere_until(beats)
+    held_elsewhere_until(row_deleted)
+    djqueue.send("t.record", {"n": 1})
+    wait_until(lambda: History.objects.count() == 1, 30, "the worker to go on working")
 
 
 def test_stuck_handler_threads_make_the_worker_restart_its_process_and_carry_on(spawn):
