@@ -199,6 +199,8 @@ if os.environ.get("DJQUEUE_TEST_SPREAD_PORTS"):
 # a worker or a long poll only by its send's wake-up.
 if os.environ.get("DJQUEUE_TEST_POLL"):
     DJQUEUE["POLL_MIN"] = DJQUEUE["POLL_MAX"] = float(os.environ["DJQUEUE_TEST_POLL"])
+if os.environ.get("DJQUEUE_TEST_WAKE_HOST"):  # an address this host may not have
+    DJQUEUE["WAKE_HOST"] = os.environ["DJQUEUE_TEST_WAKE_HOST"]
 if os.environ.get("DJQUEUE_TEST_TASK_QUEUES"):  # more queues of the default task backend
     TASKS["default"]["QUEUES"] += os.environ["DJQUEUE_TEST_TASK_QUEUES"].split(",")
 

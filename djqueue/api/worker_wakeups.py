@@ -35,6 +35,7 @@ forgery, not a replay by someone who can read the traffic (on loopback, root).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hashlib
@@ -100,6 +101,23 @@ class WakeSocket:
 
     def close(self) -> None:
         self._socket.close()
+
+
+class WakeDatagrams(asyncio.DatagramProtocol):
+    """An event loop's listening end (the HTTP API server's): ``wake_for`` hears the
+    queues each signed datagram names (None: not said, so all); another is dropped."""
+
+    def __init__(self, wake_for: Callable[[frozenset[str] | None], None]) -> None:
+        self.wake_for = wake_for
+        self.checks: DatagramChecks | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.checks = DatagramChecks("{}:{}".format(*transport.get_extra_info("sockname")[:2]))
+
+    def datagram_received(self, data: bytes, addr: tuple) -> None:
+        wake_up = None if self.checks is None else self.checks.read(data, addr)
+        if wake_up is not None:
+            self.wake_for(wake_up.queues)
 
 
 class DatagramChecks:

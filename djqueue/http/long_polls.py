@@ -54,8 +54,10 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
 
+from django.db import DatabaseError
+
 from djqueue.api.receiving import queues_to_claim_from
-from djqueue.api.worker_wakeups import DatagramChecks
+from djqueue.api.worker_wakeups import WakeDatagrams
 from djqueue.conf import get_settings
 from djqueue.http.database_threads import in_database
 from djqueue.models import ProcessKind
@@ -211,15 +213,23 @@ class WaitingReceives:
         settings = get_settings()
         address = ""
         if settings.WAKE_HOST is not None:
-            transport, _ = await self._loop.create_datagram_endpoint(
-                lambda: _WakeDatagrams(self), local_addr=(settings.WAKE_HOST, 0), family=socket.AF_INET)
-            address = "{}:{}".format(*transport.get_extra_info("sockname")[:2])
+            try:
+                transport, _ = await self._loop.create_datagram_endpoint(
+                    lambda: WakeDatagrams(self.wake_for), local_addr=(settings.WAKE_HOST, 0),
+                    family=socket.AF_INET)
+                address = "{}:{}".format(*transport.get_extra_info("sockname")[:2])
+            except OSError as exc:  # as a blocking receive does (djqueue.api.receive_wakeups)
+                logger.warning("The API server cannot take wake-ups on WAKE_HOST %r (%s): its "
+                               "long polls find messages by its poll", settings.WAKE_HOST, exc)
         lock_key = uuid.uuid4().hex
         self._registration = Registration(
             f"http:{socket.gethostname()[:55]}:{os.getpid()}:{lock_key[:8]}", lock_key,
             queues=[], concurrency=0, held=list, wake_address=address, kind=ProcessKind.HTTP,
             databases=placement.databases())
-        await in_database(self._registration.register)
+        try:
+            await in_database(self._registration.register)
+        except DatabaseError:  # its heartbeat registers it; until then, the poll finds all
+            logger.exception("Could not register the API server; its heartbeat tries again")
         for job in (self._poll, self._beat, self._write_queues):
             self._loop.create_task(job())
 
@@ -245,7 +255,10 @@ class WaitingReceives:
         assert self._registration is not None
         while True:
             await asyncio.sleep(get_settings().HEARTBEAT_INTERVAL)
-            await in_database(self._registration.beat)
+            try:  # it logs a database's failure itself; anything else must not end it
+                await in_database(self._registration.beat)
+            except Exception:
+                logger.exception("The API server's heartbeat failed; the next tries again")
 
     async def _write_queues(self) -> None:
         """Keep the row's queue list (what senders wake this process for) current."""
@@ -262,24 +275,6 @@ class WaitingReceives:
                     logger.exception("Could not write the API server's queue list")
                     self._queues_dirty.set()
             await asyncio.sleep(QUEUES_WRITE_EVERY)
-
-
-class _WakeDatagrams(asyncio.DatagramProtocol):
-    """Hears the wake-up datagrams of sends: a signed one wakes the lines waiting on
-    the queues it names (whatever the database), another is dropped
-    (djqueue.api.worker_wakeups)."""
-
-    def __init__(self, waiting: WaitingReceives) -> None:
-        self.waiting = waiting
-        self.checks: DatagramChecks | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.checks = DatagramChecks("{}:{}".format(*transport.get_extra_info("sockname")[:2]))
-
-    def datagram_received(self, data: bytes, addr: tuple) -> None:
-        wake_up = None if self.checks is None else self.checks.read(data, addr)
-        if wake_up is not None:
-            self.waiting.wake_for(wake_up.queues)
 
 
 #: One per event loop (an ASGI server runs one).
