@@ -17,13 +17,13 @@ from django.db.models import Q
 from djqueue import durations
 from djqueue.api.condition_parser import compile_condition
 from djqueue.api.receive_wakeups import receive_wakeups
-from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, QueueNotFound, RetryAfter
+from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter
 from djqueue.models import Message, Queue
 from djqueue.polling import Backoff
 from djqueue.rates import LimitWait
 from djqueue.storage import dialects, partitions
 from djqueue.storage.claims import by_database
-from djqueue.storage.queue_lookup import QueueRef, get_queue
+from djqueue.storage.queue_lookup import QueueRef, get_queue, get_queues
 from djqueue.storage.receiver_claims import PromotionClock, claim_ready, queues_with_ready
 from djqueue.storage.requeueing import promote_due
 from djqueue.storage.transitions import asked_delay, fail, release, validate_delay
@@ -58,20 +58,14 @@ _promotion = PromotionClock()
 def queues_to_claim_from(names: Iterable[str]) -> set[str]:
     """Those of the queues ``names`` (or their partitions) that a claim would find a
     message on now, due scheduled ones promoted first (as a receive's claim does, at
-    most every PROMOTE_INTERVAL); one read a database. The HTTP API server's idle poll
-    reads this once for all its long polls' queues instead of claiming on each. A
-    paused queue has none; a name with no queue, or on a database that did not answer,
-    is counted in: its claim says why."""
-    found: set[str] = set()
-    queues: list[Queue] = []
-    for name in set(names):
-        try:
-            queue = get_queue(name)
-        except QueueNotFound:
-            found.add(name)
-            continue
-        if not queue.paused:
-            queues.append(queue)
+    most every PROMOTE_INTERVAL); at most a read of the queues' rows and one of their
+    messages per database. The HTTP API server's idle poll reads this once for all its
+    long polls' queues instead of claiming on each. A paused queue has none; a name with
+    no queue, or on a database that did not answer, is counted in: its claim says why."""
+    asked = set(names)
+    named = get_queues(asked)  # a statement per database, not one a queue
+    found = asked - named.keys()
+    queues = [queue for queue in named.values() if not queue.paused]
     for db, (on_db, _) in by_database(partitions.expand(queues), []).items():
         try:
             with dialects.using(db):
