@@ -101,6 +101,7 @@ class WaitingReceives:
         #: queue name -> the lock woken claims on it take turns with.
         self._claiming: dict[str, asyncio.Lock] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._jobs: list[asyncio.Task[None]] = []
 
     # Waiting
 
@@ -230,8 +231,9 @@ class WaitingReceives:
             await in_database(self._registration.register)
         except DatabaseError:  # its heartbeat registers it; until then, the poll finds all
             logger.exception("Could not register the API server; its heartbeat tries again")
-        for job in (self._poll, self._beat, self._write_queues):
-            self._loop.create_task(job())
+        # Kept: the loop holds only weak references to its tasks.
+        self._jobs = [self._loop.create_task(job())
+                      for job in (self._poll, self._beat, self._write_queues)]
 
     async def _poll(self) -> None:
         """Every POLL_MAX seconds: one read for the queues of the lines without a
