@@ -10,9 +10,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -22,6 +22,7 @@ from djqueue.api.receive_wakeups import receive_wakeups
 from djqueue.storage.queue_lookup import forget_cached
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 def vendor() -> str:
@@ -324,6 +325,13 @@ def in_threads(work: Callable[[int], object], count: int, timeout: float = 120,
     if late:
         pytest.fail(f"threads {late} of {count} still running after {timeout}s")
     return results
+
+
+def in_test_thread(call: Callable[..., T], *args: Any) -> Awaitable[T]:
+    """``call(*args)``, awaited from a coroutine that ``run_async`` runs, on the one thread
+    whose database connections ``run_async`` closes at the end (asyncio.to_thread's
+    threads would leave theirs open, and PostgreSQL could not drop the test database)."""
+    return sync_to_async(call, thread_sensitive=True)(*args)
 
 
 def run_async(coroutine: Any) -> Any:

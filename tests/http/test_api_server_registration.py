@@ -6,27 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import pytest
-from asgiref.sync import sync_to_async
 from django.db import connection
 
 import djqueue
 from djqueue.api.worker_wakeups import wake_addresses
 from djqueue.models import ProcessKind, Worker
-from tests.conftest import run_async, wait_until
+from tests.conftest import in_test_thread, run_async, wait_until
 from tests.http.conftest import start_api_server
 from tests.http.long_poll_runs import open_long_poll, until_in_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
-T = TypeVar("T")
-
-
-def in_test_thread(call: Callable[[], T]) -> Awaitable[T]:
-    """``call()`` on the one thread ``run_async`` closes the connections of."""
-    return sync_to_async(call, thread_sensitive=True)()
 
 
 class RefusedRows:

@@ -22,7 +22,7 @@ from djqueue.api import receiving
 from djqueue.api.receiving import queues_to_claim_from
 from djqueue.api.worker_wakeups import wake_addresses
 from djqueue.models import Message, ProcessKind, QueueLimiter, State, Worker
-from tests.conftest import wait_until
+from tests.conftest import in_test_thread, run_async, wait_until
 from tests.http.conftest import start_api_server
 from tests.http.long_poll_runs import (
     HttpConnection,
@@ -95,7 +95,7 @@ def test_a_thousand_waiting_receivers_hold_no_threads_and_each_send_wakes_one(
             await polls.close()
         return baseline, samples, latencies
 
-    (threads_base, connections_base), samples, latencies = asyncio.run(scenario())
+    (threads_base, connections_base), samples, latencies = run_async(scenario())
     found = percentiles(latencies)
     # The delivery's speed is the bench's to judge (bench/databases.py, p95 ≤ 50 ms).
     print(f"{WAITERS} waiting: threads {samples['threads']} (warm: {threads_base}), "
@@ -136,7 +136,7 @@ def test_a_waiter_whose_condition_matches_nothing_does_not_keep_a_message_from_a
                                      {"wait": 20, "where": "priority >= 9"})
         plain = None
         try:
-            await asyncio.to_thread(wait_until, lambda: any(
+            await in_test_thread(wait_until, lambda: any(
                 "h.where" in row.queues for row in Worker.objects.filter(
                     kind=ProcessKind.HTTP)), 30, "the server to list the queue")
             plain = await open_long_poll(server.base, token, receive, {"wait": 10})
@@ -146,9 +146,9 @@ def test_a_waiter_whose_condition_matches_nothing_does_not_keep_a_message_from_a
                 wake_addresses.forget()
                 djqueue.send("h.where", {"n": n}, priority=priority)
 
-            await asyncio.to_thread(send, 1)
+            await in_test_thread(send, 1)
             _, plain_got = await plain.read_answer()
-            await asyncio.to_thread(send, -1, 9)  # the picky one still waits, and gets its own
+            await in_test_thread(send, -1, 9)  # the picky one still waits, and gets its own
             _, picky_got = await picky.read_answer()
             return plain_got, picky_got
         finally:
@@ -156,7 +156,7 @@ def test_a_waiter_whose_condition_matches_nothing_does_not_keep_a_message_from_a
             if plain is not None:
                 plain.close()
 
-    plain_got, picky_got = asyncio.run(scenario())
+    plain_got, picky_got = run_async(scenario())
     # Before lines were kept by condition, the plain waiter stood behind the picky one,
     # whose claims found nothing: it got its message only once the picky one left, after
     # its own wait had ended, so it answered empty.
@@ -196,22 +196,22 @@ def test_one_callers_long_polls_wait_with_at_most_eight_conditions(spawn, make_t
         await all_in(11)
         ninth = await waiting({"where": "priority = 9"})
         found["ninth"] = await answer(ninth)
-        await asyncio.to_thread(send, 0)
+        await in_test_thread(send, 0)
         found["plain"] = await answer(plain)
-        await asyncio.to_thread(send, 1, 2)
+        await in_test_thread(send, 1, 2)
         found["both ones"] = [await answer(eight[0]), await answer(again)]
-        await asyncio.to_thread(send, 9)  # the other caller's
+        await in_test_thread(send, 9)  # the other caller's
         found["elsewhere"] = await answer(elsewhere)
         # The caller's "priority = 1" line is gone: a ninth condition may wait now.
         later = await waiting({"where": "priority = 9"})
         await all_in(8)
-        await asyncio.to_thread(send, 9)
+        await in_test_thread(send, 9)
         found["later"] = await answer(later)
         for each in [*eight, again, plain, elsewhere, ninth, later]:
             each.close()
         return found
 
-    found = asyncio.run(scenario())
+    found = run_async(scenario())
     status, body = found["ninth"]
     assert status == 429 and body["type"] == "urn:djqueue:error:TooManyConditions", body
     assert "already waits with 8 different conditions" in body["detail"]
@@ -249,27 +249,27 @@ def test_a_send_wakes_only_the_long_polls_waiting_on_its_queue(spawn, make_token
 
     async def scenario() -> tuple[int, int, list[tuple[int, dict]]]:
         quiet = await waiting("h.quiet")
-        await asyncio.to_thread(wait_until, lambda: listed("h.quiet") and (
+        await in_test_thread(wait_until, lambda: listed("h.quiet") and (
             limiter.get().held_back >= 1), 30, "the quiet queue's waiter in line")
         waiters = [await waiting("h.sent") for _ in range(5)]
-        await asyncio.to_thread(wait_until, lambda: listed("h.quiet", "h.sent"), 30,
+        await in_test_thread(wait_until, lambda: listed("h.quiet", "h.sent"), 30,
                                 "the server to list both queues")
         await until_in_line(server.base, server.pid, 6, time.monotonic() + 30)
-        before = await asyncio.to_thread(lambda: limiter.get().held_back)
+        before = await in_test_thread(lambda: limiter.get().held_back)
 
         def send() -> None:
             wake_addresses.forget()
             for n in range(5):
                 djqueue.send("h.sent", n)
 
-        await asyncio.to_thread(send)
+        await in_test_thread(send)
         answers = [await asyncio.wait_for(w.read_answer(), 30) for w in waiters]
-        after = await asyncio.to_thread(lambda: limiter.get().held_back)
+        after = await in_test_thread(lambda: limiter.get().held_back)
         for each in [quiet, *waiters]:
             each.close()
         return before, after, answers
 
-    before, after, answers = asyncio.run(scenario())
+    before, after, answers = run_async(scenario())
     assert sorted(m["payload"] for _, body in answers for m in body["messages"]) == [
         0, 1, 2, 3, 4]
     assert after == before  # the quiet queue's line claimed no more
@@ -290,7 +290,7 @@ def test_a_message_given_back_without_a_delay_reaches_a_long_poll_at_once(spawn,
         waiter = await open_long_poll(server.base, token, "queues/h.given/receive",
                                       {"wait": 20})
         try:
-            await asyncio.to_thread(wait_until, lambda: any(
+            await in_test_thread(wait_until, lambda: any(
                 "h.given" in row.queues for row in Worker.objects.filter(
                     kind=ProcessKind.HTTP)), 30, "the server to list the queue")
             await until_in_line(server.base, server.pid, 2, time.monotonic() + 30)
@@ -302,7 +302,7 @@ def test_a_message_given_back_without_a_delay_reaches_a_long_poll_at_once(spawn,
             holder.close()
             waiter.close()
 
-    held, (status, got) = asyncio.run(scenario())
+    held, (status, got) = run_async(scenario())
     assert status == 200, got
     # Before releases woke receivers, the line slept through its 20 s and answered empty.
     assert [m["id"] for m in got["messages"]] == [held["messages"][0]["id"]]
@@ -324,12 +324,12 @@ def test_a_message_no_wake_up_announced_reaches_a_long_poll_by_its_poll(api_serv
                 with override_settings(DJQUEUE={**settings.DJQUEUE, "WAKE_HOST": None}):
                     djqueue.send("h.unannounced", {"n": 1})
 
-            await asyncio.to_thread(send)
+            await in_test_thread(send)
             return await asyncio.wait_for(waiter.read_answer(), 30)
         finally:
             waiter.close()
 
-    status, got = asyncio.run(scenario())
+    status, got = run_async(scenario())
     assert status == 200, got
     assert [m["payload"] for m in got["messages"]] == [{"n": 1}]
 
