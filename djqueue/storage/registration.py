@@ -149,10 +149,13 @@ class Registration:
                 connections[db].close()
 
     def set_queues(self, queues: list[str]) -> None:
-        """Serve (and be woken for) ``queues`` from now on (an HTTP API server's waits)."""
-        self.queues = queues
-        for db in self.databases:
-            WorkerRecord.objects.using(db).filter(pk=self.worker_id).update(queues=queues)
+        """Serve (and be woken for) ``queues`` from now on (an HTTP API server's waits).
+        Under the registration's lock: a heartbeat writing the row again at the same
+        moment writes either list, then this one, never this one then the old."""
+        with self._registration:
+            self.queues = queues
+            for db in self.databases:
+                WorkerRecord.objects.using(db).filter(pk=self.worker_id).update(queues=queues)
 
     def _holding(self) -> dict[str, object]:
         try:
