@@ -45,20 +45,15 @@ def get_queue(ref: QueueRef, *, fresh: bool = False) -> Queue:
             f"A queue is named by a string or given as a Queue, not {type(ref).__name__}.")
     key = ("", ref)
     now = time.monotonic()
-    if not fresh:
-        hit = _cache.get(key)
-        if hit is not None and now - hit[0] < get_settings().QUEUE_CACHE_TTL:
-            return hit[1]
+    if not fresh and (cached := _cached(key, now)) is not None:
+        return cached
     queue = _find(ref)
     if queue is None:
         if get_settings().AUTO_CREATE_QUEUES:
             queue = create_queue(ref, exist_ok=True)
         else:
             raise QueueNotFound(ref) from None
-    db = placement.database_of(queue)
-    with _cache_lock:
-        _cache[key] = (now, queue)
-        _cache_by_id[(db, queue.pk)] = (now, queue)
+    _keep(key, queue, placement.database_of(queue), now)
     return queue
 
 
@@ -68,21 +63,17 @@ def get_queues(names: Iterable[str]) -> dict[str, Queue]:
     server's poll asks for all its long polls' queues at once). A name with no queue is
     left out (unless AUTO_CREATE_QUEUES creates it, as get_queue would)."""
     now = time.monotonic()
-    ttl = get_settings().QUEUE_CACHE_TTL
     found: dict[str, Queue] = {}
     unread: dict[str, list[str]] = {}
     for name in set(names):
-        hit = _cache.get(("", name))
-        if hit is not None and now - hit[0] < ttl:
-            found[name] = hit[1]
+        if (cached := _cached(("", name), now)) is not None:
+            found[name] = cached
         else:
             unread.setdefault(placement.candidates(name)[0], []).append(name)
     for db, on_db in unread.items():
         for queue in Queue.objects.using(db).filter(name__in=on_db):
             placement.remember(queue.name, db)
-            with _cache_lock:
-                _cache[("", queue.name)] = (now, queue)
-                _cache_by_id[(placement.database_of(queue), queue.pk)] = (now, queue)
+            _keep(("", queue.name), queue, placement.database_of(queue), now)
             found[queue.name] = queue
     for name in {n for on_db in unread.values() for n in on_db} - found.keys():
         with contextlib.suppress(QueueNotFound):  # not on its first database: the others
@@ -187,16 +178,28 @@ def get_queue_on(name: str, db: str) -> Queue:
     """Queue ``name``'s row on database ``db`` (a partition's), through the same cache."""
     key = (db, name)
     now = time.monotonic()
-    hit = _cache.get(key)
-    if hit is not None and now - hit[0] < get_settings().QUEUE_CACHE_TTL:
-        return hit[1]
+    if (cached := _cached(key, now)) is not None:
+        return cached
     queue = Queue.objects.using(db).filter(name=name).first()
     if queue is None:
         raise QueueNotFound(name, f"Queue {name!r} has no row on database {db!r}.")
+    _keep(key, queue, db, now)
+    return queue
+
+
+def _cached(key: tuple[str, str], now: float) -> Queue | None:
+    """The row cached under ``key`` (database or "", name), unless older than the TTL."""
+    hit = _cache.get(key)
+    if hit is not None and now - hit[0] < get_settings().QUEUE_CACHE_TTL:
+        return hit[1]
+    return None
+
+
+def _keep(key: tuple[str, str], queue: Queue, db: str, now: float) -> None:
+    """Cache ``queue``, read at ``now``, under ``key`` and under its id on ``db``."""
     with _cache_lock:
         _cache[key] = (now, queue)
         _cache_by_id[(db, queue.pk)] = (now, queue)
-    return queue
 
 
 def _option_names() -> list[str]:
