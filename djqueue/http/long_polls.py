@@ -13,7 +13,7 @@ in each line claims, when something may have arrived:
 - every ``POLL_MAX`` seconds, for messages no datagram announced (another host, a
   delay that ran out, a sender with ``WAKE_HOST = None``): one read finds which of the
   lines' queues have a message (djqueue.api.receiving.queues_to_claim_from), and only
-  their lines claim, so an idle server costs one statement a poll, not a claim a line.
+  their lines claim, so an idle server costs a few statements a poll, not a claim a line.
 
 A waiter that claimed as many as it asked for hands the turn on at once (more
 may be there); one that claimed fewer leaves the rest of the line asleep: what
