@@ -23,8 +23,8 @@ different lines: one whose condition matched nothing must not keep asleep anothe
 that would have taken the message.)
 
 Two hazards of waking several lines at once, each closed here. A claim locks the rows
-it reads (``FOR UPDATE SKIP LOCKED``; on MariaDB and MySQL, rows its condition then
-turns down too, for a moment), so a line claiming beside another on the same queue
+it reads (``FOR UPDATE SKIP LOCKED``; under a per-key rate, candidates it then leaves:
+djqueue.storage.key_rate_claims), so a line claiming beside another on the same queue
 could skip the very message it was woken for, and sleep until the next poll: the
 woken claims of lines sharing a queue take turns (a lock per queue name). And a
 wake-up that came while an arriving receive made its first claim, before it joined

@@ -160,6 +160,8 @@ def test_the_index_hint_changes_the_plan_not_the_rows(paths):
     table = connection.ops.quote_name(Message._meta.db_table)
     hinted = list(fastpath.with_index_hint(query, table, dialects.claim_index_hint(connection)))
     assert [m.pk for m in hinted] == [m.pk for m in query]
+    assert fastpath.ids_with_index_hint(
+        query, table, dialects.claim_index_hint(connection)) == [m.pk for m in query]
 
 
 def test_the_mysql_transaction_commits_and_rolls_back_like_atomic(paths):

@@ -32,6 +32,7 @@ from djqueue.storage.fastpath import verified
 from djqueue.storage.fastpath.callables import receivers_among, sync_function
 from djqueue.storage.fastpath.driver_statements import (
     driver_literal,
+    ids_with_index_hint,
     insert_lastrowid,
     insert_returning_id,
     insert_written_out,
@@ -57,7 +58,8 @@ from djqueue.storage.fastpath.json_values import json_encoder
 
 __all__ = [
     "allow_kept_loop", "builder", "database_of", "driver_literal", "drop_event_loop",
-    "from_rows", "frozen_dataclass", "insert_lastrowid", "insert_returning_id",
+    "from_rows", "frozen_dataclass", "ids_with_index_hint", "insert_lastrowid",
+    "insert_returning_id",
     "insert_written_out", "json_encoder", "keep_event_loop", "mark_saved", "mark_unsaved",
     "mysql_transaction", "receivers_among", "related_cacher", "select_rows",
     "sync_function", "verified", "with_index_hint",

@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, models, transaction
+from django.db import DatabaseError, IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.asyncio import async_unsafe
 
@@ -24,12 +24,28 @@ def with_index_hint(query: models.QuerySet, table: str, hint: str) -> models.Que
     gets the hint after its ``FROM`` and is run raw. Plain path: the query as is."""
     if not verified.enabled or not hint:
         return query
+    sql, params = _hinted_sql(query, table, hint)
+    return list(query.model.objects.using(query.db).raw(sql, params))
+
+
+def ids_with_index_hint(query: models.QuerySet, table: str, hint: str) -> list[Any]:
+    """The primary keys of ``query``'s rows, read with ``hint`` after its table name
+    (as :func:`with_index_hint`), without building an instance per row."""
+    ids = query.values_list("pk", flat=True)
+    if not verified.enabled or not hint:
+        return list(ids)
+    sql, params = _hinted_sql(ids, table, hint)
+    with connections[query.db].cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _hinted_sql(query: models.QuerySet, table: str, hint: str) -> tuple[str, Any]:
     sql, params = query.query.get_compiler(using=query.db).as_sql()
     source = f"FROM {table}"
     if source not in sql:
         raise AssertionError(f"Unexpected claim SQL: {sql}")
-    return list(query.model.objects.using(query.db).raw(
-        sql.replace(source, f"{source}{hint}", 1), params))
+    return sql.replace(source, f"{source}{hint}", 1), params
 
 
 def _straight_to_driver(conn: BaseDatabaseWrapper) -> bool:

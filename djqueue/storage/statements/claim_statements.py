@@ -42,12 +42,36 @@ def lock_ready(db: str, queue_id: int, limit: int, where: Q | None = None) -> li
         return load_messages(db, cursor.fetchall(), dialects.reads_datetimes_as_text(conn))
 
 
+CONDITIONED_READS = 3
+
+
 def _lock_ready_where(db: str, conn: BaseDatabaseWrapper, queue_id: int, limit: int,
                       where: Q) -> list[Message]:
+    """The conditioned ``lock_ready``. Where a locking read holds rows its condition turns
+    down (dialects.locks_rows_before_filtering), the matching ids are read first without
+    locks, then locked by id, skipping those another claim took meanwhile; up to
+    ``CONDITIONED_READS`` reads fill ``limit`` past rows other claims hold."""
+    table = conn.ops.quote_name(Message._meta.db_table)
     query = Message.objects.using(db).filter(queue_id=queue_id, state=State.READY)
-    query = query.filter(where).claim_order().select_for_update(skip_locked=True)[:limit]
-    return list(fastpath.with_index_hint(query, conn.ops.quote_name(Message._meta.db_table),
-                                         dialects.claim_index_hint(conn)))
+    query = query.filter(where).claim_order()
+    if not dialects.locks_rows_before_filtering(conn):
+        return list(fastpath.with_index_hint(
+            query.select_for_update(skip_locked=True)[:limit], table,
+            dialects.claim_index_hint(conn)))
+    locked: list[Message] = []
+    read: list[int] = []
+    for _ in range(CONDITIONED_READS):
+        want = limit - len(locked)
+        ids = fastpath.ids_with_index_hint(query.exclude(pk__in=read)[:want], table,
+                                           dialects.claim_index_hint(conn))
+        if ids:
+            locked += fastpath.with_index_hint(
+                query.filter(pk__in=ids).select_for_update(skip_locked=True), table,
+                dialects.primary_key_hint(conn))
+        read += ids
+        if len(ids) < want or len(locked) == limit:
+            break
+    return locked
 
 
 def lock_ready_after(db: str, queue_id: int, priority: int, after_id: int,
