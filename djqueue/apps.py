@@ -15,7 +15,7 @@ class DjqueueConfig(AppConfig):
             checks,  # noqa: F401  (AppConfig.ready: registers the system checks)
             signals,
         )
-        from djqueue.api import worker_wakeups
+        from djqueue.api import ready_wakeups
         from djqueue.storage import (
             claim_limits,  # noqa: F401  (AppConfig.ready: a saved queue's limits are copied)
             queue_lookup,  # noqa: F401  (AppConfig.ready: cache signals)
@@ -23,9 +23,12 @@ class DjqueueConfig(AppConfig):
         )
         from djqueue.worker import registry  # AppConfig.ready: the tasks' handler source below
 
-        # A release (in storage, below the wake-ups) wakes receivers through its signal.
-        signals.messages_released.connect(worker_wakeups.wake_for_released,
+        # A release or a failure retried at once (in storage, below the wake-ups) wakes
+        # receivers through its signal.
+        signals.messages_released.connect(ready_wakeups.wake_for_released,
                                           dispatch_uid="djqueue.wake_for_released")
+        signals.message_retried.connect(ready_wakeups.wake_for_retried,
+                                        dispatch_uid="djqueue.wake_for_retried")
 
         if find_spec("django.tasks") or find_spec("django_tasks"):
             # The tasks feature registers its queues' handler with the worker, and its

@@ -7,7 +7,7 @@ receiving from async code (``async_receiving``), managing queues, operating on t
 without claiming (redrive, purge, peek, delete), topics with consumer groups, the
 condition language of conditional receive, and waking idle workers and waiting
 receives in other processes when a send commits (``worker_wakeups``,
-``receive_wakeups``).
+``receive_wakeups``) or another change makes messages ready (``ready_wakeups``).
 
 May import: djqueue.storage, djqueue.models and the modules below them
 (conf, exceptions, signals, payloads, polling, types). Never the worker,

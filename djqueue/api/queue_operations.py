@@ -9,7 +9,7 @@ from django.db.models import Case, F, QuerySet, Value, When
 from django.utils import timezone
 
 from djqueue import durations, signals
-from djqueue.api import worker_wakeups
+from djqueue.api import ready_wakeups
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State
@@ -72,7 +72,7 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
                               .only("pk", "queue_id", "attempts", "owner"))
             trace.record(db, moved_rows, Event.REDRIVEN, also_queue_id=source.pk,
                          detail=f"from queue {source.name}")
-            worker_wakeups.wake_on_commit(db, {m.queue_id for m in moved_rows})
+            ready_wakeups.wake_on_commit(db, {m.queue_id for m in moved_rows})
         moved += len(ids)
         if len(ids) < take:
             break
@@ -118,7 +118,7 @@ def retry_now(ids: list[int], *, queue: QueueRef | None = None) -> int:
         now_ready = Message.objects.using(db).filter(pk__in=ready)
         ready_again(now_ready, state=State.READY, visible_at=timezone.now())
         if ready:
-            worker_wakeups.wake_on_commit(db, now_ready.values_list("queue_id", flat=True))
+            ready_wakeups.wake_on_commit(db, now_ready.values_list("queue_id", flat=True))
     return len(ready)
 
 
@@ -142,7 +142,7 @@ def change_visibility(ids: list[int], seconds: float, *, queue: QueueRef | None 
                                state=State.READY if seconds == 0 else State.SCHEDULED,
                                visible_at=until)
         if changed and seconds == 0:
-            worker_wakeups.wake_on_commit(db, messages.values_list("queue_id", flat=True))
+            ready_wakeups.wake_on_commit(db, messages.values_list("queue_id", flat=True))
     return changed
 
 

@@ -1,6 +1,5 @@
 """Waking idle workers in other processes the moment a send commits (or another
-change makes messages ready at once: a release without a delay, ``wake_for_released``;
-a redrive, a retry made now, a claim the reaper returns, ``wake_on_commit``).
+change makes messages ready at once: djqueue.api.ready_wakeups).
 
 A worker binds a UDP socket on ``WAKE_HOST`` (an ephemeral port) and records
 the address in its worker row. A process whose send commits looks up the
@@ -48,13 +47,11 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 
 from djqueue.conf import get_settings
-from djqueue.models import Message
 from djqueue.polling import local_wakeup
 from djqueue.storage import dialects
-from djqueue.storage.queue_lookup import get_queue_by_id
 from djqueue.storage.statements import lookup_statements
 
 logger = logging.getLogger("djqueue.worker")
@@ -261,32 +258,3 @@ def wake_receivers(database: str, queue_names: Iterable[str]) -> None:
     local_wakeup.notify()
     with dialects.using(database):
         wake_workers(queue_names)
-
-
-def wake_on_commit(database: str, queue_ids: Iterable[int]) -> None:
-    """Wake the idle receivers of the queues ``queue_ids`` (on ``database``) once the
-    transaction open there commits (at once outside one): messages became ready there
-    other than by a send (a release, a retry made now, a redrive, a returned claim)."""
-    ids = set(queue_ids)
-    if ids:
-        transaction.on_commit(lambda: _wake_queues(database, ids), using=database)
-
-
-def _wake_queues(database: str, queue_ids: set[int]) -> None:
-    """A failure here costs only a wait for the receivers' next poll: it is logged, not
-    raised (the change has committed; its caller should not see an error)."""
-    try:
-        wake_receivers(database, {get_queue_by_id(pk, database).name for pk in queue_ids})
-    except Exception:  # a hint lost: the receivers' polls find the messages
-        logger.warning("Could not wake the receivers of queues %s", sorted(queue_ids),
-                       exc_info=True)
-
-
-def wake_for_released(messages: list[Message], delay: float | None, database: str,
-                      **signal: object) -> None:
-    """The ``messages_released`` receiver (connected in AppConfig.ready): messages given
-    back without a delay are ready again, and a receiver elsewhere should not wait for
-    its next poll to find them (an HTTP nack, an aborted OwnerSession, a stopping
-    worker's prefetched messages). The signal comes once the release has committed."""
-    if not delay:
-        _wake_queues(database, {m.queue_id for m in messages})

@@ -22,7 +22,6 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from djqueue.api import worker_wakeups
 from djqueue.conf import get_settings
 from djqueue.maintenance.periodic import Scheduler
 from djqueue.maintenance.pruning import prune_history
@@ -228,7 +227,8 @@ class Reaper(ProcessBase):
         """Return the claims of ``query``, queue by queue: an error serving one queue
         (an absurd value in its row, say) is logged and counted on the queue
         (queue_lookup.note_error), and the others are still served. A queue that got
-        messages back wakes its idle receivers, as a send does: they are ready at once."""
+        messages back wakes its idle receivers once each transaction commits, as a send
+        does: each is a failure retried at once (djqueue.api.ready_wakeups)."""
         db = dialects.alias()
         total = 0
         for queue_id in sorted(set(query.using(db).values_list("queue_id", flat=True))):
@@ -242,8 +242,6 @@ class Reaper(ProcessBase):
                 queue_lookup.note_error(queue_id, f"reaper: {type(exc).__name__}: {exc}")
                 continue
             total += returned
-            if returned:
-                worker_wakeups.wake_on_commit(db, [queue_id])
         return total
 
     @staticmethod

@@ -19,6 +19,7 @@ from djqueue.api.worker_wakeups import WakeSocket
 from djqueue.maintenance.reaper import Reaper
 from djqueue.models import History, Message, State, Worker
 from djqueue.polling import local_wakeup
+from djqueue.storage.requeueing import return_claims
 from djqueue.storage.transitions import fail
 from djqueue.worker.message_worker import Worker as QueueWorker
 from djqueue.worker.options import WorkerOptions
@@ -201,6 +202,44 @@ def test_claims_the_reaper_returns_wake_a_worker_that_polls_every_two_minutes(sp
     wait_until(lambda: History.objects.filter(id=mine.pk).exists(), 60,
                f"the wake-up\n{worker.output()}")
     assert time.monotonic() - returned < 60
+
+
+def test_a_failure_retried_at_once_wakes_a_worker_that_polls_every_two_minutes(spawn):
+    worker, mine = claimed_beside_an_idle_worker(spawn)
+    failed = time.monotonic()
+    fail(mine, "try again at once", delay=0)
+    wait_until(lambda: History.objects.filter(id=mine.pk).exists(), 60,
+               f"the wake-up\n{worker.output()}")
+    assert time.monotonic() - failed < 60
+
+
+def test_a_failure_wakes_receivers_only_when_retried_at_once(heard):
+    """A datagram for a failure retried at once, none for one retried later or one
+    dead-lettered (heard in order: a datagram of the others would come first)."""
+    djqueue.create_queue("t.record", exist_ok=True)
+    with override_settings(DJQUEUE={**settings.DJQUEUE, "WAKE_HOST": None}):
+        djqueue.send_batch("t.record", [1, 2, 3])  # no datagram of the sends
+    later, dead, now = djqueue.receive("t.record", max_messages=3)
+    fail(later, "boom", delay=30)
+    fail(dead, "boom", dead_letter=True)
+    fail(now, "boom", delay=0)
+    wait_until(lambda: heard, 10, "the retry's datagram")
+    assert heard == ["default"]
+
+
+def test_claims_returned_together_wake_their_receivers_once(heard):
+    """Returned in one transaction (as the reaper returns a dead worker's claims), three
+    claims send one datagram, not one each (a datagram of a send after them is the next
+    heard). The reaper itself would take the listener's row here for a dead worker's."""
+    djqueue.create_queue("t.record", exist_ok=True)
+    with override_settings(DJQUEUE={**settings.DJQUEUE, "WAKE_HOST": None}):
+        djqueue.send_batch("t.record", [1, 2, 3])
+    djqueue.receive("t.record", max_messages=3)
+    assert return_claims(Message.objects.filter(state=State.CLAIMED), "gone", 500) == 3
+    djqueue.send("t.record", 4)
+    wait_until(lambda: len(heard) >= 2, 10, "the return's and the send's datagrams")
+    assert heard == ["default", "default"]
+    assert Message.objects.filter(state=State.READY).count() == 4
 
 
 def test_a_release_with_a_delay_wakes_nobody(heard):
