@@ -141,15 +141,14 @@ class ReceiveWakeups:
             f"receive:{socket.gethostname()[:50]}:{os.getpid()}:{key[:8]}", key, queues=[],
             concurrency=0, held=list, wake_address=sock.address,
             databases=placement.databases(), kind=ProcessKind.RECEIVE)
-        registered = False
         written: list[str] = []
-        next_beat = 0.0
         try:
+            # A row the database refuses now is written by a later heartbeat; meanwhile
+            # the receives find other processes' sends by polling.
+            registration.register(retried_by_heartbeat=True)
+            next_beat = time.monotonic() + get_settings().HEARTBEAT_INTERVAL
             while not self._stopping.is_set():
                 try:
-                    if not registered:
-                        registration.register()
-                        registered, next_beat = True, 0.0
                     names = self._names()
                     if names != written:
                         registration.set_queues(names)
@@ -167,8 +166,7 @@ class ReceiveWakeups:
                 self._changed.clear()
                 self._stopping.wait(QUEUES_WRITE_EVERY)
         finally:
-            if registered:
-                registration.deregister()
+            registration.deregister()
             _close_connections()
             listening.join(1)
 

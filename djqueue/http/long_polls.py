@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -53,8 +54,6 @@ import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
-
-from django.db import DatabaseError
 
 from djqueue.api.receiving import queues_to_claim_from
 from djqueue.api.worker_wakeups import WakeDatagrams
@@ -227,10 +226,8 @@ class WaitingReceives:
             f"http:{socket.gethostname()[:55]}:{os.getpid()}:{lock_key[:8]}", lock_key,
             queues=[], concurrency=0, held=list, wake_address=address, kind=ProcessKind.HTTP,
             databases=placement.databases())
-        try:
-            await in_database(self._registration.register)
-        except DatabaseError:  # its heartbeat registers it; until then, the poll finds all
-            logger.exception("Could not register the API server; its heartbeat tries again")
+        await in_database(functools.partial(self._registration.register,
+                                            retried_by_heartbeat=True))
         # Kept: the loop holds only weak references to its tasks.
         self._jobs = [self._loop.create_task(job())
                       for job in (self._poll, self._beat, self._write_queues)]

@@ -54,20 +54,23 @@ class Registration:
         #: Held while leaving and while registering again, so neither runs inside the other.
         self._registration = threading.Lock()
 
-    def register(self) -> None:
+    def register(self, *, retried_by_heartbeat: bool = False) -> None:
         """Register on every database; one that does not answer is registered by a later
-        heartbeat (unless none answers: then the process cannot start)."""
-        failed: list[DatabaseError] = []
+        heartbeat (:meth:`beat` writes a missing row). If none answers, this raises (a
+        worker cannot start), unless ``retried_by_heartbeat``: an HTTP API server or a
+        blocking receive serves at once, its receivers finding messages by their poll
+        until a heartbeat has registered it and senders' wake-ups reach it."""
+        failed: list[Exception] = []
         for db in self.databases:
             try:
                 self._register(db)
-            except DatabaseError as exc:
-                if len(self.databases) == 1:
+            except (DatabaseError, DjqueueError) as exc:  # DjqueueError: its lock is held
+                if len(self.databases) == 1 and not retried_by_heartbeat:
                     raise
-                logger.error("Could not register on %s; a heartbeat will try again: %s", db,
-                             exc, extra={"worker": self.worker_id})
+                logger.error("Could not register %s on %s; a heartbeat will try again: %s",
+                             self.worker_id, db, exc, extra={"worker": self.worker_id})
                 failed.append(exc)
-        if len(failed) == len(self.databases):
+        if len(failed) == len(self.databases) and not retried_by_heartbeat:
             raise failed[0]
 
     def _register(self, db: str) -> None:

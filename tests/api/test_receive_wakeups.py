@@ -15,6 +15,7 @@ from djqueue.api.receive_wakeups import receive_wakeups
 from djqueue.api.worker_wakeups import wake_addresses
 from djqueue.models import ProcessKind, Worker
 from tests.conftest import wait_until
+from tests.refused_rows import RefusedRows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,3 +99,21 @@ def test_a_wake_host_that_is_not_this_hosts_leaves_receives_polling(settings, ca
     assert receive_wakeups.address is None and not receiver_rows()
     djqueue.send("t.woken", {"n": 1})
     assert len(djqueue.receive("t.woken", wait=5)) == 1
+
+
+def test_a_receiver_row_the_database_refused_is_written_by_a_heartbeat(caplog):
+    """The database refuses the receiver row when the first receive waits. The receive
+    still returns, and once the database takes rows again a heartbeat writes the row,
+    naming the queue, so senders can wake this process."""
+    djqueue.create_queue("t.woken")
+    refused = RefusedRows(Worker._meta.db_table)
+    refused.on()
+    try:
+        assert djqueue.receive("t.woken", wait=0.05) == []
+        wait_until(lambda: any("Could not register receive:" in r.getMessage()
+                               for r in caplog.records), 30, "the refused registration")
+        assert not receiver_rows()
+    finally:
+        refused.off()
+    [row] = wait_until(lambda: receiver_rows("t.woken"), 30, "a heartbeat to write the row")
+    assert row.wake_address == receive_wakeups.address

@@ -8,7 +8,6 @@ import asyncio
 import time
 
 import pytest
-from django.db import connection
 
 import djqueue
 from djqueue.api.worker_wakeups import wake_addresses
@@ -16,50 +15,9 @@ from djqueue.models import ProcessKind, Worker
 from tests.conftest import in_test_thread, run_async, wait_until
 from tests.http.conftest import start_api_server
 from tests.http.long_poll_runs import open_long_poll, until_in_line
+from tests.refused_rows import RefusedRows
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class RefusedRows:
-    """While on, the database refuses every new row of ``table``: a trigger raises a
-    real error from the real server, as a lost privilege or a full disk would."""
-
-    NAME = "djq_test_refuse_rows"
-
-    def __init__(self, table: str) -> None:
-        self.table = connection.ops.quote_name(table)
-        self.is_on = False
-
-    def on(self) -> None:
-        name, table = self.NAME, self.table
-        statements = {
-            "mysql": [f"CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW "
-                      "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test'"],
-            "postgresql": [f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
-                           "$$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$",
-                           f"CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW "
-                           f"EXECUTE FUNCTION {name}()"],
-            "sqlite": [f"CREATE TRIGGER {name} BEFORE INSERT ON {table} BEGIN "
-                       "SELECT RAISE(ABORT, 'refused by the test'); END"],
-        }[connection.vendor]
-        self._run(statements)
-        self.is_on = True
-
-    def off(self) -> None:
-        if not self.is_on:
-            return
-        name = self.NAME
-        self._run({"mysql": [f"DROP TRIGGER {name}"],
-                   "postgresql": [f"DROP TRIGGER {name} ON {self.table}",
-                                  f"DROP FUNCTION {name}()"],
-                   "sqlite": [f"DROP TRIGGER {name}"]}[connection.vendor])
-        self.is_on = False
-
-    @staticmethod
-    def _run(statements: list[str]) -> None:
-        with connection.cursor() as cursor:
-            for sql in statements:
-                cursor.execute(sql)
 
 
 def test_an_api_server_whose_row_was_refused_is_registered_by_its_heartbeat(spawn, make_token):
@@ -103,7 +61,7 @@ def test_an_api_server_whose_row_was_refused_is_registered_by_its_heartbeat(spaw
         refused.off()
     assert status == 200, got
     assert [m["payload"] for m in got["messages"]] == [{"n": 1}]
-    assert "Could not register the API server" in server.output()
+    assert "Could not register http:" in server.output()
 
 
 def test_an_api_server_that_cannot_bind_its_wake_up_socket_finds_messages_by_its_poll(
