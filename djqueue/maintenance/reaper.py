@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from djqueue.conf import get_settings
+from djqueue.maintenance.dead_workers import DeadWorkerFinder
 from djqueue.maintenance.periodic import Scheduler
 from djqueue.maintenance.pruning import prune_history
 from djqueue.maintenance.vacuuming import ANALYZE, Vacuuming
@@ -40,7 +39,6 @@ from djqueue.storage import (
     queue_lookup,
 )
 from djqueue.storage.requeueing import promote_due, return_claims
-from djqueue.storage.session_locks import session_lock_free
 
 logger = logging.getLogger("djqueue.reaper")
 
@@ -89,7 +87,7 @@ class Reaper(ProcessBase):
         self._last_prune = 0.0
         self._last_stats = 0.0
         self._last_vacuum_check = 0.0
-        self._hostname = socket.gethostname()[:255]
+        self.dead_worker_finder = DeadWorkerFinder()
         self.scheduler = Scheduler()
         self.vacuuming = Vacuuming()
 
@@ -138,7 +136,7 @@ class Reaper(ProcessBase):
     def _reap_database(self, db: str, stats_due: bool, vacuum_due: bool,
                        prune_due: bool) -> ReapReport:
         report = ReapReport()
-        for worker in self.dead_workers():
+        for worker in self.dead_worker_finder.find(db):
             report.dead_workers += 1
             claims = Message.objects.claimed().filter(owner=worker.pk)
             report.returned_from_dead += self._drain(claims, "worker {owner} died")
@@ -253,25 +251,3 @@ class Reaper(ProcessBase):
             if count < RETURN_BATCH:
                 return total
 
-    def dead_workers(self) -> list[WorkerRecord]:
-        """Workers whose session lock is free, whose process is gone, or who stopped beating."""
-        silent_since = timezone.now() - timedelta(seconds=get_settings().WORKER_TIMEOUT)
-        return [w for w in WorkerRecord.objects.using(dialects.alias()).all()
-                if w.heartbeat_at < silent_since or self._is_gone(w)]
-
-    def _is_gone(self, worker: WorkerRecord) -> bool:
-        if session_lock_free(worker.lock_key):
-            return True
-        if worker.hostname == self._hostname:
-            return not _pid_alive(worker.pid)
-        return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

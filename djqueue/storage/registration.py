@@ -1,7 +1,8 @@
 """A worker's presence: its row in ``djqueue_worker``, its session lock, its heartbeat.
 
-The reaper declares a worker dead when its session lock is free, its process is
-gone, or its heartbeat stopped; then it returns the worker's claims.
+The reaper declares a worker dead when its process is gone, its session lock has
+stayed free for two heartbeat intervals, or its heartbeat stopped
+(djqueue.maintenance.dead_workers); then it returns the worker's claims.
 
 A process serving queues on several databases (djqueue.storage.placement) is
 present on each: a row and a session lock on every one, so each database's

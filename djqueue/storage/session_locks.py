@@ -1,8 +1,10 @@
 """Session locks: a worker holds one for its lifetime on a connection of its own.
 
 When the process dies its connection closes and the server frees the lock at
-once, so the reaper learns of the death without waiting for heartbeats (Q4M's
-"a message returns when its owner's connection dies"). MariaDB/MySQL name the
+once, so the reaper learns of the death without waiting for heartbeats to go
+silent (Q4M's "a message returns when its owner's connection dies"); it waits two
+heartbeat intervals, in which a live process whose lock's connection alone broke
+takes the lock back (djqueue.maintenance.dead_workers). MariaDB/MySQL name the
 lock (``GET_LOCK``); PostgreSQL takes an advisory lock on a 64-bit key; SQLite
 has none (its workers are found dead by their heartbeats alone). Behind a pooler in
 transaction mode a dead worker's lock can live on in a pooled server session; then

@@ -1,10 +1,11 @@
 """The reaper: expired leases come back counted; several reapers at once are safe."""
 
+import socket
 import threading
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 import djqueue
@@ -49,6 +50,29 @@ def test_stale_worker_is_reaped_and_its_claims_return():
     assert (report.dead_workers, report.returned_from_dead) == (1, 5)
     assert Message.objects.filter(state=State.READY, attempts=1).count() == 5
     assert not Worker.objects.exists()
+
+
+def test_worker_rows_of_absurd_values_are_dead_and_the_pass_goes_on():
+    """No djqueue process writes a pid beyond pid_t or a lock key that is not hex (a
+    hand edit, a bug elsewhere). Such a row is taken for dead, with its claims returned;
+    it must not raise out of the pass, which would end the reaper's process."""
+    djqueue.create_queue("jobs")
+    djqueue.send_batch("jobs", [{"n": i} for i in range(2)])
+    postgresql = connection.vendor == "postgresql"  # its column holds at most 2**31 - 1
+    Worker.objects.create(id="absurd:pid", hostname=socket.gethostname()[:255],
+                          pid=2**31 - 1 if postgresql else 2**32 - 1, lock_key="0" * 32)
+    # On PostgreSQL the lock's key is read from the hex digits: this one has none. On
+    # MariaDB/MySQL it names a free lock (dead after two heartbeat intervals), and SQLite
+    # has no session locks (dead once silent for WORKER_TIMEOUT).
+    Worker.objects.create(id="absurd:key", hostname="elsewhere", pid=1,
+                          lock_key="not hex at all")
+    for owner in ("absurd:pid", "absurd:key"):
+        djqueue.receive("jobs", max_messages=1, owner=owner, visibility_timeout=3600)
+    report = Reaper().tick()
+    dead = {"absurd:pid", "absurd:key"} if postgresql else {"absurd:pid"}
+    assert (report.dead_workers, report.returned_from_dead) == (len(dead), len(dead))
+    assert set(Worker.objects.values_list("pk", flat=True)) == {"absurd:pid",
+                                                                 "absurd:key"} - dead
 
 
 @pytest.mark.row_locks

@@ -280,6 +280,55 @@ def test_a_worker_whose_session_lock_another_session_holds_takes_it_back_once_fr
     wait_until(lambda: History.objects.count() == 1, 30, "the worker to go on working")
 
 
+def test_a_lock_lost_for_a_moment_keeps_the_claims_and_a_frozen_workers_come_back(spawn,
+                                                                                   caplog):
+    """A live worker's session lock frees when only its lock's session ends (a server
+    restart, a KILL, a proxy): the reaper must leave its claims to it until its next
+    heartbeat takes the lock back. It returned them at its first look (here, on the old
+    code: the first tick found one dead worker), and the handlers still running them
+    ran them a second time. A worker frozen with its lock gone is dead once its lock has
+    stayed free for two heartbeat intervals, not only after WORKER_TIMEOUT."""
+    from djqueue.maintenance.reaper import Reaper
+    from djqueue.storage import session_locks
+
+    if not session_locks.has_session_locks():
+        pytest.skip("SQLite has no session locks")
+    if os.environ.get("DJQUEUE_TEST_BEHIND_PGBOUNCER"):
+        pytest.skip("behind PgBouncer the worker cannot see its lock's session end")
+    djqueue.create_queue("t.slow", visibility_timeout=600)
+    djqueue.send_batch("t.slow", [{"n": i, "sleep": 600} for i in (1, 2)])
+    worker = spawn("djqueue_worker", "t.slow", "-c", "2", "-b", "2")
+    wait_until(lambda: Message.objects.filter(state=State.CLAIMED).count() == 2, 30,
+               "the worker to claim both messages")
+    row = Worker.objects.get()
+    claims = Message.objects.filter(state=State.CLAIMED, owner=row.pk, attempts=1)
+    reaper = Reaper()
+
+    def end_lock_session() -> None:
+        end_session(wait_until(lambda: lock_holder(row.lock_key), 10, "the lock's holder"))
+        wait_until(lambda: session_locks.session_lock_free(row.lock_key), 10,
+                   "the server to free the lock")
+
+    end_lock_session()
+    assert reaper.tick().dead_workers == 0
+    assert claims.count() == 2
+    wait_until(lambda: lock_holder(row.lock_key) is not None, 10,
+               f"the heartbeat to take the lock back\n{worker.output()}")
+    assert reaper.tick().dead_workers == 0
+    assert claims.count() == 2 and Worker.objects.filter(pk=row.pk).exists()
+
+    worker.signal(signal.SIGSTOP)  # frozen: no heartbeat takes the lock back
+    try:
+        end_lock_session()
+        with caplog.at_level("WARNING", logger="djqueue.reaper"):
+            wait_until(lambda: reaper.tick().dead_workers == 1, 30,
+                       "the reaper to take the frozen worker for dead", interval=0.1)
+        assert f"Worker {row.pk} on default is dead (its session lock free for" in caplog.text
+        assert Message.objects.filter(state=State.READY, attempts=1).count() == 2
+    finally:
+        kill(worker)
+
+
 def test_stuck_handler_threads_make_the_worker_restart_its_process_and_carry_on(spawn):
     """Handlers hanging past --time-limit leave threads Python cannot stop; past
     --max-stuck of them the worker re-executes itself (same pid) and goes on."""

@@ -1,0 +1,98 @@
+"""Which registered workers are dead, for the reaper to return their claims.
+
+A worker (or HTTP API server, or blocking receive) is dead when
+
+- it has not beaten for ``WORKER_TIMEOUT`` seconds (frozen, or its host is gone);
+- it ran on the reaper's host and its process is gone (a kill, found at the next pass);
+- or its session lock has been free at every look for ``LOCK_FREE_FOR`` heartbeat
+  intervals. A killed process's lock frees as soon as the server sees its connection
+  close. But a live process's lock frees too when only its lock's connection broke
+  (the server restarted, a ``KILL``, a proxy): its next heartbeat takes the lock
+  again. Judged dead at the first look, such a process would have its claims returned
+  while its handlers still ran them, and they would run a second time.
+
+The looks are timed on the reaper's own monotonic clock, not by the rows'
+``heartbeat_at``: a worker host whose clock runs ahead cannot make a kill wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from datetime import timedelta
+
+from django.utils import timezone
+
+from djqueue.conf import get_settings
+from djqueue.models import Worker as WorkerRecord
+from djqueue.storage.session_locks import session_lock_free
+
+logger = logging.getLogger("djqueue.reaper")
+
+#: How many heartbeat intervals a lock must stay free: a live process takes its lock
+#: again at its next beat, one interval away (two leave room for a slow beat).
+LOCK_FREE_FOR = 2.0
+
+
+class DeadWorkerFinder:
+    """The reaper's finder of dead workers among its databases' worker rows. It remembers,
+    per database and worker, since when the worker's lock has been seen free, and says
+    once in the log why it took a worker for dead."""
+
+    def __init__(self) -> None:
+        self._hostname = socket.gethostname()[:255]
+        self._lock_free_since: dict[tuple[str, str], float] = {}
+        self._said: set[tuple[str, str]] = set()
+
+    def find(self, db: str) -> list[WorkerRecord]:
+        """The dead among ``db``'s worker rows (run with ``db`` the current database)."""
+        rows = list(WorkerRecord.objects.using(db).all())
+        seen = {(db, row.pk) for row in rows}
+        for key in [k for k in (*self._lock_free_since, *self._said)
+                    if k[0] == db and k not in seen]:  # the row is gone
+            self._lock_free_since.pop(key, None)
+            self._said.discard(key)
+        dead = []
+        for row in rows:
+            try:
+                reason = self._why_dead(db, row)
+            except (ValueError, OverflowError) as exc:
+                # A pid beyond pid_t, a lock key that is not hex (PostgreSQL's key is
+                # read from it): no djqueue process writes these (a hand edit, a bug).
+                # Such a row is no live process's; raised, it would end every pass.
+                reason = f"its row is no process's: {exc}"
+            if reason is None:
+                continue
+            dead.append(row)
+            if (db, row.pk) not in self._said:  # a row kept for claims still locked: once
+                self._said.add((db, row.pk))
+                logger.warning("Worker %s on %s is dead (%s); returning its claims", row.pk,
+                               db, reason, extra={"worker": row.pk, "database": db})
+        return dead
+
+    def _why_dead(self, db: str, row: WorkerRecord) -> str | None:
+        settings = get_settings()
+        if row.heartbeat_at < timezone.now() - timedelta(seconds=settings.WORKER_TIMEOUT):
+            return f"no heartbeat for {settings.WORKER_TIMEOUT:g} s"
+        if row.hostname == self._hostname and not _pid_alive(row.pid):
+            return f"its process {row.pid} is gone"
+        key = (db, row.pk)
+        if not session_lock_free(row.lock_key):  # held, or no session locks (SQLite)
+            self._lock_free_since.pop(key, None)
+            return None
+        free_for = time.monotonic() - self._lock_free_since.setdefault(key, time.monotonic())
+        if free_for >= LOCK_FREE_FOR * settings.HEARTBEAT_INTERVAL:
+            return f"its session lock free for {free_for:.1f} s"
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
