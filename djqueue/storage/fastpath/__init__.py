@@ -59,8 +59,7 @@ from djqueue.storage.fastpath.json_values import json_encoder
 __all__ = [
     "allow_kept_loop", "builder", "database_of", "driver_literal", "drop_event_loop",
     "from_rows", "frozen_dataclass", "ids_with_index_hint", "insert_lastrowid",
-    "insert_returning_id",
-    "insert_written_out", "json_encoder", "keep_event_loop", "mark_saved", "mark_unsaved",
-    "mysql_transaction", "receivers_among", "related_cacher", "select_rows",
-    "sync_function", "verified", "with_index_hint",
+    "insert_returning_id", "insert_written_out", "json_encoder", "keep_event_loop",
+    "mark_saved", "mark_unsaved", "mysql_transaction", "receivers_among", "related_cacher",
+    "select_rows", "sync_function", "verified", "with_index_hint",
 ]
