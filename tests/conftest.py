@@ -170,7 +170,9 @@ class _Stall:
 class Process:
     """A manage.py command in a subprocess on the test database."""
 
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
+                 prefix: tuple[str, ...] = ()) -> None:
+        """``prefix``: a command that runs Python, as ``unshare`` does."""
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
                "DJQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
                "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", **(env or {})}
@@ -178,7 +180,7 @@ class Process:
         self.log = log
         self._log_file = log.open("wb")
         self.popen = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env,
+            [*prefix, sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env,
             stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     @property
@@ -273,8 +275,9 @@ def spawn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[.
     started: list[Process] = []
     request.node.stash[SPAWNED] = started
 
-    def start(*args: str, env: dict[str, str] | None = None) -> Process:
-        process = Process(list(args), tmp_path / f"proc-{len(started)}.log", env)
+    def start(*args: str, env: dict[str, str] | None = None,
+              prefix: tuple[str, ...] = ()) -> Process:
+        process = Process(list(args), tmp_path / f"proc-{len(started)}.log", env, prefix)
         started.append(process)
         return process
 

@@ -3,7 +3,8 @@
 A worker (or HTTP API server, or blocking receive) is dead when
 
 - it has not beaten for ``WORKER_TIMEOUT`` seconds (frozen, or its host is gone);
-- it ran on the reaper's host and its process is gone (a kill, found at the next pass);
+- it ran on the reaper's host, in its pid namespace, and its process is gone (a kill,
+  found at the next pass);
 - or its session lock has been free at every look for ``LOCK_FREE_FOR`` heartbeat
   intervals. A killed process's lock frees as soon as the server sees its connection
   close. But a live process's lock frees too when only its lock's connection broke
@@ -27,6 +28,7 @@ from django.utils import timezone
 
 from djqueue.conf import get_settings
 from djqueue.models import Worker as WorkerRecord
+from djqueue.storage.registration import pid_namespace
 from djqueue.storage.session_locks import session_lock_free
 
 logger = logging.getLogger("djqueue.reaper")
@@ -43,6 +45,7 @@ class DeadWorkerFinder:
 
     def __init__(self) -> None:
         self._hostname = socket.gethostname()[:255]
+        self._pid_namespace = pid_namespace()
         self._lock_free_since: dict[tuple[str, str], float] = {}
         self._said: set[tuple[str, str]] = set()
 
@@ -76,7 +79,7 @@ class DeadWorkerFinder:
         settings = get_settings()
         if row.heartbeat_at < timezone.now() - timedelta(seconds=settings.WORKER_TIMEOUT):
             return f"no heartbeat for {settings.WORKER_TIMEOUT:g} s"
-        if row.hostname == self._hostname and not _pid_alive(row.pid):
+        if self._pid_names_it_here(row) and not _pid_alive(row.pid):
             return f"its process {row.pid} is gone"
         key = (db, row.pk)
         if not session_lock_free(row.lock_key):  # held, or no session locks (SQLite)
@@ -86,6 +89,14 @@ class DeadWorkerFinder:
         if free_for >= LOCK_FREE_FOR * settings.HEARTBEAT_INTERVAL:
             return f"its session lock free for {free_for:.1f} s"
         return None
+
+    def _pid_names_it_here(self, row: WorkerRecord) -> bool:
+        """Whether the row's pid names its process for the reaper: the same hostname, and
+        the same boot and pid namespace (a row of a release before they were recorded
+        has none: its hostname alone decides, as it did). A reaper in another container
+        with the host's hostname would find a live worker's pid gone."""
+        return (row.hostname == self._hostname
+                and row.pid_namespace in ("", self._pid_namespace))
 
 
 def _pid_alive(pid: int) -> bool:

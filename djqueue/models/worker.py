@@ -27,6 +27,9 @@ class Worker(models.Model):
     id = models.CharField(max_length=100, primary_key=True)
     hostname = models.CharField(max_length=255)
     pid = models.PositiveIntegerField()
+    pid_namespace = models.CharField(
+        max_length=80, blank=True, default="", db_default="",
+        help_text="Its host's boot id and its pid namespace: where its pid names it.")
     lock_key = models.CharField(max_length=32, unique=True)
     queues = models.JSONField(default=list)
     concurrency = models.PositiveIntegerField(default=1)

@@ -12,6 +12,7 @@ reaper judges the claims made there by what that database shows.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -30,6 +31,21 @@ from djqueue.storage.session_locks import SessionLock
 logger = logging.getLogger("djqueue.worker")
 #: How many held message ids a heartbeat reports (the dashboard shows them).
 HELD_IDS_SHOWN = 10
+
+
+@functools.cache
+def pid_namespace() -> str:
+    """This host's boot id and this process's pid namespace, where the OS tells them
+    (Linux), else "". A hostname alone does not say where a pid names a process:
+    containers run with the host's network share its hostname but not its pids, and
+    machines made from one image may share one name. The reaper looks a worker's pid up
+    only where this matches its own (djqueue.maintenance.dead_workers)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot_id:
+            boot = boot_id.read().strip()
+        return f"{boot} {os.readlink('/proc/self/ns/pid')}"[:80]
+    except OSError:
+        return ""
 
 
 class Registration:
@@ -80,6 +96,7 @@ class Registration:
         WorkerRecord.objects.using(db).update_or_create(
             pk=self.worker_id, defaults={
                 "hostname": socket.gethostname()[:255], "pid": os.getpid(),
+                "pid_namespace": pid_namespace(),
                 "lock_key": self.lock_key, "queues": self.queues,
                 "concurrency": self.concurrency, "heartbeat_at": timezone.now(),
                 "wake_address": self.wake_address, "kind": self.kind})

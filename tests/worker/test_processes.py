@@ -329,6 +329,29 @@ def test_a_lock_lost_for_a_moment_keeps_the_claims_and_a_frozen_workers_come_bac
         kill(worker)
 
 
+def test_a_reaper_in_another_pid_namespace_leaves_a_live_workers_claims(spawn):
+    """A container run with the host's network has the host's hostname but pids of its
+    own. A reaper there looked the worker's pid up in its own namespace, found it gone and
+    returned the claims of a worker still running them (here, on the old code: "dead
+    workers 1" and both messages ready again). The row now says the worker's boot and pid
+    namespace, and the pid is looked up only where they are the reaper's."""
+    djqueue.create_queue("t.slow", visibility_timeout=600)
+    djqueue.send_batch("t.slow", [{"n": i, "sleep": 600} for i in (1, 2)])
+    worker = spawn("djqueue_worker", "t.slow", "-c", "2", "-b", "2")
+    wait_until(lambda: Message.objects.filter(state=State.CLAIMED).count() == 2, 30,
+               "the worker to claim both messages")
+    row = Worker.objects.get()
+    assert row.pid == worker.pid and row.pid_namespace.endswith(os.readlink("/proc/self/ns/pid"))
+    reaper = spawn("djqueue_reaper", "--once",
+                   prefix=("unshare", "--pid", "--fork", "--mount-proc"))
+    status = reaper.wait(60)
+    if status and "unshare failed" in reaper.output():  # no CAP_SYS_ADMIN (not root)
+        pytest.skip(f"cannot make a pid namespace here: {reaper.output()}")
+    assert status == 0 and "dead workers 0," in reaper.output(), reaper.output()
+    assert Message.objects.filter(state=State.CLAIMED, owner=row.pk).count() == 2
+    assert worker.popen.poll() is None, worker.output()
+
+
 def test_stuck_handler_threads_make_the_worker_restart_its_process_and_carry_on(spawn):
     """Handlers hanging past --time-limit leave threads Python cannot stop; past
     --max-stuck of them the worker re-executes itself (same pid) and goes on."""
