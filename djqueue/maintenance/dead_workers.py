@@ -10,7 +10,10 @@ A worker (or HTTP API server, or blocking receive) is dead when
   close. But a live process's lock frees too when only its lock's connection broke
   (the server restarted, a ``KILL``, a proxy): its next heartbeat takes the lock
   again. Judged dead at the first look, such a process would have its claims returned
-  while its handlers still ran them, and they would run a second time.
+  while its handlers still ran them, and they would run a second time;
+- or its heartbeat time has been unreadable at every look for ``WORKER_TIMEOUT`` (a
+  hand edit or another tool wrote a time the driver refuses): a live worker's next
+  heartbeat writes one that reads. The other rows are judged all the same.
 
 The looks are timed on the reaper's own monotonic clock, not by the rows'
 ``heartbeat_at``: a worker host whose clock runs ahead cannot make a kill wait.
@@ -24,6 +27,7 @@ import socket
 import time
 from datetime import timedelta
 
+from django.db import DataError
 from django.utils import timezone
 
 from djqueue.conf import get_settings
@@ -38,29 +42,43 @@ logger = logging.getLogger("djqueue.reaper")
 LOCK_FREE_FOR = 2.0
 
 
+#: The columns the judgement reads (not the JSON ones, which it has no use for).
+_JUDGED_BY = ("id", "hostname", "pid", "pid_namespace", "lock_key", "heartbeat_at")
+#: What reading a row with a time its driver cannot read raises: psycopg's "timestamp
+#: too large" for 'infinity' (a DataError); Django's parse of an impossible date on SQLite.
+_UNREADABLE = (DataError, ValueError, OverflowError)
+
+
+def _readable(row: WorkerRecord | None) -> WorkerRecord | None:
+    """The row, or None if its heartbeat read as nothing (mysqlclient's zero date, text
+    on SQLite that is no time)."""
+    return row if row is not None and row.heartbeat_at is not None else None
+
+
 class DeadWorkerFinder:
     """The reaper's finder of dead workers among its databases' worker rows. It remembers,
-    per database and worker, since when the worker's lock has been seen free, and says
-    once in the log why it took a worker for dead."""
+    per database and worker, since when the worker's lock has been seen free (or its row
+    unreadable), and says once in the log why it took a worker for dead."""
 
     def __init__(self) -> None:
         self._hostname = socket.gethostname()[:255]
         self._pid_namespace = pid_namespace()
-        self._lock_free_since: dict[tuple[str, str], float] = {}
+        #: (state, database, worker) -> since when (monotonic) it has been seen in it
+        self._since: dict[tuple[str, str, str], float] = {}
         self._said: set[tuple[str, str]] = set()
 
-    def find(self, db: str) -> list[WorkerRecord]:
-        """The dead among ``db``'s worker rows (run with ``db`` the current database)."""
-        rows = list(WorkerRecord.objects.using(db).all())
-        seen = {(db, row.pk) for row in rows}
-        for key in [k for k in (*self._lock_free_since, *self._said)
-                    if k[0] == db and k not in seen]:  # the row is gone
-            self._lock_free_since.pop(key, None)
-            self._said.discard(key)
+    def find(self, db: str) -> list[str]:
+        """The ids of the dead among ``db``'s worker rows (run with ``db`` the current
+        database)."""
+        rows = self._read(db)
+        seen = {(db, pk) for pk, _ in rows}
+        for key in [k for k in self._since if k[1] == db and (db, k[2]) not in seen]:
+            del self._since[key]  # the row is gone
+        self._said = {k for k in self._said if k[0] != db or k in seen}
         dead = []
-        for row in rows:
+        for pk, row in rows:
             try:
-                reason = self._why_dead(db, row)
+                reason = self._why_dead(db, pk, row)
             except (ValueError, OverflowError) as exc:
                 # A pid beyond pid_t, a lock key that is not hex (PostgreSQL's key is
                 # read from it): no djqueue process writes these (a hand edit, a bug).
@@ -68,27 +86,58 @@ class DeadWorkerFinder:
                 reason = f"its row is no process's: {exc}"
             if reason is None:
                 continue
-            dead.append(row)
-            if (db, row.pk) not in self._said:  # a row kept for claims still locked: once
-                self._said.add((db, row.pk))
-                logger.warning("Worker %s on %s is dead (%s); returning its claims", row.pk,
-                               db, reason, extra={"worker": row.pk, "database": db})
+            dead.append(pk)
+            if (db, pk) not in self._said:  # a row kept for claims still locked: once
+                self._said.add((db, pk))
+                logger.warning("Worker %s on %s is dead (%s); returning its claims", pk, db,
+                               reason, extra={"worker": pk, "database": db})
         return dead
 
-    def _why_dead(self, db: str, row: WorkerRecord) -> str | None:
+    def _read(self, db: str) -> list[tuple[str, WorkerRecord | None]]:
+        """``db``'s worker rows, each with its id; None for a row whose heartbeat cannot
+        be read (a time its driver refuses or reads as nothing: a hand edit, another
+        tool). In one statement; if one row fails it, one statement a row, so the
+        others are still judged."""
+        workers = WorkerRecord.objects.using(db).only(*_JUDGED_BY)
+        try:
+            return [(row.pk, _readable(row)) for row in workers]
+        except _UNREADABLE:
+            pass
+        rows: list[tuple[str, WorkerRecord | None]] = []
+        for pk in workers.values_list("pk", flat=True):
+            try:
+                row = workers.filter(pk=pk).first()
+            except _UNREADABLE:
+                row = None
+            rows.append((pk, _readable(row)))
+        return rows
+
+    def _why_dead(self, db: str, pk: str, row: WorkerRecord | None) -> str | None:
         settings = get_settings()
+        if row is None:  # a live worker's next heartbeat writes a time that reads
+            unread_for = self._for(db, pk, "unreadable", True)
+            if unread_for >= settings.WORKER_TIMEOUT:
+                return f"its heartbeat unreadable for {unread_for:.1f} s"
+            return None
+        self._for(db, pk, "unreadable", False)
         if row.heartbeat_at < timezone.now() - timedelta(seconds=settings.WORKER_TIMEOUT):
             return f"no heartbeat for {settings.WORKER_TIMEOUT:g} s"
         if self._pid_names_it_here(row) and not _pid_alive(row.pid):
             return f"its process {row.pid} is gone"
-        key = (db, row.pk)
-        if not session_lock_free(row.lock_key):  # held, or no session locks (SQLite)
-            self._lock_free_since.pop(key, None)
-            return None
-        free_for = time.monotonic() - self._lock_free_since.setdefault(key, time.monotonic())
+        # None where there are no session locks (SQLite): never free
+        free_for = self._for(db, pk, "lock free", session_lock_free(row.lock_key) is True)
         if free_for >= LOCK_FREE_FOR * settings.HEARTBEAT_INTERVAL:
             return f"its session lock free for {free_for:.1f} s"
         return None
+
+    def _for(self, db: str, pk: str, state: str, now_in_it: bool) -> float:
+        """For how long (on the reaper's clock) the worker has been seen in ``state`` at
+        every look, this one included; 0 when it is not in it now."""
+        key = (state, db, pk)
+        if not now_in_it:
+            self._since.pop(key, None)
+            return 0.0
+        return time.monotonic() - self._since.setdefault(key, time.monotonic())
 
     def _pid_names_it_here(self, row: WorkerRecord) -> bool:
         """Whether the row's pid names its process for the reaper: the same hostname, and

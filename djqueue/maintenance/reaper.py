@@ -136,15 +136,15 @@ class Reaper(ProcessBase):
     def _reap_database(self, db: str, stats_due: bool, vacuum_due: bool,
                        prune_due: bool) -> ReapReport:
         report = ReapReport()
-        for worker in self.dead_worker_finder.find(db):
+        for worker_id in self.dead_worker_finder.find(db):
             report.dead_workers += 1
-            claims = Message.objects.claimed().filter(owner=worker.pk)
+            claims = Message.objects.claimed().filter(owner=worker_id)
             report.returned_from_dead += self._drain(claims, "worker {owner} died")
             # Rows the dead worker's last transactions still lock (the server has not
             # yet rolled them back) were skipped: keep the row, so the next pass
             # returns them, instead of leaving them to their lease's expiry.
             if not claims.using(db).exists():
-                WorkerRecord.objects.using(db).filter(pk=worker.pk).delete()
+                WorkerRecord.objects.using(db).filter(pk=worker_id).delete()
         if not Queue.objects.using(db).exists():  # nothing more to serve: write nothing
             return report
         report.expired = self._drain(

@@ -11,7 +11,7 @@ from django.utils import timezone
 import djqueue
 from djqueue.maintenance.reaper import Reaper
 from djqueue.models import Message, State, Worker
-from tests.conftest import in_threads
+from tests.conftest import in_threads, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,6 +73,48 @@ def test_worker_rows_of_absurd_values_are_dead_and_the_pass_goes_on():
     assert (report.dead_workers, report.returned_from_dead) == (len(dead), len(dead))
     assert set(Worker.objects.values_list("pk", flat=True)) == {"absurd:pid",
                                                                  "absurd:key"} - dead
+
+
+#: A heartbeat time each database stores but its driver cannot read back.
+UNREADABLE_TIME = {"postgresql": "'infinity'",  # psycopg: "timestamp too large"
+                   "mysql": "'0000-00-00 00:00:00'",  # mysqlclient: None
+                   "sqlite": "'2026-13-45 99:00:00'"}  # Django: "month must be in 1..12"
+
+
+def test_a_worker_row_whose_heartbeat_cannot_be_read_stops_no_part_of_a_pass():
+    """A hand edit or another tool can leave a heartbeat time the driver cannot read.
+    Reading the worker rows raised, so every pass over that database ended there: on
+    PostgreSQL no dead worker's claims and no expired lease came back again (a
+    DataError, logged each pass), and on SQLite and MariaDB the error ended the
+    reaper's process. Now the other rows are still judged and the pass goes on; the
+    unreadable row's worker is dead once its row has stayed unreadable for
+    WORKER_TIMEOUT (a live worker's next heartbeat writes a time that reads)."""
+    djqueue.create_queue("jobs")
+    djqueue.send_batch("jobs", [{"n": i} for i in range(3)])
+    Worker.objects.create(id="gone", hostname="elsewhere", pid=1, lock_key="e" * 32,
+                          heartbeat_at=timezone.now() - timedelta(hours=1))
+    Worker.objects.create(id="unreadable", hostname="elsewhere", pid=1, lock_key="d" * 32)
+    for owner in ("gone", "unreadable", "leased"):
+        djqueue.receive("jobs", max_messages=1, owner=owner, visibility_timeout=3600)
+    expire_all_of("leased")
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute("SET SESSION sql_mode = ''")  # MySQL refuses zero dates by default
+        cursor.execute(f"UPDATE djqueue_worker SET heartbeat_at = "
+                       f"{UNREADABLE_TIME[connection.vendor]} WHERE id = 'unreadable'")
+    reaper = Reaper()
+    first = reaper.tick()
+    assert (first.dead_workers, first.returned_from_dead, first.expired) == (1, 1, 1)
+    assert Message.objects.filter(state=State.CLAIMED, owner="unreadable").count() == 1
+    wait_until(lambda: reaper.tick().dead_workers == 1, 30,
+               "the unreadable row's worker taken for dead after WORKER_TIMEOUT", interval=0.2)
+    assert not Worker.objects.exists()
+    assert Message.objects.filter(state=State.READY).count() == 3
+
+
+def expire_all_of(owner: str) -> None:
+    Message.objects.filter(state=State.CLAIMED, owner=owner).update(
+        visible_at=timezone.now() - timedelta(seconds=1))
 
 
 @pytest.mark.row_locks
