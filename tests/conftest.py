@@ -286,6 +286,24 @@ def spawn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[.
         process.stop()
 
 
+#: A time each database stores but its driver, or Django, cannot read back.
+UNREADABLE_TIME = {"postgresql": "'infinity'",  # psycopg: "timestamp too large"
+                   "mysql": "'0000-00-00 00:00:00'",  # mysqlclient: None; as text, year 0
+                   "sqlite": "'2026-13-45 99:00:00'"}  # Django: "month must be in 1..12"
+
+
+def write_unreadable_time(table: str, column: str, row_id: object) -> None:
+    """Set ``column`` of row ``row_id`` to a time that cannot be read, as a hand edit or
+    another tool could (MySQL refuses zero dates unless the session allows them)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute("SET SESSION sql_mode = ''")
+        cursor.execute(f"UPDATE {table} SET {column} = {UNREADABLE_TIME[connection.vendor]} "
+                       f"WHERE id = %s", [row_id])
+        if connection.vendor == "mysql":
+            cursor.execute("SET SESSION sql_mode = DEFAULT")
+
+
 def in_threads(work: Callable[[int], object], count: int, timeout: float = 120,
                stop: threading.Event | None = None) -> list:
     """Run ``work(i)`` for i in range(count) on threads started together (hence on

@@ -10,7 +10,8 @@ group key), the state transitions of claimed messages (``transitions``), claims
 returned and scheduled messages made ready by the reaper (``requeueing``), the
 copy of finished messages into history, ordered groups, dedup keys, messages
 that expire (``expiry``: the stamp a send gives, and a claim setting aside those past
-it), the trace,
+it), ready messages whose row a claim cannot read (``unreadable_messages``: dead-lettered
+so the rest of their queue flows), the trace,
 what handlers report (progress and log records, ``handler_reports``), queue
 lookup, payload encoding, the hand-written statements of the hot path
 (``statements/``), and every use of Django's or a driver's private internals

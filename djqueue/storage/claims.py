@@ -20,7 +20,7 @@ from django.utils import timezone
 from djqueue import signals
 from djqueue.models import Body, Event, Message, Queue, State
 from djqueue.rates import LimitWait
-from djqueue.storage import dialects, fastpath, trace
+from djqueue.storage import dialects, fastpath, trace, unreadable_messages
 from djqueue.storage.claim_engines import ROW_LOCKING, ClaimEngine, Stamp, engine_for
 from djqueue.storage.claim_limits import claim_limited
 from djqueue.storage.claim_resume import ResumePoint, resume_points
@@ -86,7 +86,16 @@ def ack_and_claim(
                 claimed += rows
         return acked, claimed
 
-    acked, claimed = dialects.retry_deadlocks(work)
+    try:
+        acked, claimed = dialects.retry_deadlocks(work)
+    except unreadable_messages.UNREADABLE:
+        # A row no driver reads back failed the claim: dead-letter it, claim again from
+        # the head of each queue, which is where the rows set aside were looked for
+        if conn.in_atomic_block or not unreadable_messages.set_aside(db, queues, limit):
+            raise
+        for queue in queues:
+            resume_points.drop(db, queue.pk)
+        acked, claimed = dialects.retry_deadlocks(work)
     for end in ends:  # committed: the next claim may continue where this one ended
         if end.full:
             resume_points.advance(db, end.queue_id, end.priority, end.last_id, end.since)

@@ -11,7 +11,7 @@ from django.utils import timezone
 import djqueue
 from djqueue.maintenance.reaper import Reaper
 from djqueue.models import Message, State, Worker
-from tests.conftest import in_threads, wait_until
+from tests.conftest import in_threads, wait_until, write_unreadable_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,12 +75,6 @@ def test_worker_rows_of_absurd_values_are_dead_and_the_pass_goes_on():
                                                                  "absurd:key"} - dead
 
 
-#: A heartbeat time each database stores but its driver cannot read back.
-UNREADABLE_TIME = {"postgresql": "'infinity'",  # psycopg: "timestamp too large"
-                   "mysql": "'0000-00-00 00:00:00'",  # mysqlclient: None
-                   "sqlite": "'2026-13-45 99:00:00'"}  # Django: "month must be in 1..12"
-
-
 def test_a_worker_row_whose_heartbeat_cannot_be_read_stops_no_part_of_a_pass():
     """A hand edit or another tool can leave a heartbeat time the driver cannot read.
     Reading the worker rows raised, so every pass over that database ended there: on
@@ -97,11 +91,7 @@ def test_a_worker_row_whose_heartbeat_cannot_be_read_stops_no_part_of_a_pass():
     for owner in ("gone", "unreadable", "leased"):
         djqueue.receive("jobs", max_messages=1, owner=owner, visibility_timeout=3600)
     expire_all_of("leased")
-    with connection.cursor() as cursor:
-        if connection.vendor == "mysql":
-            cursor.execute("SET SESSION sql_mode = ''")  # MySQL refuses zero dates by default
-        cursor.execute(f"UPDATE djqueue_worker SET heartbeat_at = "
-                       f"{UNREADABLE_TIME[connection.vendor]} WHERE id = 'unreadable'")
+    write_unreadable_time("djqueue_worker", "heartbeat_at", "unreadable")
     reaper = Reaper()
     first = reaper.tick()
     assert (first.dead_workers, first.returned_from_dead, first.expired) == (1, 1, 1)

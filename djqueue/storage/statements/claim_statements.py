@@ -85,6 +85,15 @@ def lock_ready_after(db: str, queue_id: int, priority: int, after_id: int,
         return load_messages(db, cursor.fetchall(), dialects.reads_datetimes_as_text(conn))
 
 
+def read_by_id(db: str, message_id: int) -> list[Message]:
+    """Message ``message_id`` as a claim reads it (no lock): to find the row a claim
+    cannot read (djqueue.storage.unreadable_messages)."""
+    conn = connections[db]
+    with conn.cursor() as cursor:
+        cursor.execute(built_sql(conn, "read_by_id", _read_by_id_sql), [message_id])
+        return load_messages(db, cursor.fetchall(), dialects.reads_datetimes_as_text(conn))
+
+
 def stamp_claimed(db: str, ids: Sequence[int], *, owner: str, token: str,
                   lease_end: datetime, now: datetime) -> None:
     """Mark the locked messages ``ids`` claimed by ``owner`` under lease ``token``."""
@@ -189,6 +198,11 @@ def _lock_ready_sql(conn: BaseDatabaseWrapper) -> str:
     _, c = message_names(conn)
     return (f"{_claim_select(conn)}WHERE {c['queue_id']} = %s AND {c['state']} = %s "
             f"ORDER BY {c['priority']} DESC, {c['id']} ASC LIMIT %s FOR UPDATE SKIP LOCKED")
+
+
+def _read_by_id_sql(conn: BaseDatabaseWrapper) -> str:
+    _, c = message_names(conn)
+    return f"{_claim_select(conn)}WHERE {c['id']} = %s"
 
 
 def _lock_ready_after_sql(conn: BaseDatabaseWrapper) -> str:

@@ -1,0 +1,76 @@
+"""Ready messages whose row a claim cannot read, dead-lettered so their queue flows.
+
+A hand edit or another tool can leave a time no driver reads back: PostgreSQL's
+``'infinity'``, MariaDB's zero date, text on SQLite that is no date. A claim reads its
+rows in one statement, so one such row at the head of a queue failed every claim of
+every receiver there, and a worker left the whole database for a while at each failure:
+nothing in the queue was delivered, finished or dead-lettered.
+
+When a claim fails so (:data:`UNREADABLE`), the ready messages it would have read next
+are read again one at a time, through the claim's own statement; each that cannot be
+read is dead-lettered with the reading's error (as a message failing its last attempt
+is), its times set to the moment it was set aside, so its dead-letter queue can read it.
+Then the claim runs again. Nothing here runs while claims succeed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from django.db import DataError, models
+from django.utils import timezone
+
+from djqueue.models import Message, Queue, State
+from djqueue.storage import dialects
+from djqueue.storage.statements import claim_statements
+from djqueue.storage.transitions import record_failure
+
+logger = logging.getLogger("djqueue.claims")
+
+#: What a claim's read of a row raises when a value cannot be read: psycopg's
+#: "timestamp too large" (a DataError), Django's or Python's date checks (ValueError,
+#: OverflowError). A claim that fails with another error is not retried here.
+UNREADABLE = (DataError, ValueError, OverflowError)
+
+#: Ready messages at a queue's head that other claims may hold, looked at beyond a claim's.
+HELD_ELSEWHERE = 100
+_TIMES = tuple(f.attname for f in Message._meta.concrete_fields
+               if isinstance(f, models.DateTimeField))
+_READABLE = tuple(f.attname for f in Message._meta.concrete_fields if f.attname not in _TIMES)
+
+
+def set_aside(db: str, queues: Sequence[Queue], limit: int) -> int:
+    """Dead-letter the unreadable among the ready messages at the head of each of
+    ``queues`` on ``db``, each in a short transaction of its own; how many. The head is
+    ``limit`` messages and as many again, with room for those other claims hold (a
+    claim skips them): what the claim run again from the head reads."""
+    set_aside = 0
+    for queue in queues:
+        ids = list(Message.objects.using(db).filter(queue_id=queue.pk, state=State.READY)
+                   .claim_order().values_list("pk", flat=True)[:2 * limit + HELD_ELSEWHERE])
+        for message_id in ids:
+            try:
+                claim_statements.read_by_id(db, message_id)
+            except UNREADABLE as exc:
+                set_aside += _dead_letter(db, message_id, exc)
+    return set_aside
+
+
+def _dead_letter(db: str, message_id: int, exc: Exception) -> int:
+    now = timezone.now()
+    with dialects.short_transaction(db):
+        rows = Message.objects.using(db).select_for_update(skip_locked=True).filter(
+            pk=message_id, state=State.READY)
+        row = rows.only(*_READABLE).first()
+        if row is None:  # claimed, or set aside by another receiver meanwhile
+            return 0
+        rows.update(**{name: now for name in _TIMES if name != "claimed_at"}, claimed_at=None)
+        for name in _TIMES:
+            setattr(row, name, now if name != "claimed_at" else None)
+        error = (f"its row could not be read ({type(exc).__name__}: {exc}); its times are "
+                 f"those of the moment it was set aside")
+        record_failure(row, error, now, give_up=True)
+    logger.error("Message %s on %s could not be read and was dead-lettered: %s", message_id,
+                 db, exc, extra={"message_id": message_id, "database": db})
+    return 1
