@@ -280,6 +280,16 @@ def test_a_worker_whose_session_lock_another_session_holds_takes_it_back_once_fr
     wait_until(lambda: History.objects.count() == 1, 30, "the worker to go on working")
 
 
+def a_worker_holding_two_long_claims(spawn) -> tuple:
+    """A worker process running two handlers that sleep 600 s, and its row."""
+    djqueue.create_queue("t.slow", visibility_timeout=600)
+    djqueue.send_batch("t.slow", [{"n": i, "sleep": 600} for i in (1, 2)])
+    worker = spawn("djqueue_worker", "t.slow", "-c", "2", "-b", "2")
+    wait_until(lambda: Message.objects.filter(state=State.CLAIMED).count() == 2, 30,
+               "the worker to claim both messages")
+    return worker, Worker.objects.get()
+
+
 def test_a_lock_lost_for_a_moment_keeps_the_claims_and_a_frozen_workers_come_back(spawn,
                                                                                    caplog):
     """A live worker's session lock frees when only its lock's session ends (a server
@@ -295,12 +305,7 @@ def test_a_lock_lost_for_a_moment_keeps_the_claims_and_a_frozen_workers_come_bac
         pytest.skip("SQLite has no session locks")
     if os.environ.get("DJQUEUE_TEST_BEHIND_PGBOUNCER"):
         pytest.skip("behind PgBouncer the worker cannot see its lock's session end")
-    djqueue.create_queue("t.slow", visibility_timeout=600)
-    djqueue.send_batch("t.slow", [{"n": i, "sleep": 600} for i in (1, 2)])
-    worker = spawn("djqueue_worker", "t.slow", "-c", "2", "-b", "2")
-    wait_until(lambda: Message.objects.filter(state=State.CLAIMED).count() == 2, 30,
-               "the worker to claim both messages")
-    row = Worker.objects.get()
+    worker, row = a_worker_holding_two_long_claims(spawn)
     claims = Message.objects.filter(state=State.CLAIMED, owner=row.pk, attempts=1)
     reaper = Reaper()
 
@@ -335,12 +340,7 @@ def test_a_reaper_in_another_pid_namespace_leaves_a_live_workers_claims(spawn):
     returned the claims of a worker still running them (here, on the old code: "dead
     workers 1" and both messages ready again). The row now says the worker's boot and pid
     namespace, and the pid is looked up only where they are the reaper's."""
-    djqueue.create_queue("t.slow", visibility_timeout=600)
-    djqueue.send_batch("t.slow", [{"n": i, "sleep": 600} for i in (1, 2)])
-    worker = spawn("djqueue_worker", "t.slow", "-c", "2", "-b", "2")
-    wait_until(lambda: Message.objects.filter(state=State.CLAIMED).count() == 2, 30,
-               "the worker to claim both messages")
-    row = Worker.objects.get()
+    worker, row = a_worker_holding_two_long_claims(spawn)
     assert row.pid == worker.pid and row.pid_namespace.endswith(os.readlink("/proc/self/ns/pid"))
     reaper = spawn("djqueue_reaper", "--once",
                    prefix=("unshare", "--pid", "--fork", "--mount-proc"))
