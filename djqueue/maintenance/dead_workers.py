@@ -27,13 +27,13 @@ import socket
 import time
 from datetime import timedelta
 
-from django.db import DataError
 from django.utils import timezone
 
 from djqueue.conf import get_settings
 from djqueue.models import Worker as WorkerRecord
 from djqueue.storage.registration import pid_namespace
 from djqueue.storage.session_locks import session_lock_free
+from djqueue.storage.unreadable_messages import UNREADABLE
 
 logger = logging.getLogger("djqueue.reaper")
 
@@ -44,9 +44,6 @@ LOCK_FREE_FOR = 2.0
 
 #: The columns the judgement reads (not the JSON ones, which it has no use for).
 _JUDGED_BY = ("id", "hostname", "pid", "pid_namespace", "lock_key", "heartbeat_at")
-#: What reading a row with a time its driver cannot read raises: psycopg's "timestamp
-#: too large" for 'infinity' (a DataError); Django's parse of an impossible date on SQLite.
-_UNREADABLE = (DataError, ValueError, OverflowError)
 
 
 def _readable(row: WorkerRecord | None) -> WorkerRecord | None:
@@ -101,13 +98,13 @@ class DeadWorkerFinder:
         workers = WorkerRecord.objects.using(db).only(*_JUDGED_BY)
         try:
             return [(row.pk, _readable(row)) for row in workers]
-        except _UNREADABLE:
+        except UNREADABLE:
             pass
         rows: list[tuple[str, WorkerRecord | None]] = []
         for pk in workers.values_list("pk", flat=True):
             try:
                 row = workers.filter(pk=pk).first()
-            except _UNREADABLE:
+            except UNREADABLE:
                 row = None
             rows.append((pk, _readable(row)))
         return rows

@@ -28,9 +28,10 @@ from djqueue.storage.transitions import record_failure
 
 logger = logging.getLogger("djqueue.claims")
 
-#: What a claim's read of a row raises when a value cannot be read: psycopg's
-#: "timestamp too large" (a DataError), Django's or Python's date checks (ValueError,
-#: OverflowError). A claim that fails with another error is not retried here.
+#: What reading a row raises when a value cannot be read: psycopg's "timestamp too
+#: large" (a DataError), Django's or Python's date checks (ValueError, OverflowError).
+#: A claim that fails with another error is not retried here; the reaper reads worker
+#: rows with it too (djqueue.maintenance.dead_workers).
 UNREADABLE = (DataError, ValueError, OverflowError)
 
 #: Ready messages at a queue's head that other claims may hold, looked at beyond a claim's.
