@@ -17,6 +17,7 @@ from djqueue.storage import dialects
 from djqueue.storage.claim_engines import SERIAL, engine_for
 from djqueue.storage.claim_resume import ready_again
 from djqueue.storage.transitions import record_failure
+from djqueue.storage.unreadable_messages import UNREADABLE, dead_letter_unreadable
 
 
 def return_claims(rows_query: QuerySet[Message], error: str, limit: int) -> int:
@@ -40,7 +41,14 @@ def return_claims(rows_query: QuerySet[Message], error: str, limit: int) -> int:
                                retry_delay=0)
         return len(rows)
 
-    return dialects.retry_deadlocks(returning)
+    try:
+        return dialects.retry_deadlocks(returning)
+    except UNREADABLE:  # a row no driver reads back: dead-letter it, return the others
+        ids = rows_query.using(db).order_by("visible_at").values_list("pk", flat=True)[:limit]
+        if (dialects.connection().in_atomic_block
+                or not dead_letter_unreadable(db, ids, State.CLAIMED)):
+            raise
+        return dialects.retry_deadlocks(returning)
 
 
 def promote_due(queue_ids: list[int] | None = None, limit: int = 1000) -> int:

@@ -10,13 +10,15 @@ When a claim fails so (:data:`UNREADABLE`), the ready messages it would have rea
 are read again one at a time, through the claim's own statement; each that cannot be
 read is dead-lettered with the reading's error (as a message failing its last attempt
 is), its times set to the moment it was set aside, so its dead-letter queue can read it.
-Then the claim runs again. Nothing here runs while claims succeed.
+Then the claim runs again. The reaper's return of expired leases and dead workers'
+claims does the same with the claimed rows it could not read. Nothing here runs
+while claims and returns succeed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from django.db import DataError, models
 from django.utils import timezone
@@ -46,25 +48,30 @@ def set_aside(db: str, queues: Sequence[Queue], limit: int) -> int:
     ``queues`` on ``db``, each in a short transaction of its own; how many. The head is
     ``limit`` messages and as many again, with room for those other claims hold (a
     claim skips them): what the claim run again from the head reads."""
+    return sum(dead_letter_unreadable(db, Message.objects.using(db).filter(
+        queue_id=queue.pk, state=State.READY).claim_order().values_list(
+            "pk", flat=True)[:2 * limit + HELD_ELSEWHERE], State.READY) for queue in queues)
+
+
+def dead_letter_unreadable(db: str, ids: Iterable[int], state: State) -> int:
+    """Dead-letter those of the messages ``ids`` in ``state`` that cannot be read, each in a
+    short transaction of its own; how many (the reaper's return of claims uses it too)."""
     set_aside = 0
-    for queue in queues:
-        ids = list(Message.objects.using(db).filter(queue_id=queue.pk, state=State.READY)
-                   .claim_order().values_list("pk", flat=True)[:2 * limit + HELD_ELSEWHERE])
-        for message_id in ids:
-            try:
-                claim_statements.read_by_id(db, message_id)
-            except UNREADABLE as exc:
-                set_aside += _dead_letter(db, message_id, exc)
+    for message_id in list(ids):
+        try:
+            claim_statements.read_by_id(db, message_id)
+        except UNREADABLE as exc:
+            set_aside += _dead_letter(db, message_id, state, exc)
     return set_aside
 
 
-def _dead_letter(db: str, message_id: int, exc: Exception) -> int:
+def _dead_letter(db: str, message_id: int, state: State, exc: Exception) -> int:
     now = timezone.now()
     with dialects.short_transaction(db):
         rows = Message.objects.using(db).select_for_update(skip_locked=True).filter(
-            pk=message_id, state=State.READY)
+            pk=message_id, state=state)
         row = rows.only(*_READABLE).first()
-        if row is None:  # claimed, or set aside by another receiver meanwhile
+        if row is None:  # changed, or set aside by another process, meanwhile
             return 0
         rows.update(**{name: now for name in _TIMES if name != "claimed_at"}, claimed_at=None)
         for name in _TIMES:

@@ -102,6 +102,31 @@ def test_a_worker_row_whose_heartbeat_cannot_be_read_stops_no_part_of_a_pass():
     assert Message.objects.filter(state=State.READY).count() == 3
 
 
+def test_an_expired_claim_whose_row_cannot_be_read_is_dead_lettered_and_the_others_return():
+    """A claimed message whose sent time a hand edit made unreadable: the reaper's return
+    of expired leases read the queue's claims in one statement and failed at every pass
+    (the pass over the queue failed; on PostgreSQL and SQLite here, on the old code, the
+    row was still there, claimed and unreadable, after it), so the message stayed
+    claimed for ever. It is dead-lettered with the reading's error now, the others
+    return. (On MariaDB the ORM reads a zero date as nothing, and the claim that next
+    reads the row sets it aside: tests/worker/test_unreadable_messages.py.)"""
+    dead = djqueue.create_queue("jobs.dead")
+    djqueue.create_queue("jobs", dead_letter_queue=dead)
+    djqueue.send_batch("jobs", [{"n": i} for i in range(3)])
+    held = djqueue.receive("jobs", max_messages=3, owner="leased")
+    expire_all_of("leased")
+    write_unreadable_time("djqueue_message", "sent_at", held[1].pk)
+    report = Reaper().tick()
+    unreadable = Message.objects.get(pk=held[1].pk)
+    if connection.vendor == "mysql":
+        assert report.expired == 3 and unreadable.state == State.READY
+        return
+    assert report.expired == 2
+    assert (unreadable.state, unreadable.queue_id) == (State.DEAD, dead.pk)
+    assert "its row could not be read (" in unreadable.errors[-1]["error"]
+    assert Message.objects.filter(state=State.READY).count() == 2
+
+
 def expire_all_of(owner: str) -> None:
     Message.objects.filter(state=State.CLAIMED, owner=owner).update(
         visible_at=timezone.now() - timedelta(seconds=1))
