@@ -7,7 +7,8 @@ every receiver there, and a worker left the whole database for a while at each f
 nothing in the queue was delivered, finished or dead-lettered.
 
 When a claim fails so (:data:`UNREADABLE`), the ready messages it would have read next
-are read again one at a time, through the claim's own statement; each that cannot be
+are read again through the claim's own statement, in one statement and, if that fails,
+one at a time; each that cannot be
 read is dead-lettered with the reading's error (as a message failing its last attempt
 is), its times set to the moment it was set aside, so its dead-letter queue can read it.
 Then the claim runs again. The reaper's return of expired leases and dead workers'
@@ -55,11 +56,20 @@ def set_aside(db: str, queues: Sequence[Queue], limit: int) -> int:
 
 def dead_letter_unreadable(db: str, ids: Iterable[int], state: State) -> int:
     """Dead-letter those of the messages ``ids`` in ``state`` that cannot be read, each in a
-    short transaction of its own; how many (the reaper's return of claims uses it too)."""
+    short transaction of its own; how many (the reaper's return of claims uses it too).
+    They are read in one statement first: when all read (the claim failed for another
+    reason, a condition that cannot be evaluated, say), that is all it costs."""
+    ids = list(ids)
+    try:
+        if ids:
+            claim_statements.read_by_ids(db, ids)
+        return 0
+    except UNREADABLE:
+        pass
     set_aside = 0
-    for message_id in list(ids):
+    for message_id in ids:
         try:
-            claim_statements.read_by_id(db, message_id)
+            claim_statements.read_by_ids(db, [message_id])
         except UNREADABLE as exc:
             set_aside += _dead_letter(db, message_id, state, exc)
     return set_aside

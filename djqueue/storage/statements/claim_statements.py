@@ -85,12 +85,12 @@ def lock_ready_after(db: str, queue_id: int, priority: int, after_id: int,
         return load_messages(db, cursor.fetchall(), dialects.reads_datetimes_as_text(conn))
 
 
-def read_by_id(db: str, message_id: int) -> list[Message]:
-    """Message ``message_id`` as a claim reads it (no lock): to find the row a claim
-    cannot read (djqueue.storage.unreadable_messages)."""
+def read_by_ids(db: str, ids: Sequence[int]) -> list[Message]:
+    """Messages ``ids`` (not empty) as a claim reads them, without a lock: to find the
+    rows a claim cannot read (djqueue.storage.unreadable_messages)."""
     conn = connections[db]
     with conn.cursor() as cursor:
-        cursor.execute(built_sql(conn, "read_by_id", _read_by_id_sql), [message_id])
+        cursor.execute(_in_ids(built_sql(conn, "read_by_ids", _read_by_ids_sql), ids))
         return load_messages(db, cursor.fetchall(), dialects.reads_datetimes_as_text(conn))
 
 
@@ -200,9 +200,9 @@ def _lock_ready_sql(conn: BaseDatabaseWrapper) -> str:
             f"ORDER BY {c['priority']} DESC, {c['id']} ASC LIMIT %s FOR UPDATE SKIP LOCKED")
 
 
-def _read_by_id_sql(conn: BaseDatabaseWrapper) -> str:
+def _read_by_ids_sql(conn: BaseDatabaseWrapper) -> str:
     _, c = message_names(conn)
-    return f"{_claim_select(conn)}WHERE {c['id']} = %s"
+    return f"{_claim_select(conn)}WHERE {c['id']} IN ({{ids}})"
 
 
 def _lock_ready_after_sql(conn: BaseDatabaseWrapper) -> str:
