@@ -33,7 +33,7 @@ from djqueue.conf import get_settings
 from djqueue.models import Worker as WorkerRecord
 from djqueue.storage.registration import pid_namespace
 from djqueue.storage.session_locks import session_lock_free
-from djqueue.storage.unreadable_messages import UNREADABLE
+from djqueue.storage.worker_rows import read_worker_rows
 
 logger = logging.getLogger("djqueue.reaper")
 
@@ -46,10 +46,9 @@ LOCK_FREE_FOR = 2.0
 _JUDGED_BY = ("id", "hostname", "pid", "pid_namespace", "lock_key", "heartbeat_at")
 
 
-def _readable(row: WorkerRecord | None) -> WorkerRecord | None:
-    """The row, or None if its heartbeat read as nothing (mysqlclient's zero date, text
-    on SQLite that is no time)."""
-    return row if row is not None and row.heartbeat_at is not None else None
+def _readable(row: WorkerRecord) -> WorkerRecord | None:
+    """The row, or None if its heartbeat could not be read."""
+    return row if row.heartbeat_at is not None else None
 
 
 class DeadWorkerFinder:
@@ -92,22 +91,8 @@ class DeadWorkerFinder:
 
     def _read(self, db: str) -> list[tuple[str, WorkerRecord | None]]:
         """``db``'s worker rows, each with its id; None for a row whose heartbeat cannot
-        be read (a time its driver refuses or reads as nothing: a hand edit, another
-        tool). In one statement; if one row fails it, one statement a row, so the
-        others are still judged."""
-        workers = WorkerRecord.objects.using(db).only(*_JUDGED_BY)
-        try:
-            return [(row.pk, _readable(row)) for row in workers]
-        except UNREADABLE:
-            pass
-        rows: list[tuple[str, WorkerRecord | None]] = []
-        for pk in workers.values_list("pk", flat=True):
-            try:
-                row = workers.filter(pk=pk).first()
-            except UNREADABLE:
-                row = None
-            rows.append((pk, _readable(row)))
-        return rows
+        be read (a hand edit, another tool: djqueue.storage.worker_rows)."""
+        return [(row.pk, _readable(row)) for row in read_worker_rows(db, *_JUDGED_BY)]
 
     def _why_dead(self, db: str, pk: str, row: WorkerRecord | None) -> str | None:
         settings = get_settings()

@@ -27,8 +27,9 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from djqueue import histograms
-from djqueue.models import Period, Queue, QueueLimiter, QueueStat, StatsCursor, Worker
+from djqueue.models import Period, Queue, QueueLimiter, QueueStat, StatsCursor
 from djqueue.storage import placement
+from djqueue.storage.worker_rows import read_worker_rows
 
 #: The queries one collection runs on each database, whatever the backlog (a test holds
 #: it to this).
@@ -196,13 +197,14 @@ def _workers(databases: list[str], now: Any, gauge: Any) -> Iterator[Any]:
     threads = gauge("djqueue_worker_concurrency", "The worker's handler threads.",
                     labels=["worker"])
     seen: set[str] = set()
-    for worker in (w for db in databases for w in Worker.objects.using(db).order_by("started_at")):
+    for worker in (w for db in databases for w in read_worker_rows(db)):
         if worker.id in seen:  # present on each database it serves
             continue
         seen.add(worker.id)
         up.add_metric([worker.id, worker.hostname, worker.kind], 1.0)
         held.add_metric([worker.id], float(worker.holding))
-        age.add_metric([worker.id], max((now - worker.heartbeat_at).total_seconds(), 0.0))
+        if worker.heartbeat_at is not None:  # None: a hand edit left it unreadable
+            age.add_metric([worker.id], max((now - worker.heartbeat_at).total_seconds(), 0.0))
         threads.add_metric([worker.id], float(worker.concurrency))
     yield from (up, held, age, threads)
 

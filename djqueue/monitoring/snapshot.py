@@ -32,6 +32,7 @@ from djqueue.models import (
 )
 from djqueue.monitoring import rollups
 from djqueue.storage import dialects
+from djqueue.storage.worker_rows import read_worker_rows
 
 RECENT_ALARMS = 10
 TOP_TOPICS = 10
@@ -69,10 +70,11 @@ class GroupLagSummary:
 
 @dataclass(frozen=True)
 class WorkerSummary:
-    """A live worker; what it holds is what its last heartbeat reported."""
+    """A live worker; what it holds is what its last heartbeat reported. No age when a
+    hand edit left its heartbeat unreadable."""
 
     worker: Worker
-    heartbeat_age: float
+    heartbeat_age: float | None
 
 
 @dataclass
@@ -229,8 +231,9 @@ def _group_lags(db: str, rows: dict[int, QueueSummary]) -> list[GroupLagSummary]
 
 
 def _workers(db: str, now: datetime) -> list[WorkerSummary]:
-    return [WorkerSummary(w, max((now - w.heartbeat_at).total_seconds(), 0.0))
-            for w in Worker.objects.using(db).order_by("started_at")]
+    return [WorkerSummary(w, None if w.heartbeat_at is None  # a hand edit left it unreadable
+                          else max((now - w.heartbeat_at).total_seconds(), 0.0))
+            for w in read_worker_rows(db)]
 
 
 def _topics(db: str, now: datetime) -> list[TopicSummary]:

@@ -12,34 +12,41 @@ replica: a heartbeat seconds behind would read as a late worker.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
 
 from djqueue.conf import get_settings
-from djqueue.models import Worker
 from djqueue.storage import placement
+from djqueue.storage.worker_rows import read_worker_rows
 
 
 def worker_rows() -> list[dict[str, Any]]:
     """One row a process, oldest first: its kind, its queues, threads, the messages it held at its
     freshest heartbeat, that heartbeat's and its start's ages, the databases it is
-    registered on, and whether it is late (silent past WORKER_TIMEOUT)."""
+    registered on, and whether it is late (silent past WORKER_TIMEOUT). A time a hand edit
+    left unreadable gives None for its age and for late (djqueue.storage.worker_rows)."""
     now, timeout = timezone.now(), get_settings().WORKER_TIMEOUT
     found: dict[str, dict[str, Any]] = {}
     for db in placement.databases():
-        for worker in Worker.objects.using(db):
-            beat_age = round((now - worker.heartbeat_at).total_seconds(), 3)
+        for worker in read_worker_rows(db):
+            beat_age = _age(now, worker.heartbeat_at)
             row = found.get(worker.id)
             if row is not None:
                 row["databases"].append(db)
-                if beat_age >= row["heartbeat_age"]:
-                    continue  # an older beat than the one already read
+                if beat_age is None or (row["heartbeat_age"] is not None
+                                        and beat_age >= row["heartbeat_age"]):
+                    continue  # an older beat than the one already read, or none
             else:
                 row = found[worker.id] = {"databases": [db]}
             row.update(id=worker.id, kind=worker.kind, hostname=worker.hostname, pid=worker.pid,
                        queues=list(worker.queues or []), concurrency=worker.concurrency,
                        holding=worker.holding, held_ids=list(worker.held_ids or []),
-                       up=round((now - worker.started_at).total_seconds(), 3),
-                       heartbeat_age=beat_age, late=beat_age > timeout)
-    return sorted(found.values(), key=lambda row: -row["up"])
+                       up=_age(now, worker.started_at), heartbeat_age=beat_age,
+                       late=None if beat_age is None else beat_age > timeout)
+    return sorted(found.values(), key=lambda row: (row["up"] is None, -(row["up"] or 0)))
+
+
+def _age(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else round((now - then).total_seconds(), 3)

@@ -8,7 +8,8 @@ active`` give their users.
 Each is a worker, an HTTP API server holding long polls (kind ``http``) or a process
 whose ``receive()`` waits (kind ``receive``): the last two run no handler threads, and
 register so that sends wake them. A process silent past ``WORKER_TIMEOUT`` is marked
-late: the reaper judges it dead and returns its claims.
+late: the reaper judges it dead and returns its claims. A heartbeat time a hand edit
+left unreadable shows as "unreadable" (``null`` in ``--json``).
 """
 
 from __future__ import annotations
@@ -39,5 +40,10 @@ class Command(BaseCommand):
         write_table(self.stdout, ("WORKER", "KIND", "QUEUES", "THREADS", "HOLDING", "HEARTBEAT", "UP",
                                   "DATABASES"), [(
             r["id"], r["kind"], ",".join(r["queues"]) or "-", str(r["concurrency"]), str(r["holding"]),
-            f"{seconds_text(r['heartbeat_age'])} ago" + (" (late)" if r["late"] else ""),
-            seconds_text(r["up"]), ",".join(r["databases"])) for r in rows])
+            _heartbeat_text(r), seconds_text(r["up"]), ",".join(r["databases"])) for r in rows])
+
+
+def _heartbeat_text(row: dict[str, Any]) -> str:
+    if row["heartbeat_age"] is None:  # a hand edit left its time unreadable
+        return "unreadable"
+    return f"{seconds_text(row['heartbeat_age'])} ago" + (" (late)" if row["late"] else "")
