@@ -75,9 +75,10 @@ class DeadWorkerFinder:
         for pk, row in rows:
             try:
                 reason = self._why_dead(db, pk, row)
-            except (ValueError, OverflowError) as exc:
-                # A pid beyond pid_t, a lock key that is not hex (PostgreSQL's key is
-                # read from it): no djqueue process writes these (a hand edit, a bug).
+            except (ValueError, OverflowError, TypeError) as exc:
+                # A pid beyond pid_t or that is text (SQLite keeps what it is given), a
+                # lock key that is not hex (PostgreSQL's key is read from it): no djqueue
+                # process writes these (a hand edit, a bug).
                 # Such a row is no live process's; raised, it would end every pass.
                 reason = f"its row is no process's: {exc}"
             if reason is None:
