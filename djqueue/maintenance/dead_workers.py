@@ -33,7 +33,7 @@ from djqueue.conf import get_settings
 from djqueue.models import Worker as WorkerRecord
 from djqueue.storage.registration import pid_namespace
 from djqueue.storage.session_locks import session_lock_free
-from djqueue.storage.worker_rows import read_worker_rows
+from djqueue.storage.unreadable_rows import read_rows
 
 logger = logging.getLogger("djqueue.reaper")
 
@@ -92,8 +92,9 @@ class DeadWorkerFinder:
 
     def _read(self, db: str) -> list[tuple[str, WorkerRecord | None]]:
         """``db``'s worker rows, each with its id; None for a row whose heartbeat cannot
-        be read (a hand edit, another tool: djqueue.storage.worker_rows)."""
-        return [(row.pk, _readable(row)) for row in read_worker_rows(db, *_JUDGED_BY)]
+        be read (a hand edit, another tool: djqueue.storage.unreadable_rows)."""
+        return [(row.pk, _readable(row)) for row in read_rows(
+            WorkerRecord.objects.using(db).only(*_JUDGED_BY))]
 
     def _why_dead(self, db: str, pk: str, row: WorkerRecord | None) -> str | None:
         settings = get_settings()

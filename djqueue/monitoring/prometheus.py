@@ -27,9 +27,9 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from djqueue import histograms
-from djqueue.models import Period, Queue, QueueLimiter, QueueStat, StatsCursor
+from djqueue.models import Period, Queue, QueueLimiter, QueueStat, StatsCursor, Worker
 from djqueue.storage import placement
-from djqueue.storage.worker_rows import read_worker_rows
+from djqueue.storage.unreadable_rows import read_rows
 
 #: The queries one collection runs on each database, whatever the backlog (a test holds
 #: it to this).
@@ -197,7 +197,8 @@ def _workers(databases: list[str], now: Any, gauge: Any) -> Iterator[Any]:
     threads = gauge("djqueue_worker_concurrency", "The worker's handler threads.",
                     labels=["worker"])
     seen: set[str] = set()
-    for worker in (w for db in databases for w in read_worker_rows(db)):
+    for worker in (w for db in databases for w in read_rows(
+        Worker.objects.using(db).order_by("started_at"))):
         if worker.id in seen:  # present on each database it serves
             continue
         seen.add(worker.id)

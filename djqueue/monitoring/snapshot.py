@@ -32,7 +32,7 @@ from djqueue.models import (
 )
 from djqueue.monitoring import rollups
 from djqueue.storage import dialects
-from djqueue.storage.worker_rows import read_worker_rows
+from djqueue.storage.unreadable_rows import read_rows
 
 RECENT_ALARMS = 10
 TOP_TOPICS = 10
@@ -233,7 +233,7 @@ def _group_lags(db: str, rows: dict[int, QueueSummary]) -> list[GroupLagSummary]
 def _workers(db: str, now: datetime) -> list[WorkerSummary]:
     return [WorkerSummary(w, None if w.heartbeat_at is None  # a hand edit left it unreadable
                           else max((now - w.heartbeat_at).total_seconds(), 0.0))
-            for w in read_worker_rows(db)]
+            for w in read_rows(Worker.objects.using(db).order_by("started_at"))]
 
 
 def _topics(db: str, now: datetime) -> list[TopicSummary]:

@@ -18,19 +18,21 @@ from typing import Any
 from django.utils import timezone
 
 from djqueue.conf import get_settings
+from djqueue.models import Worker
 from djqueue.storage import placement
-from djqueue.storage.worker_rows import read_worker_rows
+from djqueue.storage.unreadable_rows import read_rows
 
 
 def worker_rows() -> list[dict[str, Any]]:
     """One row a process, oldest first: its kind, its queues, threads, the messages it held at its
     freshest heartbeat, that heartbeat's and its start's ages, the databases it is
     registered on, and whether it is late (silent past WORKER_TIMEOUT). A time a hand edit
-    left unreadable gives None for its age and for late (djqueue.storage.worker_rows)."""
+    left unreadable gives None for its age and for late
+    (djqueue.storage.unreadable_rows)."""
     now, timeout = timezone.now(), get_settings().WORKER_TIMEOUT
     found: dict[str, dict[str, Any]] = {}
     for db in placement.databases():
-        for worker in read_worker_rows(db):
+        for worker in read_rows(Worker.objects.using(db)):
             beat_age = _age(now, worker.heartbeat_at)
             row = found.get(worker.id)
             if row is not None:

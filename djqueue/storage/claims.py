@@ -26,6 +26,7 @@ from djqueue.storage.claim_limits import claim_limited
 from djqueue.storage.claim_resume import ResumePoint, resume_points
 from djqueue.storage.statements.claim_statements import lock_ready, lock_ready_after, stamp_claimed
 from djqueue.storage.transitions import ack_locked
+from djqueue.storage.unreadable_rows import UNREADABLE
 from djqueue.types import AckHook
 
 cache_queue = fastpath.related_cacher(Message, "queue")
@@ -88,7 +89,7 @@ def ack_and_claim(
 
     try:
         acked, claimed = dialects.retry_deadlocks(work)
-    except unreadable_messages.UNREADABLE:
+    except UNREADABLE:
         # A row no driver reads back failed the claim: dead-letter it, claim again from
         # the head of each queue, which is where the rows set aside were looked for
         if conn.in_atomic_block or not unreadable_messages.set_aside(db, queues, limit):

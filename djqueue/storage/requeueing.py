@@ -17,7 +17,8 @@ from djqueue.storage import dialects
 from djqueue.storage.claim_engines import SERIAL, engine_for
 from djqueue.storage.claim_resume import ready_again
 from djqueue.storage.transitions import record_failure
-from djqueue.storage.unreadable_messages import UNREADABLE, dead_letter_unreadable
+from djqueue.storage.unreadable_messages import dead_letter_unreadable
+from djqueue.storage.unreadable_rows import UNREADABLE
 
 
 def return_claims(rows_query: QuerySet[Message], error: str, limit: int) -> int:

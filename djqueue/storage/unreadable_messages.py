@@ -6,7 +6,7 @@ rows in one statement, so one such row at the head of a queue failed every claim
 every receiver there, and a worker left the whole database for a while at each failure:
 nothing in the queue was delivered, finished or dead-lettered.
 
-When a claim fails so (:data:`UNREADABLE`), the ready messages it would have read next
+When a claim fails so (djqueue.storage.unreadable_rows.UNREADABLE), the ready messages it would have read next
 are read again through the claim's own statement, in one statement and, if that fails,
 one at a time; each that cannot be
 read is dead-lettered with the reading's error (as a message failing its last attempt
@@ -21,26 +21,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from django.db import DataError, models
 from django.utils import timezone
 
 from djqueue.models import Message, Queue, State
 from djqueue.storage import dialects
 from djqueue.storage.statements import claim_statements
 from djqueue.storage.transitions import record_failure
+from djqueue.storage.unreadable_rows import UNREADABLE, times_of
 
 logger = logging.getLogger("djqueue.claims")
 
-#: What reading a row raises when a value cannot be read: psycopg's "timestamp too
-#: large" (a DataError), Django's or Python's date checks (ValueError, OverflowError).
-#: A claim that fails with another error is not retried here; the reaper reads worker
-#: rows with it too (djqueue.maintenance.dead_workers).
-UNREADABLE = (DataError, ValueError, OverflowError)
-
 #: Ready messages at a queue's head that other claims may hold, looked at beyond a claim's.
 HELD_ELSEWHERE = 100
-_TIMES = tuple(f.attname for f in Message._meta.concrete_fields
-               if isinstance(f, models.DateTimeField))
+_TIMES = times_of(Message)
 _READABLE = tuple(f.attname for f in Message._meta.concrete_fields if f.attname not in _TIMES)
 
 
