@@ -42,6 +42,7 @@ from djqueue.cron import Cron, parse_time_zone
 from djqueue.exceptions import ConfigurationError
 from djqueue.models import PeriodicSchedule, PeriodicTick
 from djqueue.storage import dialects
+from djqueue.storage.unreadable_rows import UNREADABLE, times_of
 
 logger = logging.getLogger("djqueue.periodic")
 
@@ -148,7 +149,10 @@ class Scheduler:
     def _read_stored(self) -> list[Schedule]:
         """The enabled stored schedules; a wrong one is logged and left out."""
         found = []
-        for row in PeriodicSchedule.objects.using(dialects.alias()).filter(enabled=True):
+        rows = PeriodicSchedule.objects.using(dialects.alias()).filter(enabled=True)
+        # Not their times, which a schedule does not use: a hand edit may have left one
+        # unreadable, and one such row stopped every schedule.
+        for row in rows.defer(*times_of(PeriodicSchedule)):
             try:
                 found.append(Schedule.from_row(row))
             except ConfigurationError as exc:
@@ -158,8 +162,14 @@ class Scheduler:
     def _due(self, schedule: Schedule, minute: datetime) -> list[datetime]:
         if not schedule.catch_up:
             return [minute] if schedule.matches(minute) else []
-        last = (PeriodicTick.objects.using(dialects.alias()).filter(name=schedule.name)
-                .order_by("-tick_at").values_list("tick_at", flat=True).first())
+        try:
+            last = (PeriodicTick.objects.using(dialects.alias()).filter(name=schedule.name)
+                    .order_by("-tick_at").values_list("tick_at", flat=True).first())
+        except UNREADABLE as exc:  # a hand edit; raised, it stopped every schedule
+            logger.error("The last run of periodic task %s cannot be read (%s); it runs as "
+                         "if it had none until its row in djqueue_periodictick is mended.",
+                         schedule.name, exc, extra={"schedule": schedule.name})
+            last = None
         if last is None:
             return [minute] if schedule.matches(minute) else []
         moments: list[datetime] = []

@@ -19,6 +19,7 @@ from djqueue.exceptions import ConfigurationError
 from djqueue.maintenance.periodic import Schedule, schedules
 from djqueue.models import PeriodicSchedule, PeriodicTick
 from djqueue.storage import dialects
+from djqueue.storage.unreadable_rows import times_of
 
 
 def schedule_rows(now: datetime | None = None) -> list[dict[str, Any]]:
@@ -31,7 +32,8 @@ def schedule_rows(now: datetime | None = None) -> list[dict[str, Any]]:
              "cron": schedule.cron.expression, "time_zone": str(schedule.time_zone),
              "enabled": True, **_runs(schedule, schedule.name, last_runs, now)}
             for schedule in schedules()]
-    for stored in PeriodicSchedule.objects.using(db).order_by("name"):
+    stored_rows = PeriodicSchedule.objects.using(db).order_by("name")
+    for stored in stored_rows.defer(*times_of(PeriodicSchedule)):  # unused (as the reaper's)
         try:
             plan: Schedule | str = Schedule.from_row(stored)
         except ConfigurationError as exc:

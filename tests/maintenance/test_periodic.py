@@ -8,13 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.checks import run_checks
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
 from djqueue.exceptions import ConfigurationError
 from djqueue.maintenance.periodic import Scheduler
 from djqueue.models import Message, PeriodicSchedule, PeriodicTick
-from tests.conftest import mysql_only
+from tests.conftest import mysql_only, write_unreadable_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -177,3 +178,25 @@ def test_wrong_stored_schedules_are_logged_and_skipped_and_the_others_run(caplog
                       ("not-a-task", "nothing was imported or run")]:
         assert sum(name in line and why in line for line in said) == 1, (name, said)
     assert [task for task, _ in enqueued()] == ["tests.tasks.add", "tests.tasks.add"]
+
+
+@override_settings(DJQUEUE={"PERIODIC": EVERY_MINUTE})
+def test_a_schedule_or_a_last_run_whose_time_cannot_be_read_stops_no_schedule(caplog):
+    """A hand edit or another tool can leave a time no driver reads back, in a stored
+    schedule's row or in the tick that records a run. Either raised out of the
+    scheduler's tick, so no periodic task ran any more, the settings' ones included (on
+    SQLite and PostgreSQL: MariaDB's driver reads a zero date as None). The schedule's
+    times are not read now (it does not use them), and a catching-up schedule whose last
+    run cannot be read runs as if it had none, with the reason logged."""
+    stored("fine")
+    edited = stored("edited by hand")
+    write_unreadable_time("djqueue_periodicschedule", "updated_at", edited.pk)
+    stored("catching up", catch_up=True)
+    tick = PeriodicTick.objects.create(name="catching up", tick_at=T0 - timedelta(minutes=5))
+    write_unreadable_time("djqueue_periodictick", "tick_at", tick.pk)
+    assert Scheduler().tick(T0) == 4
+    assert sorted(PeriodicTick.objects.exclude(pk=tick.pk).values_list("name", flat=True)) == [
+        "beat", "catching up", "edited by hand", "fine"]
+    said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    if connection.vendor != "mysql":
+        assert len(said) == 1 and "last run of periodic task catching up cannot be" in said[0]
