@@ -23,6 +23,7 @@ from djqueue import signals
 from djqueue.models import Alarm, AlarmPolicy, Metric, QueueDepth, QueueLimiter, Subscription
 from djqueue.storage import dialects
 from djqueue.storage.claim_engines import engine_for
+from djqueue.storage.unreadable_rows import read_rows
 
 logger = logging.getLogger("djqueue.alarms")
 
@@ -41,8 +42,9 @@ def evaluate(now: datetime | None = None) -> list[Alarm]:
     fired: list[Alarm] = []
     with transaction.atomic(using=db):
         policies = AlarmPolicy.objects.using(db).filter(enabled=True).order_by("pk")
-        policies = engine_for().skipping_locked(policies)
-        for policy in policies:
+        # A last firing a hand edit left unreadable reads as none (and the next firing
+        # writes it); raised, it stopped every policy.
+        for policy in read_rows(engine_for().skipping_locked(policies)):
             reading = worst_reading(policy, depths, now)
             alarm = _step(policy, reading, now)
             if alarm is not None:

@@ -28,7 +28,7 @@ from djqueue.models import (
     TopicStat,
 )
 from djqueue.monitoring import alarms, rollups
-from tests.conftest import in_threads
+from tests.conftest import in_threads, write_unreadable_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -174,6 +174,25 @@ def test_alarm_fires_once_per_breach_and_again_only_after_cooldown(settings):
         assert list(Alarm.objects.filter(policy=policy).order_by("fired_at")) == [first, second]
     finally:
         signals.alarm_fired.disconnect(listener)
+
+
+def test_a_policy_whose_last_firing_cannot_be_read_fires_and_the_others_are_checked():
+    """A hand edit or another tool can leave a time no driver reads back. The policies
+    were read in one statement, so one policy with such a last firing stopped every
+    alarm, at every reaper pass (on SQLite and PostgreSQL: MariaDB's driver reads a zero
+    date as None). It reads as never fired now: it fires, and the firing writes its time."""
+    djqueue.create_queue("stats.unread")
+    djqueue.send_batch("stats.unread", [{"n": i} for i in range(3)])
+    rollups.sample_depth()
+    for name in ("edited by hand", "fine"):
+        AlarmPolicy.objects.create(name=name, metric=Metric.DEPTH, threshold=1, cooldown=0,
+                                   last_fired_at=timezone.now() - timedelta(hours=1))
+    edited = AlarmPolicy.objects.get(name="edited by hand")
+    write_unreadable_time("djqueue_alarmpolicy", "last_fired_at", edited.pk)
+    fired = alarms.evaluate()
+    assert sorted(alarm.policy.name for alarm in fired) == ["edited by hand", "fine"]
+    edited.refresh_from_db()
+    assert edited.firing and edited.last_fired_at == fired[0].fired_at
 
 
 def test_alarm_metrics_oldest_age_in_flight_dead_and_group_lag():
