@@ -9,6 +9,7 @@ defined is the reaper's to find at its run (this layer does not know the tasks).
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from typing import Any
 
@@ -19,15 +20,14 @@ from djqueue.exceptions import ConfigurationError
 from djqueue.maintenance.periodic import Schedule, schedules
 from djqueue.models import PeriodicSchedule, PeriodicTick
 from djqueue.storage import dialects
-from djqueue.storage.unreadable_rows import times_of
+from djqueue.storage.unreadable_rows import UNREADABLE, times_of
 
 
 def schedule_rows(now: datetime | None = None) -> list[dict[str, Any]]:
     """One row a schedule: the settings' in their order, then the stored ones by name."""
     now = now or timezone.now()
     db = dialects.alias()
-    last_runs = dict(PeriodicTick.objects.using(db).values("name").annotate(last=Max("tick_at"))
-                     .values_list("name", "last"))
+    last_runs = _last_runs(db)
     rows = [{"name": schedule.name, "source": "settings", "task": schedule.task_path,
              "cron": schedule.cron.expression, "time_zone": str(schedule.time_zone),
              "enabled": True, **_runs(schedule, schedule.name, last_runs, now)}
@@ -45,7 +45,22 @@ def schedule_rows(now: datetime | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def _runs(plan: Schedule | str, name: str, last_runs: dict[str, datetime], now: datetime,
+def _last_runs(db: str) -> dict[str, datetime | None]:
+    """Each schedule's last run, by name. A hand edit may have left one unreadable: then
+    one statement a schedule, and the unreadable left out, as the reaper takes it as none."""
+    runs = PeriodicTick.objects.using(db).values("name").annotate(last=Max("tick_at"))
+    try:
+        return dict(runs.values_list("name", "last"))
+    except UNREADABLE:
+        pass
+    found = {}
+    for name in runs.values_list("name", flat=True):
+        with contextlib.suppress(*UNREADABLE):
+            found[name] = runs.filter(name=name).values_list("last", flat=True).get()
+    return found
+
+
+def _runs(plan: Schedule | str, name: str, last_runs: dict[str, datetime | None], now: datetime,
           enabled: bool = True) -> dict[str, Any]:
     """A row's last run, next run and problem; ``plan`` is the reaper's schedule or why
     the reaper skips the row."""

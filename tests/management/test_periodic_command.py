@@ -14,6 +14,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from djqueue.models import PeriodicSchedule, PeriodicTick
+from tests.conftest import write_unreadable_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SETTINGS = {"PERIODIC": {"beat": {"task": "tests.tasks.add", "cron": "*/5 * * * *",
@@ -66,3 +67,22 @@ def test_the_settings_and_the_stored_schedules_with_their_runs():
 def test_no_schedule_says_where_to_add_one():
     assert listed() == ("No periodic schedule: add one to DJQUEUE['PERIODIC'] or in the "
                         "admin.\n")
+
+
+@override_settings(DJQUEUE=SETTINGS)
+def test_a_schedule_or_a_last_run_whose_time_cannot_be_read_is_listed_with_the_others():
+    """A hand edit can leave a time no driver reads back in a stored schedule's row or in
+    a tick. The listing read them all in one statement and failed on either (SQLite,
+    PostgreSQL); now such a last run is listed as none, as the reaper takes it."""
+    for name in ("edited by hand", "nightly"):
+        schedule = PeriodicSchedule.objects.create(name=name, task_path="tests.tasks.add",
+                                                   cron="30 2 * * *")
+    write_unreadable_time("djqueue_periodicschedule", "updated_at", schedule.pk)
+    ran = datetime(2026, 11, 30, 1, 30, tzinfo=UTC)
+    PeriodicTick.objects.create(name="beat", tick_at=ran)
+    unreadable = PeriodicTick.objects.create(name="nightly", tick_at=ran)
+    write_unreadable_time("djqueue_periodictick", "tick_at", unreadable.pk)
+    rows = {r["name"]: r for r in json.loads(listed("--json"))}
+    assert list(rows) == ["beat", "edited by hand", "nightly"]
+    assert datetime.fromisoformat(rows["beat"]["last_run"]) == ran
+    assert rows["nightly"]["last_run"] is None and rows["nightly"]["next_run"] is not None
