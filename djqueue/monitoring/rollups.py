@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import connections, models, transaction
 from django.db.models import Count, F, Max, Min, Q
@@ -50,6 +51,7 @@ from djqueue.storage.statements.stat_counters import (
     add_to_minutes,
     minute_of,
 )
+from djqueue.storage.unreadable_rows import UNREADABLE, read_values
 
 SETTLE = timedelta(seconds=5)
 #: How far back the first pass on a database looks.
@@ -91,7 +93,8 @@ def roll_up(now: datetime | None = None) -> int:
             return 0
         since, until = cursor.until, max(cursor.until, now - SETTLE)
         minutes: dict[tuple[int, datetime], _Minute] = defaultdict(_Minute)
-        counted = _count_sends(db, cursor, minutes, not_before=now - FIRST_LOOKBACK)
+        counted = _count_sends(db, cursor, minutes, not_before=now - FIRST_LOOKBACK,
+                               not_after=now + FIRST_LOOKBACK)
         counted += _count_finished(db, since, until, minutes)
         _apply(db, minutes)
         counted += _count_published(db, cursor, not_before=now - FIRST_LOOKBACK)
@@ -103,18 +106,25 @@ def roll_up(now: datetime | None = None) -> int:
     return counted
 
 
-def _count_sends(db: str, cursor: StatsCursor, minutes: dict, *, not_before: datetime) -> int:
+def _count_sends(db: str, cursor: StatsCursor, minutes: dict, *, not_before: datetime,
+                 not_after: datetime) -> int:
+    """The sends among the ids new since the last pass, by minute. Not those sent a day
+    after now: only a hand edit writes such a time, and one no driver reads back
+    (PostgreSQL's 'infinity', text on SQLite that is no time) failed every pass."""
     low, high = cursor.message_id, cursor.message_seen_id
     counted = 0
     if high > low:
         def by_minute(query: models.QuerySet, queue: models.Expression | F) -> models.QuerySet:
-            return (query.filter(pk__gt=low, pk__lte=high, sent_at__gte=not_before)
+            return (query.filter(pk__gt=low, pk__lte=high, sent_at__gte=not_before,
+                                 sent_at__lt=not_after)
                     .annotate(q=queue, minute=TruncMinute("sent_at", tzinfo=UTC))
                     .values("q", "minute").annotate(n=Count("pk")).order_by())
 
         pending = by_minute(Message.objects.using(db), Coalesce("origin_queue_id", "queue_id"))
         finished = by_minute(History.objects.using(db), F("queue_id"))
         for row in pending.union(finished, all=True):
+            if row["minute"] is None:  # SQLite's truncation of text that is no time
+                continue
             minutes[(row["q"], minute_of(row["minute"]))].counters["sent"] += row["n"]
             counted += row["n"]
         cursor.message_id = high
@@ -127,10 +137,25 @@ def _count_sends(db: str, cursor: StatsCursor, minutes: dict, *, not_before: dat
 
 def _count_finished(db: str, since: datetime, until: datetime, minutes: dict) -> int:
     queue_ids = list(Queue.objects.using(db).values_list("pk", flat=True))
-    rows = (History.objects.using(db)
-            .filter(queue_id__in=queue_ids, finished_at__gte=since, finished_at__lt=until)
-            .values_list("queue_id", "outcome", "sent_at", "claimed_at", "finished_at")
-            .iterator(chunk_size=5000))
+    finished = History.objects.using(db).filter(
+        queue_id__in=queue_ids, finished_at__gte=since, finished_at__lt=until)
+    columns = ("queue_id", "outcome", "sent_at", "claimed_at", "finished_at")
+    counts: dict[tuple[int, datetime], _Minute] = defaultdict(_Minute)
+    try:
+        counted = _count_rows(finished.values_list(*columns).iterator(chunk_size=5000), counts)
+    except UNREADABLE:  # a hand edit left a time no driver reads back: count it without
+        counts = defaultdict(_Minute)
+        counted = _count_rows(read_values(finished, columns), counts)
+    for key, part in counts.items():  # only now: a failed read counted nothing
+        minute = minutes[key]
+        for name, value in part.counters.items():
+            minute.counters[name] += value
+        minute.waits += part.waits
+        minute.runs += part.runs
+    return counted
+
+
+def _count_rows(rows: Iterable[tuple[Any, ...]], minutes: dict) -> int:
     counted = 0
     for queue_id, outcome, sent_at, claimed_at, finished_at in rows:
         minute = minutes[(queue_id, minute_of(finished_at))]
@@ -139,7 +164,7 @@ def _count_finished(db: str, since: datetime, until: datetime, minutes: dict) ->
             minute.counters["deleted"] += 1
             continue
         minute.counters["acked"] += 1
-        if claimed_at is not None:
+        if claimed_at is not None and sent_at is not None:  # None: unreadable
             wait = max((claimed_at - sent_at).total_seconds(), 0.0)
             run = max((finished_at - claimed_at).total_seconds(), 0.0)
             minute.counters["wait_total"] += wait

@@ -4,18 +4,21 @@ A hand edit or another tool can leave such a time: PostgreSQL's ``'infinity'``, 
 SQLite that is no date (MariaDB's driver reads a zero date as None). Read with the
 others in one statement, one such row fails the whole read, so what reads a table's
 rows to do its work stopped at it: the reaper's judgement of workers, the periodic
-scheduler, the alarms, and ``djqueue_workers``, ``/metrics`` and the dashboard, every
+scheduler, the alarms, the statistics, and ``djqueue_workers``, ``/metrics`` and the dashboard, every
 pass or request until a person mended the row.
 
-:func:`read_rows` reads in one statement and, only if that fails, one row at a time; a
-row whose times cannot be read comes with them all as None (as MariaDB's does), and the
-rest of it as stored. Each reader says what an unknown time means to it. Messages are
-not read so: a claim sets an unreadable one aside (djqueue.storage.unreadable_messages).
+:func:`read_rows` reads in one statement and, only if that fails, one row at a time; in
+a row that fails, each time that cannot be read is None (as MariaDB's zero date is), and
+the rest of it is as stored. :func:`read_values` does the same for the columns of a query
+too large to hold, for a reader that has already failed on it (the statistics' count of
+finished messages). Each reader says what an unknown time means to it. Messages are not
+read so: a claim sets an unreadable one aside (djqueue.storage.unreadable_messages).
 """
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
 
 from django.db import DataError, models
 
@@ -33,7 +36,7 @@ def times_of(model: type[models.Model]) -> tuple[str, ...]:
 
 
 def read_rows(rows: models.QuerySet[M]) -> list[M]:
-    """``rows``, in their order; in a row whose times cannot be read, they are None."""
+    """``rows``, in their order; in a row that fails, each time that cannot be read is None."""
     try:
         return list(rows)
     except UNREADABLE:
@@ -41,13 +44,55 @@ def read_rows(rows: models.QuerySet[M]) -> list[M]:
     times = times_of(rows.model)
     read = []
     for pk in rows.values_list("pk", flat=True):
+        one = rows.filter(pk=pk)
         try:
-            row = rows.filter(pk=pk).first()
+            row = one.first()
         except UNREADABLE:
-            row = rows.defer(*times).filter(pk=pk).first()
+            row = one.defer(*times).first()
             if row is not None:
-                for name in times:  # the unknown they are; not read again on access
-                    setattr(row, name, None)
+                for name, value in zip(times, _times(one, times), strict=True):
+                    setattr(row, name, value)  # read once; not again on access
         if row is not None:  # None: gone between the two reads
             read.append(row)
     return read
+
+
+def read_values(rows: models.QuerySet[Any], columns: Sequence[str],
+                chunk: int = 1000) -> Iterator[tuple[Any, ...]]:
+    """``columns`` of each of ``rows``, as ``values_list`` gives them, for a reader whose
+    read of them in one statement failed: in chunks of ``chunk`` rows, and a chunk that
+    fails one row at a time, with None for each time of that row that cannot be read."""
+    times = [name for name in columns if name in times_of(rows.model)]
+    others = [name for name in columns if name not in times]
+    pks = list(rows.values_list("pk", flat=True))
+    for start in range(0, len(pks), chunk):
+        part = rows.filter(pk__in=pks[start:start + chunk])
+        try:
+            yield from list(part.values_list(*columns))
+            continue
+        except UNREADABLE:
+            pass
+        for pk in pks[start:start + chunk]:
+            one = part.filter(pk=pk)
+            try:
+                yield one.values_list(*columns).get()
+                continue
+            except UNREADABLE:
+                pass
+            except rows.model.DoesNotExist:  # gone between the reads
+                continue
+            known = dict(zip(others, one.values_list(*others).first() or (), strict=False))
+            known.update(zip(times, _times(one, times), strict=True))
+            yield tuple(known.get(name) for name in columns)
+
+
+def _times(one: models.QuerySet[Any], times: Sequence[str]) -> list[Any]:
+    """Each of ``times`` of the one row of ``one``, read alone; None for one that cannot
+    be read (or a row gone)."""
+    values: list[Any] = []
+    for name in times:
+        try:
+            values.append(one.values_list(name, flat=True).first())
+        except UNREADABLE:
+            values.append(None)
+    return values

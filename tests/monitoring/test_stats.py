@@ -195,6 +195,24 @@ def test_a_policy_whose_last_firing_cannot_be_read_fires_and_the_others_are_chec
     assert edited.firing and edited.last_fired_at == fired[0].fired_at
 
 
+def test_a_finished_message_whose_time_cannot_be_read_stops_no_roll_up():
+    """A hand edit or another tool can leave a time no driver reads back in a finished
+    message's history row. The roll-up read the window's finished messages in one
+    statement, so one such row failed every pass on every database (MariaDB reads a zero
+    date as None, which the wait's subtraction refused): the statistics stood still for
+    good. Now the row's finish is counted without its wait, and the others as ever."""
+    queue = djqueue.create_queue("stats.unread")
+    djqueue.send_batch("stats.unread", [{"n": i} for i in range(3)])
+    djqueue.ack_many(djqueue.receive("stats.unread", max_messages=3))
+    edited = History.objects.order_by("pk").first()
+    write_unreadable_time("djqueue_history", "sent_at", edited.pk)
+    roll_up_all()
+    minutes = QueueStat.objects.filter(queue=queue, period=Period.MINUTE)
+    assert sum(m.acked for m in minutes) == 3
+    assert histograms.total(histograms.merge(*(m.wait_hist for m in minutes))) == 2
+    assert sum(m.sent for m in minutes) == 2  # its send time is not known
+
+
 def test_alarm_metrics_oldest_age_in_flight_dead_and_group_lag():
     djqueue.create_queue("stats.m", max_attempts=1)
     djqueue.create_topic("stats.t")
