@@ -1,7 +1,8 @@
 """Statistics kept by the reaper: per-queue roll-ups by minute, hour and day, and
 depth snapshots. Readers (dashboard, alarms) never count the message table.
 
-* Sends are counted by message-id ranges (primary-key range scans, one
+* What happened since the last pass is counted by minute in
+  djqueue.monitoring.minute_counts. Sends are counted by message-id ranges (primary-key range scans, one
   statement over pending and finished messages so a message moving between
   them mid-count is seen once).
 * Acks, deletions, wait and run times come from history, by ``finished_at``
@@ -17,21 +18,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
-from django.db import connections, models, transaction
-from django.db.models import Count, F, Max, Min, Q
-from django.db.models.functions import Coalesce, TruncMinute
+from django.db import models, transaction
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from djqueue import histograms
 from djqueue.models import (
-    Body,
-    History,
     Message,
-    Outcome,
     Period,
     Queue,
     QueueDepth,
@@ -41,17 +36,17 @@ from djqueue.models import (
     TopicStat,
 )
 from djqueue.models.stats import TOTAL_START
+from djqueue.monitoring.minute_counts import Minute, count_finished, count_published, count_sends
 from djqueue.storage import dialects
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.statements import vendor_sql
 from djqueue.storage.statements.stat_counters import (
     COUNTERS,
     HISTOGRAMS,
-    add_counters,
     add_to_minutes,
     minute_of,
 )
-from djqueue.storage.unreadable_rows import UNREADABLE, read_values
+from djqueue.storage.unreadable_rows import values_of
 
 SETTLE = timedelta(seconds=5)
 #: How far back the first pass on a database looks.
@@ -66,13 +61,6 @@ def hour_of(at: datetime) -> datetime:
 
 def day_of(at: datetime) -> datetime:
     return hour_of(at).replace(hour=0)
-
-
-@dataclass
-class _Minute:
-    counters: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    waits: list[float] = field(default_factory=list)
-    runs: list[float] = field(default_factory=list)
 
 
 def roll_up(now: datetime | None = None) -> int:
@@ -92,12 +80,13 @@ def roll_up(now: datetime | None = None) -> int:
         if cursor is None:
             return 0
         since, until = cursor.until, max(cursor.until, now - SETTLE)
-        minutes: dict[tuple[int, datetime], _Minute] = defaultdict(_Minute)
-        counted = _count_sends(db, cursor, minutes, not_before=now - FIRST_LOOKBACK,
+        minutes: dict[tuple[int, datetime], Minute] = defaultdict(Minute)
+        counted = count_sends(db, cursor, minutes, not_before=now - FIRST_LOOKBACK,
                                not_after=now + FIRST_LOOKBACK)
-        counted += _count_finished(db, since, until, minutes)
+        counted += count_finished(db, since, until, minutes)
         _apply(db, minutes)
-        counted += _count_published(db, cursor, not_before=now - FIRST_LOOKBACK)
+        counted += count_published(db, cursor, not_before=now - FIRST_LOOKBACK,
+                                    not_after=now + FIRST_LOOKBACK)
         low = since - timedelta(minutes=1)
         _recompute(db, QueueStat, "queue_id", low, now)
         _recompute(db, TopicStat, "topic_id", low, now)
@@ -106,75 +95,7 @@ def roll_up(now: datetime | None = None) -> int:
     return counted
 
 
-def _count_sends(db: str, cursor: StatsCursor, minutes: dict, *, not_before: datetime,
-                 not_after: datetime) -> int:
-    """The sends among the ids new since the last pass, by minute. Not those sent a day
-    after now: only a hand edit writes such a time, and one no driver reads back
-    (PostgreSQL's 'infinity', text on SQLite that is no time) failed every pass."""
-    low, high = cursor.message_id, cursor.message_seen_id
-    counted = 0
-    if high > low:
-        def by_minute(query: models.QuerySet, queue: models.Expression | F) -> models.QuerySet:
-            return (query.filter(pk__gt=low, pk__lte=high, sent_at__gte=not_before,
-                                 sent_at__lt=not_after)
-                    .annotate(q=queue, minute=TruncMinute("sent_at", tzinfo=UTC))
-                    .values("q", "minute").annotate(n=Count("pk")).order_by())
-
-        pending = by_minute(Message.objects.using(db), Coalesce("origin_queue_id", "queue_id"))
-        finished = by_minute(History.objects.using(db), F("queue_id"))
-        for row in pending.union(finished, all=True):
-            if row["minute"] is None:  # SQLite's truncation of text that is no time
-                continue
-            minutes[(row["q"], minute_of(row["minute"]))].counters["sent"] += row["n"]
-            counted += row["n"]
-        cursor.message_id = high
-    cursor.message_seen_id = max(
-        high,
-        Message.objects.using(db).aggregate(n=Max("pk"))["n"] or 0,
-        History.objects.using(db).aggregate(n=Max("pk"))["n"] or 0)
-    return counted
-
-
-def _count_finished(db: str, since: datetime, until: datetime, minutes: dict) -> int:
-    queue_ids = list(Queue.objects.using(db).values_list("pk", flat=True))
-    finished = History.objects.using(db).filter(
-        queue_id__in=queue_ids, finished_at__gte=since, finished_at__lt=until)
-    columns = ("queue_id", "outcome", "sent_at", "claimed_at", "finished_at")
-    counts: dict[tuple[int, datetime], _Minute] = defaultdict(_Minute)
-    try:
-        counted = _count_rows(finished.values_list(*columns).iterator(chunk_size=5000), counts)
-    except UNREADABLE:  # a hand edit left a time no driver reads back: count it without
-        counts = defaultdict(_Minute)
-        counted = _count_rows(read_values(finished, columns), counts)
-    for key, part in counts.items():  # only now: a failed read counted nothing
-        minute = minutes[key]
-        for name, value in part.counters.items():
-            minute.counters[name] += value
-        minute.waits += part.waits
-        minute.runs += part.runs
-    return counted
-
-
-def _count_rows(rows: Iterable[tuple[Any, ...]], minutes: dict) -> int:
-    counted = 0
-    for queue_id, outcome, sent_at, claimed_at, finished_at in rows:
-        minute = minutes[(queue_id, minute_of(finished_at))]
-        counted += 1
-        if outcome != Outcome.ACKED:
-            minute.counters["deleted"] += 1
-            continue
-        minute.counters["acked"] += 1
-        if claimed_at is not None and sent_at is not None:  # None: unreadable
-            wait = max((claimed_at - sent_at).total_seconds(), 0.0)
-            run = max((finished_at - claimed_at).total_seconds(), 0.0)
-            minute.counters["wait_total"] += wait
-            minute.counters["run_total"] += run
-            minute.waits.append(wait)
-            minute.runs.append(run)
-    return counted
-
-
-def _apply(db: str, minutes: dict[tuple[int, datetime], _Minute]) -> None:
+def _apply(db: str, minutes: dict[tuple[int, datetime], Minute]) -> None:
     add_to_minutes(db, {key: m.counters for key, m in minutes.items() if m.counters})
     timed = {key: m for key, m in minutes.items() if m.waits}
     if not timed:
@@ -196,27 +117,6 @@ def _apply(db: str, minutes: dict[tuple[int, datetime], _Minute]) -> None:
         if parts:
             changed.append(row)
     QueueStat.objects.using(db).bulk_update(changed, HISTOGRAMS)
-
-
-def _count_published(db: str, cursor: StatsCursor, *, not_before: datetime) -> int:
-    low, high = cursor.body_id, cursor.body_seen_id
-    counted = 0
-    if high > low:
-        rows = (Body.objects.using(db)
-                .filter(pk__gt=low, pk__lte=high, published_at__gte=not_before)
-                .annotate(minute=TruncMinute("published_at", tzinfo=UTC))
-                .values("topic_id", "minute").annotate(n=Count("pk")).order_by())
-        params = []
-        conn = connections[db]
-        for row in rows:
-            params.append([row["topic_id"], Period.MINUTE,
-                           conn.ops.adapt_datetimefield_value(minute_of(row["minute"])), row["n"]])
-            counted += row["n"]
-        add_counters(db, TopicStat._meta.db_table, ["topic_id", "period", "start"],
-                     ["topic_id", "period", "start", "published"], ["published"], params)
-        cursor.body_id = high
-    cursor.body_seen_id = max(high, Body.objects.using(db).aggregate(n=Max("pk"))["n"] or 0)
-    return counted
 
 
 def _recompute(db: str, model: type[QueueStat] | type[TopicStat], owner: str, low: datetime,
@@ -277,8 +177,10 @@ def sample_depth(queue_ids: list[int] | None = None) -> int:
             setattr(depth, by_state[State(row["state"])], row["n"])
             if row["state"] == State.READY:
                 first_ready.append(row["first"])
-    for queue_id, sent_at in Message.objects.using(db).filter(pk__in=first_ready).values_list(
-            "queue_id", "sent_at"):
+    # A head whose send time a hand edit left unreadable: its age unknown (None) until a
+    # claim sets it aside (djqueue.storage.unreadable_messages).
+    heads = values_of(Message.objects.using(db).filter(pk__in=first_ready), ("queue_id", "sent_at"))
+    for queue_id, sent_at in heads:
         depths[queue_id].oldest_ready_at = sent_at
     for claimed in (messages.filter(state=State.CLAIMED).values("queue_id")
                     .annotate(oldest=Min("claimed_at")).order_by()):

@@ -57,6 +57,15 @@ def read_rows(rows: models.QuerySet[M]) -> list[M]:
     return read
 
 
+def values_of(rows: models.QuerySet[Any], columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """``columns`` of each of ``rows`` (a few), in one statement or, if that fails,
+    as :func:`read_values` reads them."""
+    try:
+        return list(rows.values_list(*columns))
+    except UNREADABLE:
+        return list(read_values(rows, columns))
+
+
 def read_values(rows: models.QuerySet[Any], columns: Sequence[str],
                 chunk: int = 1000) -> Iterator[tuple[Any, ...]]:
     """``columns`` of each of ``rows``, as ``values_list`` gives them, for a reader whose

@@ -18,6 +18,7 @@ from djqueue.maintenance.pruning import prune_history
 from djqueue.models import (
     Alarm,
     AlarmPolicy,
+    Body,
     History,
     Message,
     Metric,
@@ -211,6 +212,34 @@ def test_a_finished_message_whose_time_cannot_be_read_stops_no_roll_up():
     assert sum(m.acked for m in minutes) == 3
     assert histograms.total(histograms.merge(*(m.wait_hist for m in minutes))) == 2
     assert sum(m.sent for m in minutes) == 2  # its send time is not known
+
+
+def test_a_publication_whose_time_cannot_be_read_stops_no_roll_up():
+    """The same for a topic's publication: the bodies' count by minute failed every pass
+    on SQLite and PostgreSQL. A publication stamped more than a day from the pass is
+    left out now, as a send is."""
+    djqueue.create_topic("stats.unread")
+    djqueue.subscribe("stats.unread", "all")
+    djqueue.publish_batch("stats.unread", [{"n": i} for i in range(3)])
+    write_unreadable_time("djqueue_body", "published_at", Body.objects.order_by("pk")[0].pk)
+    roll_up_all()
+    assert TopicStat.objects.get(period=Period.DAY).published == 2
+
+
+def test_a_queue_whose_oldest_ready_message_cannot_be_read_is_sampled_with_its_age_unknown():
+    """The depth snapshot read each queue's oldest ready message in one statement, so one
+    whose send time cannot be read failed every queue's snapshot at every pass (SQLite,
+    PostgreSQL), for good on a paused queue, which no claim reads to set it aside."""
+    djqueue.create_queue("stats.other")
+    djqueue.send("stats.other", {"n": 0})
+    paused = djqueue.create_queue("stats.paused")
+    sent = djqueue.send_batch(paused, [{"n": i} for i in range(3)])
+    djqueue.pause(paused)
+    write_unreadable_time("djqueue_message", "sent_at", sent[0].pk)
+    assert rollups.sample_depth() == 2
+    depths = {d.queue.name: d for d in QueueDepth.objects.select_related("queue")}
+    assert (depths["stats.paused"].ready, depths["stats.paused"].oldest_ready_at) == (3, None)
+    assert depths["stats.other"].oldest_ready_at is not None
 
 
 def test_alarm_metrics_oldest_age_in_flight_dead_and_group_lag():
