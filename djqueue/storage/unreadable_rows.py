@@ -71,8 +71,9 @@ def read_values(rows: models.QuerySet[Any], columns: Sequence[str],
     """``columns`` of each of ``rows``, as ``values_list`` gives them, for a reader whose
     read of them in one statement failed: in chunks of ``chunk`` rows, and a chunk that
     fails one row at a time, with None for each time of that row that cannot be read."""
-    times = [name for name in columns if name in times_of(rows.model)]
-    others = [name for name in columns if name not in times]
+    all_times = times_of(rows.model)
+    times = [name for name in columns if name in all_times]
+    others = [name for name in columns if name not in all_times]
     pks = list(rows.values_list("pk", flat=True))
     for start in range(0, len(pks), chunk):
         part = rows.filter(pk__in=pks[start:start + chunk])
@@ -90,9 +91,12 @@ def read_values(rows: models.QuerySet[Any], columns: Sequence[str],
                 pass
             except rows.model.DoesNotExist:  # gone between the reads
                 continue
-            known = dict(zip(others, one.values_list(*others).first() or (), strict=False))
+            rest = one.values_list(*others).first() if others else ()
+            if rest is None:  # gone between the reads
+                continue
+            known = dict(zip(others, rest, strict=True))
             known.update(zip(times, _times(one, times), strict=True))
-            yield tuple(known.get(name) for name in columns)
+            yield tuple(known[name] for name in columns)
 
 
 def _times(one: models.QuerySet[Any], times: Sequence[str]) -> list[Any]:
