@@ -2,9 +2,9 @@
 depth snapshots. Readers (dashboard, alarms) never count the message table.
 
 * What happened since the last pass is counted by minute in
-  djqueue.monitoring.minute_counts. Sends are counted by message-id ranges (primary-key range scans, one
-  statement over pending and finished messages so a message moving between
-  them mid-count is seen once).
+  djqueue.monitoring.minute_counts. Sends are counted by message-id ranges
+  (primary-key range scans, one statement over pending and finished messages so a
+  message moving between them mid-count is seen once).
 * Acks, deletions, wait and run times come from history, by ``finished_at``
   windows that end :data:`SETTLE` in the past (an ack's time is taken before
   its commit).
@@ -82,11 +82,11 @@ def roll_up(now: datetime | None = None) -> int:
         since, until = cursor.until, max(cursor.until, now - SETTLE)
         minutes: dict[tuple[int, datetime], Minute] = defaultdict(Minute)
         counted = count_sends(db, cursor, minutes, not_before=now - FIRST_LOOKBACK,
-                               not_after=now + FIRST_LOOKBACK)
+                              not_after=now + FIRST_LOOKBACK)
         counted += count_finished(db, since, until, minutes)
         _apply(db, minutes)
         counted += count_published(db, cursor, not_before=now - FIRST_LOOKBACK,
-                                    not_after=now + FIRST_LOOKBACK)
+                                   not_after=now + FIRST_LOOKBACK)
         low = since - timedelta(minutes=1)
         _recompute(db, QueueStat, "queue_id", low, now)
         _recompute(db, TopicStat, "topic_id", low, now)
