@@ -116,18 +116,28 @@ def test_a_flooding_key_keeps_its_rate_and_the_quiet_keys_pass_it(spawn) -> None
     # Django on a loaded 2-core machine took up to 3 s, which says nothing about the limit.
     began = min(Run.objects.values_list("started", flat=True))
     quiet_done = max(quiet.values_list("finished", flat=True)) - began
-    flood = list(Run.objects.filter(group="flood").values_list("started", flat=True))
-    per_key = {k: most_in_any_window(list(quiet.filter(group=k).values_list("started",
-                                                                              flat=True)), 1.0)
+    # The limit governs claims: windows of claim times, not of handler starts, which a
+    # loaded machine's thread scheduling bunches (7 starts of a key in one second were
+    # seen in a two-lane CI on SQLite). The history first, then what is still claimed:
+    # a message acked between the two reads is missed, never counted twice.
+    wait_until(lambda: History.objects.exclude(group_key="flood").count() == 19 * 20, 30,
+               "the quiet keys' 380 acks")
+    flood = [epoch(t) for t in History.objects.filter(group_key="flood")
+             .values_list("claimed_at", flat=True)]
+    flood += [epoch(t) for t in Message.objects.filter(group_key="flood", state=State.CLAIMED)
+              .values_list("claimed_at", flat=True)]
+    per_key = {k: most_in_any_window([epoch(t) for t in History.objects.filter(group_key=k)
+                                      .values_list("claimed_at", flat=True)], 1.0)
                for k in ("q0", "q9", "q18")}
-    print(f"5/s a key: quiet keys done in {quiet_done:.2f}s; the flood started {len(flood)} "
-          f"meanwhile, at most {most_in_any_window(flood, 1.0)} in a second")
+    started, elapsed = Run.objects.filter(group="flood").count(), time.time() - began
+    print(f"5/s a key: quiet keys done in {quiet_done:.2f}s; the flood started {started} "
+          f"meanwhile, at most {most_in_any_window(flood, 1.0)} claimed in a second")
     # 20 a key at 5/s: 3.8 s alone (4.3 measured; 8.2 once in a loaded two-lane CI on
     # SQLite). Behind the flood they would wait for its 1,000 at 5/s: 200 s.
     assert quiet_done <= 20.0
     assert most_in_any_window(flood, 1.0) <= 5 + 1
     assert max(per_key.values()) <= 5 + 1
-    assert len(flood) >= 5 * (time.time() - began) * 0.7  # the flood runs at its rate
+    assert started >= 5 * elapsed * 0.7  # the flood runs at its rate
 
 
 def test_a_killed_workers_concurrency_places_come_back_with_the_reaper(spawn) -> None:
