@@ -36,6 +36,8 @@ from djqueue.exceptions import InvalidMessage
 from djqueue.models import Message, State
 from djqueue.storage import dialects
 from djqueue.storage.transitions import record_failure
+from djqueue.storage.unreadable_messages import dead_letter_unreadable
+from djqueue.storage.unreadable_rows import UNREADABLE
 
 #: The header that holds a message's expiry, in seconds since the epoch (UTC).
 EXPIRES_HEADER = "djqueue-expires"
@@ -123,6 +125,8 @@ def sweep_head(db: str, queue_id: int, now: datetime) -> int:
     a round found nothing but expired messages. Each round reads the head's headers
     without a lock; only the expired rows are then locked (rows a worker holds are
     skipped), in a short transaction, so a served queue's claims are not held back.
+    A row whose time no driver reads back is dead-lettered with the reading's error
+    (djqueue.storage.unreadable_messages), so one hand edit does not stop the sweep.
     Returns how many were set aside."""
     moment, total = now.timestamp(), 0
     for _ in range(SWEEP_ROUNDS):
@@ -132,7 +136,16 @@ def sweep_head(db: str, queue_id: int, now: datetime) -> int:
                 .values_list("pk", "headers")[:SWEEP_BATCH])
         due = [pk for pk, headers in head
                if (stamp := _stamp(headers)) is not None and stamp <= moment]
-        set_aside = dialects.retry_deadlocks(functools.partial(_lock_and_set_aside, db, due, now))
+        lock_and_set_aside = functools.partial(_lock_and_set_aside, db, due, now)
+        try:
+            set_aside = dialects.retry_deadlocks(lock_and_set_aside)
+        except UNREADABLE:
+            # A row a hand edit left unreadable fails the locking read of them all:
+            # dead-letter it with the reading's error, then the rest with their expiry.
+            unreadable = dead_letter_unreadable(db, due, State.READY)
+            if not unreadable:
+                raise
+            set_aside = unreadable + dialects.retry_deadlocks(lock_and_set_aside)
         total += set_aside
         if len(head) < SWEEP_BATCH or set_aside < len(head):
             break
@@ -163,9 +176,11 @@ def _set_aside(db: str, row: Message, stamp: float, now: datetime) -> None:
         headers=headers or None, attempts=row.attempts)
     row.headers = headers or None
     at = datetime.fromtimestamp(max(0.0, stamp), tz=UTC)  # a -1e300 written by hand
-    record_failure(row, f"Expired at {at.isoformat()}, "
-                   f"{(now - row.sent_at).total_seconds():.3f} s after it was "
-                   "sent, before a delivery: not run.", now, give_up=True)
+    # MariaDB's driver reads a zero date written by hand as None.
+    after = "" if row.sent_at is None else (
+        f"{(now - row.sent_at).total_seconds():.3f} s after it was sent, ")
+    record_failure(row, f"Expired at {at.isoformat()}, {after}before a delivery: not run.",
+                   now, give_up=True)
 
 
 def _dead_letter(db: str, expired: Sequence[Message], now: datetime) -> None:

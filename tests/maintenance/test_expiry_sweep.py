@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 import djqueue
@@ -18,7 +19,7 @@ from djqueue.exceptions import QueueFull
 from djqueue.maintenance.reaper import Reaper
 from djqueue.models import Message, State
 from djqueue.storage import expiry
-from tests.conftest import wait_until
+from tests.conftest import wait_until, write_unreadable_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,3 +88,24 @@ def test_a_claim_sets_aside_what_no_sweep_has_reached():
     past(message)
     assert djqueue.receive("plain") == []
     assert Message.objects.get(pk=message.pk).state == State.DEAD
+
+
+def test_an_expired_message_whose_row_cannot_be_read_is_swept_with_the_others():
+    """One expired message at a paused queue's head whose ``sent_at`` no driver reads
+    back (a hand edit) failed the sweep of that queue at every pass, so nothing there
+    expired any more: it is dead-lettered with the reading's error now, and the others
+    with their expiry. (On MariaDB the ORM reads a zero date as nothing, which the
+    expiry's error has to do without.)"""
+    dead = djqueue.create_queue("quotes.dead")
+    djqueue.create_queue("quotes", message_ttl=0.2, dead_letter_queue=dead)
+    sent = djqueue.send_batch("quotes", [{"n": i} for i in range(3)])
+    djqueue.pause("quotes")
+    past(*sent)
+    write_unreadable_time("djqueue_message", "sent_at", sent[1].pk)
+    swept = Reaper().tick().past_expiry
+    rows = {r.pk: r for r in Message.objects.filter(pk__in=[m.pk for m in sent])}
+    assert {(r.state, r.queue_id) for r in rows.values()} == {(State.DEAD, dead.pk)}
+    assert [rows[m.pk].errors[-1]["error"].startswith("Expired at ") for m in sent] == [
+        True, connection.vendor == "mysql", True]
+    assert swept == 3
+    assert djqueue.send("quotes", {"n": 3}).state == State.READY
