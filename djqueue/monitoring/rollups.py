@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from django.db import models, transaction
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
 from djqueue import histograms
@@ -46,7 +46,7 @@ from djqueue.storage.statements.stat_counters import (
     add_to_minutes,
     minute_of,
 )
-from djqueue.storage.unreadable_rows import values_of
+from djqueue.storage.unreadable_rows import UNREADABLE, values_of
 
 SETTLE = timedelta(seconds=5)
 #: How far back the first pass on a database looks.
@@ -182,15 +182,32 @@ def sample_depth(queue_ids: list[int] | None = None) -> int:
     heads = values_of(Message.objects.using(db).filter(pk__in=first_ready), ("queue_id", "sent_at"))
     for queue_id, sent_at in heads:
         depths[queue_id].oldest_ready_at = sent_at
-    for claimed in (messages.filter(state=State.CLAIMED).values("queue_id")
-                    .annotate(oldest=Min("claimed_at")).order_by()):
-        if claimed["queue_id"] in depths:
-            depths[claimed["queue_id"]].oldest_claimed_at = claimed["oldest"]
+    for queue_id, oldest in _oldest_claims(messages.filter(state=State.CLAIMED)):
+        if queue_id in depths:
+            depths[queue_id].oldest_claimed_at = oldest
     fields = ["ready", "scheduled", "in_flight", "waiting", "dead", "oldest_ready_at",
               "oldest_claimed_at", "sampled_at"]
     QueueDepth.objects.using(db).bulk_create(
         list(depths.values()), **vendor_sql.upsert_options(["queue"], fields))
     return len(depths)
+
+
+def _oldest_claims(claims: QuerySet[Message]) -> list[tuple[int, datetime | None]]:
+    """Each queue's oldest claim time among ``claims``, in one grouped statement. That
+    fails while a claim time a hand edit left unreadable is its queue's oldest (or
+    only) one; then queue by queue, with that queue's time unknown (None)."""
+    try:
+        return list(claims.values_list("queue_id").annotate(Min("claimed_at")).order_by())
+    except UNREADABLE:
+        pass
+    oldest: list[tuple[int, datetime | None]] = []
+    for queue_id in claims.values_list("queue_id", flat=True).order_by().distinct():
+        try:
+            at = claims.filter(queue_id=queue_id).aggregate(at=Min("claimed_at"))["at"]
+        except UNREADABLE:
+            at = None
+        oldest.append((queue_id, at))
+    return oldest
 
 
 def prune(db: str, now: datetime) -> int:

@@ -242,6 +242,23 @@ def test_a_queue_whose_oldest_ready_message_cannot_be_read_is_sampled_with_its_a
     assert depths["stats.other"].oldest_ready_at is not None
 
 
+def test_a_queue_whose_only_claim_cannot_be_read_is_sampled_with_its_claim_age_unknown():
+    """The snapshot's oldest claim (a ``Min`` in SQL) failed every queue's sample at
+    each pass while an unreadable claim time was its queue's only claim (PostgreSQL's
+    'infinity' and nothing else to compare it with)."""
+    djqueue.create_queue("stats.other")
+    djqueue.send("stats.other", {"n": 0})
+    djqueue.receive("stats.other")
+    djqueue.create_queue("stats.held")
+    djqueue.send("stats.held", {"n": 1})
+    [held] = djqueue.receive("stats.held", owner="leased")
+    write_unreadable_time("djqueue_message", "claimed_at", held.pk)
+    assert rollups.sample_depth() == 2
+    depths = {d.queue.name: d for d in QueueDepth.objects.select_related("queue")}
+    assert (depths["stats.held"].in_flight, depths["stats.held"].oldest_claimed_at) == (1, None)
+    assert depths["stats.other"].oldest_claimed_at is not None
+
+
 def test_alarm_metrics_oldest_age_in_flight_dead_and_group_lag():
     djqueue.create_queue("stats.m", max_attempts=1)
     djqueue.create_topic("stats.t")
