@@ -17,6 +17,7 @@ from djqueue.storage import dialects, history_copy, ordered_groups, partitions, 
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.claim_resume import ready_again
 from djqueue.storage.queue_lookup import QueueRef, get_queue, get_queue_on
+from djqueue.storage.unreadable_rows import read_rows
 
 #: The longest visibility change allowed (SQS allows 12 hours).
 MAX_VISIBILITY = 12 * 3600.0
@@ -183,21 +184,23 @@ def get_message(message_id: int, *, queue: QueueRef | None = None) -> Message | 
     ``queue`` as for :func:`retry_now`."""
     if isinstance(message_id, bool) or not isinstance(message_id, int):
         raise InvalidMessage(f"get_message() takes a message id, not {message_id!r}.")
-    found = _messages(queue)[1].filter(pk=message_id).first()
-    return None if found is None else _without_lease(found)
+    found = read_rows(_messages(queue)[1].filter(pk=message_id))
+    return _without_lease(found[0]) if found else None
 
 
 def peek(queue: QueueRef | None = None, *, state: State | None = None,
          older_than: float | timedelta | None = None, limit: int = 100) -> list[Message]:
     """Messages matching the filters, oldest first, without claiming them (and without
-    their lease tokens, as :func:`get_message`)."""
+    their lease tokens, as :func:`get_message`). A time a hand edit left unreadable is
+    None (djqueue.storage.unreadable_rows), so such a row is listed with the others:
+    this is where an operator looks for it. :func:`get_message` reads it so too."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PEEK:
         raise InvalidMessage(f"limit must be a whole number from 1 to {MAX_PEEK}, got {limit!r}.")
     q = get_queue(queue) if queue is not None else None
     if q is not None and q.partitions is not None:  # each partition's, oldest sent first
         found = [m for db in partitions.served(q) for m in peek(
             get_queue_on(q.name, db), state=state, older_than=older_than, limit=limit)]
-        return sorted(found, key=lambda m: m.sent_at)[:limit]
+        return sorted(found, key=lambda m: (m.sent_at is None, m.sent_at or 0))[:limit]
     query = _messages(q)[1].order_by("id")
     if state is not None:
         query = query.filter(state=State(state))
@@ -209,7 +212,7 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
         except ValueError as exc:
             raise InvalidMessage(str(exc)) from None
         query = query.filter(sent_at__lte=timezone.now() - timedelta(seconds=seconds))
-    return [_without_lease(m) for m in query[:limit]]
+    return [_without_lease(m) for m in read_rows(query, limit)]
 
 
 def _without_lease(message: Message) -> Message:

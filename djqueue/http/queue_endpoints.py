@@ -11,7 +11,7 @@ from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from djqueue.api import queue_operations
+from djqueue.api import peeked_messages, queue_operations
 from djqueue.api.queues import get_queue, set_paused
 from djqueue.http import access, bodies
 from djqueue.http.database_threads import in_database
@@ -21,6 +21,7 @@ from djqueue.models import ApiPermission, Message, Period, Queue, QueueStat, Sta
 from djqueue.models.queue import QUEUE_NAME_RE
 from djqueue.monitoring import queue_listing
 from djqueue.storage import placement
+from djqueue.storage.unreadable_rows import values_of
 
 STATE_NAMES = {state.name.lower(): state for state in State}
 #: Queues one ``GET queues`` lists at most (its ``limit``).
@@ -79,8 +80,10 @@ def _attributes(q: Queue) -> dict[str, Any]:
                                 .annotate(n=Count("id"), first=Min("id")).order_by()):
         counts[State(state).name.lower()] = count
         firsts.append(first)
-    oldest = (Message.objects.using(db).filter(pk=min(firsts)).values_list("sent_at", flat=True)
-              .first() if firsts else None)
+    heads = (values_of(Message.objects.using(db).filter(pk=min(firsts)), ["sent_at"])
+             if firsts else [])
+    # None too for a send time a hand edit left unreadable (djqueue.storage.unreadable_rows).
+    oldest = heads[0][0] if heads else None
     finished = QueueStat.objects.using(db).filter(queue=q, period=Period.TOTAL).values_list(
         "acked", "deleted").first()
     return {
@@ -110,11 +113,7 @@ async def peek_messages(request: HttpRequest, queue: str) -> HttpResponse:
                                    default=10)
         found = queue_operations.peek(
             queue, state=None if state_name is None else STATE_NAMES[state_name], limit=limit)
-        return {"messages": [{
-            "id": m.pk, "state": State(m.state).name.lower(), "payload": m.payload,
-            "headers": m.headers or {}, "priority": m.priority, "group_key": m.group_key,
-            "attempts": m.attempts, "sent_at": iso(m.sent_at),
-            "visible_at": iso(m.visible_at), "errors": m.errors or []} for m in found]}
+        return {"messages": [peeked_messages.as_json(m) for m in found]}
 
     return json_response(await in_database(work))
 

@@ -189,6 +189,9 @@ def openapi() -> dict[str, Any]:
             "extend", extend, ["seconds"], "Extend a group's leases", [TOPIC, GROUP], "topics"),
     }
     nullable_string = {"type": ["string", "null"]}
+    unknown_time = {"type": ["string", "null"], "description":
+                    "ISO 8601; null when the row holds a time no driver reads back (a hand "
+                    "edit)."}
     message_fields = {
         "payload": {"description": "Any JSON value."},
         "priority": {"type": "integer", "minimum": -32768, "maximum": 32767},
@@ -240,8 +243,7 @@ def openapi() -> dict[str, Any]:
                                   "priority": {"type": "integer"},
                                   "group_key": nullable_string,
                                   "attempts": {"type": "integer"},
-                                  "sent_at": {"type": "string"},
-                                  "visible_at": {"type": "string"},
+                                  "sent_at": unknown_time, "visible_at": unknown_time,
                                   "errors": {"type": "array"}}},
         "Done": {"type": "object", "required": ["done"], "properties": {
             "done": {"type": "array", "items": {"type": "integer"}}}},

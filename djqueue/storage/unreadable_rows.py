@@ -4,15 +4,16 @@ A hand edit or another tool can leave such a time: PostgreSQL's ``'infinity'``, 
 SQLite that is no date (MariaDB's driver reads a zero date as None). Read with the
 others in one statement, one such row fails the whole read, so what reads a table's
 rows to do its work stopped at it: the reaper's judgement of workers, the periodic
-scheduler, the alarms, the statistics, and ``djqueue_workers``, ``/metrics`` and the dashboard, every
-pass or request until a person mended the row.
+scheduler, the alarms, the statistics, ``djqueue_workers``, ``/metrics`` and the
+dashboard, and ``peek`` (the API's, the command's and the HTTP API's), every pass or
+request until a person mended the row.
 
 :func:`read_rows` reads in one statement and, only if that fails, one row at a time; in
 a row that fails, each time that cannot be read is None (as MariaDB's zero date is), and
 the rest of it is as stored. :func:`read_values` does the same for the columns of a query
 too large to hold, for a reader that has already failed on it (the statistics' count of
-finished messages). Each reader says what an unknown time means to it. Messages are not
-read so: a claim sets an unreadable one aside (djqueue.storage.unreadable_messages).
+finished messages). Each reader says what an unknown time means to it. A claim does not
+read messages so: it sets an unreadable one aside (djqueue.storage.unreadable_messages).
 """
 
 from __future__ import annotations
@@ -35,15 +36,16 @@ def times_of(model: type[models.Model]) -> tuple[str, ...]:
                  if isinstance(f, models.DateTimeField))
 
 
-def read_rows(rows: models.QuerySet[M]) -> list[M]:
-    """``rows``, in their order; in a row that fails, each time that cannot be read is None."""
+def read_rows(rows: models.QuerySet[M], limit: int | None = None) -> list[M]:
+    """``rows`` (the first ``limit`` of them), in their order; in a row that fails, each
+    time that cannot be read is None."""
     try:
-        return list(rows)
+        return list(rows[:limit])
     except UNREADABLE:
         pass
     times = times_of(rows.model)
     read = []
-    for pk in rows.values_list("pk", flat=True):
+    for pk in rows.values_list("pk", flat=True)[:limit]:
         one = rows.filter(pk=pk)
         try:
             row = one.first()

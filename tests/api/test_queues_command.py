@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 
 import djqueue
 from djqueue.models import Message, Queue, State
+from tests.conftest import write_unreadable_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -124,3 +125,29 @@ def test_from_a_shell_an_unknown_queue_exits_with_status_1(spawn):
     output = process.output()
     assert "emails: paused" in output and "nope" in output
     assert Queue.objects.get(name="emails").paused
+
+
+def test_peek_shows_a_dead_letter_whose_times_cannot_be_read_with_the_others():
+    """A dead letter whose times a hand edit left unreadable (no claim reads a dead
+    letter, so nothing sets it aside) failed every peek of its queue with the driver's
+    error: the very listing an operator reads to find it. It is listed now with its
+    times unknown, by the API, the table and ``--json``."""
+    dead = djqueue.create_queue("jobs.dead")
+    djqueue.create_queue("jobs", max_attempts=1, dead_letter_queue=dead)
+    sent = djqueue.send_batch("jobs", [{"n": i} for i in range(3)])
+    for message in djqueue.receive("jobs", max_messages=3):
+        message.nack(error="down")
+    for column in ("sent_at", "visible_at"):
+        write_unreadable_time("djqueue_message", column, sent[1].pk)
+    peeked = djqueue.peek("jobs.dead", limit=3)
+    assert [(m.pk, m.sent_at is None, m.payload) for m in peeked] == [
+        (sent[0].pk, False, {"n": 0}), (sent[1].pk, True, {"n": 1}),
+        (sent[2].pk, False, {"n": 2})]
+    assert djqueue.get_message(sent[1].pk).sent_at is None
+    assert [m.pk for m in djqueue.peek("jobs.dead", limit=2)] == [sent[0].pk, sent[1].pk]
+    [line] = [line for line in command("peek", "jobs.dead").splitlines()
+              if line.startswith(str(sent[1].pk))]
+    assert line.split()[:4] == [str(sent[1].pk), "dead", "1", "unreadable"]
+    listed = json.loads(command("peek", "jobs.dead", "--json"))
+    assert [(m["sent_at"] is None, m["visible_at"] is None) for m in listed] == [
+        (False, False), (True, True), (False, False)]

@@ -16,7 +16,7 @@ from djqueue.http import access
 from djqueue.models import ApiClient, ApiToken, History, Message, State
 from djqueue.monitoring import rollups
 from djqueue.storage.expiry import expires_at
-from tests.conftest import wait_until
+from tests.conftest import wait_until, write_unreadable_time
 from tests.http.conftest import conforms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -170,6 +170,32 @@ def test_full_control_redrives_purges_pauses_and_others_get_403(api_server, make
         assert http.post("queues/h.nothing/pause", json={}).status_code == 404
         assert http.post("queues/h.main/pause", json={"x": 1}).status_code == 400
     assert Message.objects.get().payload == "held"
+
+
+def test_a_dead_letter_a_hand_edit_left_unreadable_is_peeked_and_its_queue_described(
+        api_server, make_token):
+    """A dead letter whose times no driver reads back and another whose body is not JSON
+    (hand edits; no claim reads a dead letter to set it aside) answered every peek of
+    their queue and every read of its attributes with a 500: they are listed now, one
+    with its times null, the other with its body as text, as ``djqueue_queues peek``
+    shows them; the queue's oldest age, the unreadable one's, is unknown."""
+    djqueue.create_queue("h.dead")
+    djqueue.create_queue("h.main", max_attempts=1, dead_letter_queue="h.dead")
+    sent = djqueue.send_batch("h.main", [{"n": i} for i in range(3)])
+    for message in djqueue.receive("h.main", max_messages=3):
+        message.nack(error="boom")
+    for column in ("sent_at", "visible_at"):
+        write_unreadable_time("djqueue_message", column, sent[0].pk)
+    Message.objects.filter(pk=sent[2].pk).update(body="{not json")
+    with api_server.client(make_token({"h.*": "full_control"})) as http:
+        body = conforms(http.get("queues/h.dead/messages"), MESSAGES, "GET")
+        assert [(m["id"], m["sent_at"] is None, m["visible_at"] is None, m["payload"])
+                for m in body["messages"]] == [
+            (sent[0].pk, True, True, {"n": 0}), (sent[1].pk, False, False, {"n": 1}),
+            (sent[2].pk, False, False, {"unreadable_body": "{not json"})]
+        attributes = conforms(http.get("queues/h.dead"), Q, "GET")
+        assert attributes["statistics"]["messages"]["dead"] == 3
+        assert attributes["statistics"]["oldest_age"] is None
 
 
 def test_the_queue_list_pages_through_the_granted_queues_with_their_sampled_depths(

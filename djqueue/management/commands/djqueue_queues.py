@@ -22,7 +22,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from djqueue.api import queue_operations, queues
+from djqueue.api import peeked_messages, queue_operations, queues
 from djqueue.exceptions import DjqueueError
 from djqueue.management.arguments import whole_number
 from djqueue.management.tables import seconds_text, write_table
@@ -113,28 +113,14 @@ class Command(BaseCommand):
         found = queue_operations.peek(name, state=None if state is None else State[
             state.upper()], limit=limit)
         if as_json:
-            self.stdout.write(json.dumps([_peeked(m) for m in found], indent=2))
+            self.stdout.write(json.dumps([peeked_messages.as_json(m) for m in found], indent=2))
             return
         write_table(self.stdout, ("ID", "STATE", "ATTEMPTS", "SENT", "GROUP", "PAYLOAD",
                                   "LAST ERROR"), [(
             str(m.pk), State(m.state).name.lower(), str(m.attempts),
-            m.sent_at.isoformat(timespec="seconds"), m.group_key or "-",
+            "unreadable" if m.sent_at is None else m.sent_at.isoformat(timespec="seconds"),
+            m.group_key or "-",
             _excerpt(m.encoded_body), _excerpt(_last_error(m.errors))) for m in found])
-
-
-def _peeked(message: Message) -> dict[str, Any]:
-    """A message as ``peek --json`` shows it; a body that is not JSON (a row written by
-    hand) is shown as its text, so one bad row does not end the listing."""
-    try:
-        payload: Any = message.payload
-    except ValueError:
-        payload = {"unreadable_body": message.encoded_body[:1000]}
-    return {"id": message.pk, "state": State(message.state).name.lower(),
-            "attempts": message.attempts, "priority": message.priority,
-            "group_key": message.group_key, "sent_at": message.sent_at.isoformat(),
-            "visible_at": message.visible_at.isoformat() if message.visible_at else None,
-            "headers": message.headers or {}, "payload": payload,
-            "errors": message.errors or []}
 
 
 def _last_error(errors: object) -> object:
