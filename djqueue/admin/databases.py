@@ -14,10 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.http import HttpRequest, QueryDict
 
+from djqueue.admin.paging import RowReadingChangeList
 from djqueue.storage import dialects, placement
+from djqueue.storage.unreadable_rows import UNREADABLE, read_rows
 
 #: The query parameter naming the database a page shows.
 PARAMETER = "database"
@@ -70,7 +73,9 @@ class PlacedRelatedFilter(admin.RelatedFieldListFilter):
 
 
 class PlacedAdmin(admin.ModelAdmin):
-    """A djqueue model's admin that reads and writes the database the request names."""
+    """A djqueue model's admin that reads and writes the database the request names, and
+    shows a row holding a time no driver reads back with that time empty, in its list
+    (RowReadingChangeList) and on its own page (get_object)."""
 
     # Every view runs, and renders, on the request's database, so what it calls (an
     # action through the API, a field reading a message's progress) works there too.
@@ -86,6 +91,27 @@ class PlacedAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet:
         return super().get_queryset(request).using(request_database(request))
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[RowReadingChangeList]:
+        return RowReadingChangeList
+
+    def get_object(self, request: HttpRequest, object_id: str,
+                   from_field: str | None = None) -> Any:
+        """The row, as Django reads it; if that fails on a time no driver reads back (or
+        finds nothing: Django takes SQLite's ValueError for a missing row), read again
+        through read_rows, with that time None."""
+        try:
+            found = super().get_object(request, object_id, from_field)
+        except UNREADABLE:
+            found = None
+        if found is not None or from_field is not None:
+            return found
+        try:
+            pk = self.model._meta.pk.to_python(object_id)
+        except (ValidationError, ValueError):
+            return None
+        rows = read_rows(self.get_queryset(request).filter(pk=pk))
+        return rows[0] if rows else None
 
     def get_list_filter(self, request: HttpRequest) -> list:
         filters = list(super().get_list_filter(request))

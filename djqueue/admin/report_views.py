@@ -4,6 +4,8 @@ and the finished one's (history) both show them."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib import admin
 from django.db import models
 from django.utils.html import format_html, format_html_join
@@ -21,7 +23,7 @@ def progress_html(message_id: int) -> SafeString:
         "<div class='djqueue-progress' data-percent='{}'><progress max='100' value='{}'>"
         "</progress> <b>{}%</b> {} <small>(attempt {}, {})</small></div>",
         progress.percent, progress.percent, progress.percent, progress.note, progress.attempt,
-        progress.updated_at.isoformat(sep=" ", timespec="milliseconds"))
+        _when(progress.updated_at))
 
 
 def logs_html(message_id: int) -> SafeString:
@@ -31,7 +33,7 @@ def logs_html(message_id: int) -> SafeString:
     rows = format_html_join(
         "", "<tr data-log-level='{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
         "<td><pre>{}</pre></td></tr>",
-        ((r.level_name, r.logged_at.isoformat(sep=" ", timespec="milliseconds"), r.attempt,
+        ((r.level_name, _when(r.logged_at), r.attempt,
           r.level_name, r.logger, r.text) for r in records))
     return format_html("<table class='djqueue-logs'><tr><th>at</th><th>attempt</th><th>level</th>"
                        "<th>logger</th><th>message</th></tr>{}</table>", rows)
@@ -42,10 +44,15 @@ def trace_html(message_id: int) -> SafeString:
     if not events:
         return format_html("{}", "- (the queue keeps no trace)")
     rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                            ((e.at.isoformat(sep=" ", timespec="milliseconds"), e.event,
+                            ((_when(e.at), e.event,
                               e.attempt, e.worker, e.detail) for e in events))
     return format_html("<table class='djqueue-trace'><tr><th>at</th><th>event</th>"
                        "<th>attempt</th><th>worker</th><th>detail</th></tr>{}</table>", rows)
+
+
+def _when(moment: datetime | None) -> str:
+    """A report's time, to the millisecond; "unreadable" for one a hand edit left so."""
+    return "unreadable" if moment is None else moment.isoformat(sep=" ", timespec="milliseconds")
 
 
 class MessageReportFields:

@@ -35,6 +35,7 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidProgress, NotOwner
 from djqueue.models import Message, MessageLog, MessageProgress, State
 from djqueue.storage import dialects
+from djqueue.storage.unreadable_rows import read_rows
 
 logger = logging.getLogger("djqueue.worker")
 MAX_NOTE_CHARS = 200
@@ -206,10 +207,14 @@ def _write_progress(message: Message, fraction: float, note: str) -> None:
 
 
 def progress_of(message_id: int) -> MessageProgress | None:
-    return MessageProgress.objects.using(dialects.alias()).filter(message_id=message_id).first()
+    """A message's last progress; its time None if a hand edit left it unreadable
+    (djqueue.storage.unreadable_rows), as for the log records and the trace."""
+    rows = read_rows(MessageProgress.objects.using(dialects.alias()).filter(
+        message_id=message_id))
+    return rows[0] if rows else None
 
 
 def logs_of(message_id: int) -> list[MessageLog]:
     """A message's kept log records, oldest first (every delivery's)."""
-    return list(MessageLog.objects.using(dialects.alias()).filter(message_id=message_id)
-                .order_by("id"))
+    return read_rows(MessageLog.objects.using(dialects.alias()).filter(message_id=message_id)
+                     .order_by("id"))

@@ -14,6 +14,7 @@ from django.utils import timezone
 from djqueue.models import Event, Message, TraceEvent
 from djqueue.storage import dialects
 from djqueue.storage.queue_lookup import get_queue_by_id
+from djqueue.storage.unreadable_rows import read_rows
 
 MAX_DETAIL_CHARS = 2000
 
@@ -48,6 +49,7 @@ def record(db: str, messages: Iterable[Message], event: Event, *, detail: str = 
 
 
 def message_trace(message_id: int) -> list[TraceEvent]:
-    """Every recorded event of a message, oldest first."""
-    return list(TraceEvent.objects.using(dialects.alias()).filter(message_id=message_id)
-                .order_by("id"))
+    """Every recorded event of a message, oldest first; an event's time None if a hand
+    edit left it unreadable (djqueue.storage.unreadable_rows)."""
+    return read_rows(TraceEvent.objects.using(dialects.alias()).filter(message_id=message_id)
+                     .order_by("id"))

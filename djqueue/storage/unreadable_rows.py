@@ -5,8 +5,8 @@ SQLite that is no date (MariaDB's driver reads a zero date as None). Read with t
 others in one statement, one such row fails the whole read, so what reads a table's
 rows to do its work stopped at it: the reaper's judgement of workers, the periodic
 scheduler, the alarms, the statistics, ``djqueue_workers``, ``/metrics`` and the
-dashboard, and ``peek`` (the API's, the command's and the HTTP API's), every pass or
-request until a person mended the row.
+dashboard, ``peek`` (the API's, the command's and the HTTP API's) and the admin's lists
+and pages, every pass or request until a person mended the row.
 
 :func:`read_rows` reads in one statement and, only if that fails, one row at a time; in
 a row that fails, each time that cannot be read is None (as MariaDB's zero date is), and
@@ -36,16 +36,17 @@ def times_of(model: type[models.Model]) -> tuple[str, ...]:
                  if isinstance(f, models.DateTimeField))
 
 
-def read_rows(rows: models.QuerySet[M], limit: int | None = None) -> list[M]:
-    """``rows`` (the first ``limit`` of them), in their order; in a row that fails, each
-    time that cannot be read is None."""
+def read_rows(rows: models.QuerySet[M], limit: int | None = None, offset: int = 0) -> list[M]:
+    """``rows`` (``limit`` of them from ``offset``: a page), in their order; in a row that
+    fails, each time that cannot be read is None."""
+    end = None if limit is None else offset + limit
     try:
-        return list(rows[:limit])
+        return list(rows[offset:end])
     except UNREADABLE:
         pass
     times = times_of(rows.model)
     read = []
-    for pk in rows.values_list("pk", flat=True)[:limit]:
+    for pk in rows.values_list("pk", flat=True)[offset:end]:
         one = rows.filter(pk=pk)
         try:
             row = one.first()

@@ -161,7 +161,7 @@ def test_message_browser_filters_by_expression_group_key_and_age(superuser, worl
     Message.objects.filter(pk=eu).update(sent_at=timezone.now() - timedelta(hours=2))
     assert ids("older_than=3600") == {eu}
     response = superuser.get(f"{changelist}?where=priority+%3E%3E%3E+1")
-    assert response.context["cl"].result_list.count() == 0
+    assert list(response.context["cl"].result_list) == []
     assert "Expression not applied" in response.content.decode()
 
 
@@ -182,7 +182,7 @@ def test_expressions_the_database_cannot_evaluate_are_a_message_not_a_500(superu
         page = response.content.decode()
         if expression != "headers.x | 1.5 > 0" or connection.vendor == "postgresql":
             assert "Expression not applied" in page, expression
-            assert response.context["cl"].result_list.count() == 0
+            assert list(response.context["cl"].result_list) == []
 
 
 def test_message_detail_shows_payload_headers_errors_and_trace(superuser, world):

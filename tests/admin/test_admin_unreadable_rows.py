@@ -1,0 +1,68 @@
+"""The admin shows a row holding a time no driver reads back (a hand edit: PostgreSQL's
+'infinity', text on SQLite that is no date, MariaDB's zero date) with the others, that
+time empty, in its list, on one page or several, and on its own page; before, such a
+row failed every list holding it (a 500) and its own page (a 500, or on SQLite a
+"doesn't exist" redirect), the very pages a person opens to find and mend it."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib import admin
+from django.urls import reverse
+
+import djqueue
+from djqueue.models import AlarmPolicy, History, Message, Metric, State, TraceEvent, Worker
+from tests.conftest import write_unreadable_time
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_dead_letter_and_its_trace_whose_times_cannot_be_read_are_listed_and_shown(
+        superuser, monkeypatch):
+    dead = djqueue.create_queue("a.dead", trace=True)
+    djqueue.create_queue("a.jobs", max_attempts=1, dead_letter_queue=dead, trace=True)
+    sent = djqueue.send_batch("a.jobs", [{"n": i} for i in range(3)])
+    for message in djqueue.receive("a.jobs", max_messages=3):
+        message.nack(error="boom")
+    edited = sent[0].pk
+    for column in ("sent_at", "visible_at"):
+        write_unreadable_time("djqueue_message", column, edited)
+    write_unreadable_time("djqueue_traceevent", "at",
+                          TraceEvent.objects.filter(message_id=edited).order_by("pk")[0].pk)
+    changelist = reverse("admin:djqueue_message_changelist")
+    listed = superuser.get(changelist, {"state__exact": State.DEAD})
+    assert listed.status_code == 200
+    assert [m.pk for m in listed.context["cl"].result_list] == [m.pk for m in sent][::-1]
+    # A list of several pages reads its page the same way.
+    monkeypatch.setattr(admin.site._registry[Message], "list_per_page", 2)
+    last = superuser.get(changelist, {"state__exact": State.DEAD, "p": 2})
+    assert [m.pk for m in last.context["cl"].result_list] == [edited]
+    assert last.context["cl"].result_list[0].sent_at is None
+    page = superuser.get(reverse("admin:djqueue_message_change", args=[edited]))
+    assert page.status_code == 200
+    assert page.context["original"].sent_at is None
+    assert b"<tr><td>unreadable</td><td>sent</td>" in page.content  # its trace's first event
+
+
+def test_worker_history_and_alarm_rows_whose_times_cannot_be_read_are_listed_and_shown(
+        superuser):
+    djqueue.create_queue("a.jobs")
+    djqueue.send_batch("a.jobs", [{"n": i} for i in range(2)])
+    for message in djqueue.receive("a.jobs", max_messages=2):
+        message.ack()
+    Worker.objects.create(id="w:1", hostname="h", pid=1, lock_key="f" * 32, queues=["a.jobs"])
+    policy = AlarmPolicy.objects.create(name="late", metric=Metric.OLDEST_AGE, threshold=60)
+    history = History.objects.order_by("pk")[0].pk
+    for table, column, pk in [("djqueue_worker", "heartbeat_at", "w:1"),
+                              ("djqueue_worker", "started_at", "w:1"),
+                              ("djqueue_history", "sent_at", history),
+                              ("djqueue_alarmpolicy", "last_fired_at", policy.pk)]:
+        write_unreadable_time(table, column, pk)
+    for name, pk, count in [("worker", "w:1", 1), ("history", history, 2),
+                            ("alarmpolicy", policy.pk, 1)]:
+        listed = superuser.get(reverse(f"admin:djqueue_{name}_changelist"))
+        assert listed.status_code == 200, name
+        assert len(listed.context["cl"].result_list) == count, name
+        page = superuser.get(reverse(f"admin:djqueue_{name}_change", args=[pk]))
+        assert page.status_code == 200, name
+        assert page.context["original"].pk == pk, name
