@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError
 
 from djqueue.models import Queue
+from djqueue.monitoring import rollups
 from djqueue.storage import partitions, placement
 
 COUNTS = ("ready", "scheduled", "in_flight", "waiting", "dead")
@@ -63,7 +64,7 @@ def _counts(name: str, db: str) -> dict[str, int] | None:
     if partitions.is_down(db):
         return None
     try:
-        row = (Queue.objects.using(placement.read_database(db)).select_related("depth")
+        row = (rollups.with_depths(Queue.objects.using(placement.read_database(db)))
                .filter(name=name).first())
     except DatabaseError as exc:
         if not partitions.unreachable(exc):

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from djqueue import histograms
 from djqueue.models import Period, Queue, QueueLimiter, QueueStat, StatsCursor, Worker
+from djqueue.monitoring import rollups
 from djqueue.storage import placement
 from djqueue.storage.unreadable_rows import read_rows
 
@@ -60,7 +61,7 @@ class DjqueueCollector:
         now = timezone.now()
         # Each database's rows from its read replica, when there is one.
         read = {db: placement.read_database(db) for db in placement.databases()}
-        by_database = {db: list(Queue.objects.using(read[db]).select_related("depth")
+        by_database = {db: list(rollups.with_depths(Queue.objects.using(read[db]))
                                 .order_by("name")) for db in read}
         queues = [q for found in by_database.values() for q in found]
 

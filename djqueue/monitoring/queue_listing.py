@@ -59,8 +59,8 @@ def queue_rows(*, prefix: str = "", after: str = "", limit: int | None = None,
     at = timezone.now()
     for db, source in sources.items():
         for start in range(0, len(page), 500):  # bounded IN lists
-            rows.extend(_row(queue, db, at) for queue in Queue.objects.using(source)
-                        .select_related("depth").filter(name__in=page[start:start + 500]))
+            rows.extend(_row(queue, db, at) for queue in rollups.with_depths(
+                Queue.objects.using(source)).filter(name__in=page[start:start + 500]))
     order = {db: i for i, db in enumerate(sources)}
     rows.sort(key=lambda row: (row["name"], order[row["database"]]))
     return rows, len(page) < len(ordered)

@@ -152,6 +152,14 @@ def _sum_rows(model: type[models.Model], rows: Iterable, owner: str,
     return list(merged.values())
 
 
+def with_depths(queues: QuerySet[Queue]) -> QuerySet[Queue]:
+    """``queues`` joined to their last depth samples, as the reports read them (the
+    dashboard, ``/metrics``, ``djqueue_queues``). Without the queues' creation times,
+    which no report shows: one a hand edit left unreadable failed every report of
+    every queue."""
+    return queues.select_related("depth").defer("created_at")
+
+
 def sample_depth(queue_ids: list[int] | None = None) -> int:
     """Snapshot every queue's (or the given queues') counts by state. Returns queues sampled.
 

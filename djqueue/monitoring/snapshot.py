@@ -141,7 +141,7 @@ def load(now: datetime | None = None) -> DashboardSnapshot:
     db = dialects.alias()
     now = now or timezone.now()
     rows = {}
-    for queue in Queue.objects.using(db).select_related("depth").order_by("name"):
+    for queue in rollups.with_depths(Queue.objects.using(db)).order_by("name"):
         row = rows[queue.pk] = QueueSummary(queue)
         depth = getattr(queue, "depth", None)
         if depth is not None:

@@ -259,6 +259,24 @@ def test_a_queue_whose_only_claim_cannot_be_read_is_sampled_with_its_claim_age_u
     assert depths["stats.other"].oldest_claimed_at is not None
 
 
+def test_a_queue_whose_creation_time_cannot_be_read_stops_no_alarm():
+    """The alarms read the depth samples joined to their queues' rows, so one queue row
+    whose ``created_at`` a hand edit left unreadable failed every policy at every pass
+    (SQLite, PostgreSQL); no metric reads that time."""
+    djqueue.create_queue("stats.other")
+    djqueue.send("stats.other", {"n": 0})
+    edited = djqueue.create_queue("stats.edited")
+    djqueue.send(edited, {"n": 1})
+    rollups.sample_depth()
+    write_unreadable_time("djqueue_queue", "created_at", edited.pk)
+    AlarmPolicy.objects.create(name="any", metric=Metric.OLDEST_AGE, threshold=60)
+    AlarmPolicy.objects.create(name="edited", metric=Metric.OLDEST_AGE, threshold=60,
+                               queue_id=edited.pk)
+    fired = alarms.evaluate(timezone.now() + timedelta(seconds=120))
+    assert [(a.policy.name, a.subject) for a in fired] == [
+        ("any", "stats.other"), ("edited", "stats.edited")]  # the older one is the worst
+
+
 def test_alarm_metrics_oldest_age_in_flight_dead_and_group_lag():
     djqueue.create_queue("stats.m", max_attempts=1)
     djqueue.create_topic("stats.t")
