@@ -5,13 +5,14 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 import djqueue
 from djqueue.exceptions import InvalidMessage, QueueFull
 from djqueue.maintenance.pruning import prune_history
 from djqueue.models import DedupKey, History, Message, State
-from tests.conftest import in_threads, wait_until
+from tests.conftest import in_threads, wait_until, write_unreadable_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,6 +65,27 @@ def test_pruning_drops_only_keys_that_no_longer_hold():
     prune_history()
     assert set(DedupKey.objects.values_list("key", flat=True)) == {"held", "window"}
     assert djqueue.send("dd", {"n": 4}, dedup_key="held").pk == held.pk
+
+
+def test_a_dedup_key_or_an_original_whose_time_cannot_be_read_stops_no_send():
+    """A dedup key whose window's end, or an original message whose send time, a hand
+    edit left unreadable failed every send of that key with the driver's error. An
+    unreadable window's end counts as passed: the send takes the key over and writes
+    a time that reads. (On MariaDB the driver reads a zero date as nothing, which for a
+    key is no window: it holds while its message is pending.) An original that cannot
+    be read whole is the duplicate's answer all the same, that time None."""
+    djqueue.create_queue("ddw", dedup_window=3600)
+    first = djqueue.send("ddw", {"n": 1}, dedup_key="k")
+    write_unreadable_time("djqueue_dedupkey", "expires_at", DedupKey.objects.get(key="k").pk)
+    second = djqueue.send("ddw", {"n": 2}, dedup_key="k")
+    if connection.vendor == "mysql":
+        assert second.pk == first.pk and second.duplicate
+        return
+    assert second.pk != first.pk and not second.duplicate
+    assert DedupKey.objects.get(key="k").expires_at > timezone.now()  # mended
+    write_unreadable_time("djqueue_message", "sent_at", second.pk)
+    again = djqueue.send("ddw", {"n": 3}, dedup_key="k")
+    assert (again.pk, again.duplicate, again.sent_at) == (second.pk, True, None)
 
 
 @pytest.mark.parametrize("bad", ["", 5, "x" * 201])
