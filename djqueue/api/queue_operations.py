@@ -17,7 +17,7 @@ from djqueue.storage import dialects, history_copy, ordered_groups, partitions, 
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.claim_resume import ready_again
 from djqueue.storage.queue_lookup import QueueRef, get_queue, get_queue_on
-from djqueue.storage.unreadable_rows import read_rows
+from djqueue.storage.unreadable_rows import first_row, read_rows
 
 #: The longest visibility change allowed (SQS allows 12 hours).
 MAX_VISIBILITY = 12 * 3600.0
@@ -184,8 +184,8 @@ def get_message(message_id: int, *, queue: QueueRef | None = None) -> Message | 
     ``queue`` as for :func:`retry_now`."""
     if isinstance(message_id, bool) or not isinstance(message_id, int):
         raise InvalidMessage(f"get_message() takes a message id, not {message_id!r}.")
-    found = read_rows(_messages(queue)[1].filter(pk=message_id))
-    return _without_lease(found[0]) if found else None
+    found = first_row(_messages(queue)[1].filter(pk=message_id))
+    return None if found is None else _without_lease(found)
 
 
 def peek(queue: QueueRef | None = None, *, state: State | None = None,

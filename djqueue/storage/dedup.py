@@ -9,18 +9,16 @@ No check-then-insert window exists.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TypeVar
 
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 from django.utils import timezone
 
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import PENDING_STATES, DedupKey, History, Message, Queue
 from djqueue.storage.statements import vendor_sql
-from djqueue.storage.unreadable_rows import UNREADABLE, read_rows
+from djqueue.storage.unreadable_rows import UNREADABLE, first_row
 
 MAX_KEY_CHARS = 200
-R = TypeVar("R", Message, History)
 
 
 def validate_key(key: object) -> str:
@@ -51,19 +49,15 @@ def take(db: str, queue: Queue, key: str) -> Message | History | None:
         return None
     if message_id == 0:
         return None
+    # An original whose time a hand edit left unreadable is the duplicate's answer all
+    # the same, that time None.
     if expires_at is not None:
         if expires_at <= timezone.now():
             return None
-        return (_first(Message.objects.using(db).filter(pk=message_id))
-                or _first(History.objects.using(db).filter(pk=message_id)))
-    return _first(Message.objects.using(db).filter(pk=message_id, state__in=PENDING_STATES))
+        return (first_row(Message.objects.using(db).filter(pk=message_id))
+                or first_row(History.objects.using(db).filter(pk=message_id)))
+    return first_row(Message.objects.using(db).filter(pk=message_id, state__in=PENDING_STATES))
 
-
-def _first(rows: QuerySet[R]) -> R | None:
-    """The row of ``rows``, a time of it a hand edit left unreadable None (the
-    duplicate's answer all the same)."""
-    found = read_rows(rows)
-    return found[0] if found else None
 
 
 def assign(db: str, queue: Queue, key: str, message: Message) -> None:

@@ -60,6 +60,12 @@ def read_rows(rows: models.QuerySet[M], limit: int | None = None, offset: int = 
     return read
 
 
+def first_row(rows: models.QuerySet[M]) -> M | None:
+    """The first of ``rows``, or None, read as :func:`read_rows` reads them."""
+    found = read_rows(rows, 1)
+    return found[0] if found else None
+
+
 def values_of(rows: models.QuerySet[Any], columns: Sequence[str]) -> list[tuple[Any, ...]]:
     """``columns`` of each of ``rows`` (a few), in one statement or, if that fails,
     as :func:`read_values` reads them."""

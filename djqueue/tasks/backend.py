@@ -46,6 +46,7 @@ from djqueue.models import (
 from djqueue.models.queue import stepped_delay, validate_backoff
 from djqueue.storage import fastpath, placement
 from djqueue.storage.queue_lookup import get_queue, get_queue_by_id
+from djqueue.storage.unreadable_rows import first_row
 from djqueue.tasks import known_tasks, workflow_joins
 from djqueue.tasks.compat import (
     BaseTaskBackend,
@@ -213,13 +214,14 @@ class QueueBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult:
         for db, message_id in result_locations(str(result_id)):
+            # A time a hand edit left unreadable is None in the result (first_row).
             records = TaskRecord.objects.using(db).filter(pk=result_id)
-            record = records.first()
+            record = first_row(records)
             if record is None or record.status not in FINISHED_STATUSES:
                 message = pending_message(db, record.message_id if record else message_id)
                 # No message: it may have finished between the two reads (the record
                 # came with its ack), so read the record again.
-                record = pending_record(message, record) if message else records.first()
+                record = pending_record(message, record) if message else first_row(records)
             if record is not None:
                 return to_task_result(record)
         raise TaskResultDoesNotExist(result_id)

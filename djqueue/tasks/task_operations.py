@@ -27,6 +27,7 @@ from djqueue.models import (
 from djqueue.polling import apoll_until, poll_until
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts
+from djqueue.storage.unreadable_rows import first_row
 from djqueue.tasks.compat import TaskResult, TaskResultDoesNotExist
 from djqueue.tasks.records import FINISHED_FIELDS, finish, result_locations, running_record
 
@@ -66,11 +67,12 @@ def _cancel(db: str, result_id: str, message_id: int | None) -> bool | None:
 
 
 def pending_message(db: str, message_id: int | None, lock: bool = False) -> Message | None:
-    """A task's message, if it is still pending."""
+    """A task's message, if it is still pending (its time None if a hand edit left it
+    unreadable, as djqueue.storage.unreadable_rows.first_row reads it)."""
     if message_id is None:
         return None
     query = Message.objects.using(db).filter(pk=message_id)
-    message = (query.select_for_update() if lock else query).first()
+    message = first_row(query.select_for_update() if lock else query)
     if message is None or not isinstance(message.payload, dict) or not (
             "task" in message.payload or "task_result_id" in message.payload):
         return None

@@ -379,3 +379,24 @@ def test_a_worker_checks_a_tasks_backend_against_the_tasks_setting_in_force(sett
             **settings.TASKS["default"], "QUEUES": ["t.tasks"]}}
         with pytest.raises(UntrustedTask, match="not a djqueue backend serving queue 'default'"):
             run_task(second)
+
+
+def test_a_result_whose_times_cannot_be_read_is_read_with_those_times_none():
+    """get_result() read the task's record, or its pending message, whole, so one whose
+    time a hand edit left unreadable raised the driver's error for that task (SQLite,
+    PostgreSQL): it reads as it is now, those times None (as MariaDB's driver gives a
+    zero date), so a caller polling it learns its status."""
+    import djqueue
+    from tests.conftest import write_unreadable_time
+
+    done, pending = tasks.add.enqueue(2, 2), tasks.add.enqueue(3, 3)
+    assert djqueue.drain("default", limit=1).acked == 1
+    for column in ("started_at", "finished_at"):
+        write_unreadable_time("djqueue_taskrecord", column, done.id)
+    write_unreadable_time("djqueue_message", "sent_at", int(pending.id))
+    finished_result = tasks.add.get_result(done.id)
+    assert (finished_result.status, finished_result.return_value) == (
+        TaskResultStatus.SUCCESSFUL, 4)
+    assert (finished_result.started_at, finished_result.finished_at) == (None, None)
+    waiting = tasks.add.get_result(pending.id)
+    assert (waiting.status, waiting.enqueued_at) == (TaskResultStatus.READY, None)
