@@ -20,7 +20,7 @@ from django.http import HttpRequest, QueryDict
 
 from djqueue.admin.paging import RowReadingChangeList
 from djqueue.storage import dialects, placement
-from djqueue.storage.unreadable_rows import UNREADABLE, read_rows
+from djqueue.storage.unreadable_rows import UNREADABLE, first_row
 
 #: The query parameter naming the database a page shows.
 PARAMETER = "database"
@@ -99,7 +99,7 @@ class PlacedAdmin(admin.ModelAdmin):
                    from_field: str | None = None) -> Any:
         """The row, as Django reads it; if that fails on a time no driver reads back (or
         finds nothing: Django takes SQLite's ValueError for a missing row), read again
-        through read_rows, with that time None."""
+        through first_row, with that time None."""
         try:
             found = super().get_object(request, object_id, from_field)
         except UNREADABLE:
@@ -110,8 +110,7 @@ class PlacedAdmin(admin.ModelAdmin):
             pk = self.model._meta.pk.to_python(object_id)
         except (ValidationError, ValueError):
             return None
-        rows = read_rows(self.get_queryset(request).filter(pk=pk))
-        return rows[0] if rows else None
+        return first_row(self.get_queryset(request).filter(pk=pk))
 
     def get_list_filter(self, request: HttpRequest) -> list:
         filters = list(super().get_list_filter(request))

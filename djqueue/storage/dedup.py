@@ -59,7 +59,6 @@ def take(db: str, queue: Queue, key: str) -> Message | History | None:
     return first_row(Message.objects.using(db).filter(pk=message_id, state__in=PENDING_STATES))
 
 
-
 def assign(db: str, queue: Queue, key: str, message: Message) -> None:
     now = timezone.now()
     window = queue.dedup_seconds()

@@ -35,7 +35,7 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidProgress, NotOwner
 from djqueue.models import Message, MessageLog, MessageProgress, State
 from djqueue.storage import dialects
-from djqueue.storage.unreadable_rows import read_rows
+from djqueue.storage.unreadable_rows import first_row, read_rows
 
 logger = logging.getLogger("djqueue.worker")
 MAX_NOTE_CHARS = 200
@@ -209,9 +209,8 @@ def _write_progress(message: Message, fraction: float, note: str) -> None:
 def progress_of(message_id: int) -> MessageProgress | None:
     """A message's last progress; its time None if a hand edit left it unreadable
     (djqueue.storage.unreadable_rows), as for the log records and the trace."""
-    rows = read_rows(MessageProgress.objects.using(dialects.alias()).filter(
+    return first_row(MessageProgress.objects.using(dialects.alias()).filter(
         message_id=message_id))
-    return rows[0] if rows else None
 
 
 def logs_of(message_id: int) -> list[MessageLog]:
