@@ -251,6 +251,18 @@ def admin_theme() -> None:
     call_command("loaddata", "djqueue_admin_theme", verbosity=0)
 
 
+@pytest.fixture
+def superuser(admin_theme: None) -> Any:
+    """A logged-in superuser's test client, on the demo's admin theme."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    User.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.login(username="root", password="pw")
+    return client
+
+
 #: The processes a test's ``spawn`` started, for its failure report.
 SPAWNED = pytest.StashKey[list[Process]]()
 

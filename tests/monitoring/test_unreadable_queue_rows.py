@@ -13,9 +13,7 @@ import json
 from io import StringIO
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.test import Client
 from django.urls import reverse
 
 import djqueue
@@ -51,11 +49,8 @@ def test_metrics_sample_both_queues(client, one_queue_unreadable):
     assert ready == {"q.readable": 1.0, "q.edited": 1.0}
 
 
-def test_the_dashboard_shows_both_queues(admin_theme, one_queue_unreadable):
-    User.objects.create_superuser("root", password="pw")
-    browser = Client()
-    browser.force_login(User.objects.get(username="root"))
-    response = browser.get(reverse("admin:djqueue_dashboard_changelist"))
+def test_the_dashboard_shows_both_queues(superuser, one_queue_unreadable):
+    response = superuser.get(reverse("admin:djqueue_dashboard_changelist"))
     assert response.status_code == 200
     assert {q.queue.name: q.ready for q in response.context["data"].queues} == {
         "q.readable": 1, "q.edited": 1}
