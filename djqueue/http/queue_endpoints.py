@@ -82,12 +82,15 @@ def _attributes(q: Queue) -> dict[str, Any]:
         firsts.append(first)
     heads = (values_of(Message.objects.using(db).filter(pk=min(firsts)), ["sent_at"])
              if firsts else [])
-    # None too for a send time a hand edit left unreadable (djqueue.storage.unreadable_rows).
+    # None too for a time a hand edit left unreadable (djqueue.storage.unreadable_rows);
+    # the queue's creation time is read here alone (not by the queue's lookup).
     oldest = heads[0][0] if heads else None
+    [(created_at,)] = values_of(Queue.objects.using(db).filter(pk=q.pk), ["created_at"]) or [
+        (None,)]
     finished = QueueStat.objects.using(db).filter(queue=q, period=Period.TOTAL).values_list(
         "acked", "deleted").first()
     return {
-        "name": q.name, "created_at": iso(q.created_at), "paused": q.paused,
+        "name": q.name, "created_at": iso(created_at), "paused": q.paused,
         "visibility_timeout": q.visibility_timeout, "max_attempts": q.max_attempts,
         "backoff": q.backoff, "retry_jitter": q.retry_jitter,
         "dead_letter_queue": (q.dead_letter_queue.name if q.dead_letter_queue is not None

@@ -20,6 +20,7 @@ import djqueue
 from djqueue.monitoring import rollups
 from tests.conftest import write_unreadable_time
 from tests.monitoring.test_metrics import scrape
+from tests.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,3 +55,29 @@ def test_the_dashboard_shows_both_queues(superuser, one_queue_unreadable):
     assert response.status_code == 200
     assert {q.queue.name: q.ready for q in response.context["data"].queues} == {
         "q.readable": 1, "q.edited": 1}
+
+
+def test_a_queue_whose_creation_time_cannot_be_read_is_served_with_the_others():
+    """Reading a queue's row for work read its creation time too, so a receive or a
+    worker serving several queues failed for all of them at one such row, and the
+    queue itself took no send (SQLite, PostgreSQL). Its work never reads that time:
+    the queues are found without it, and the HTTP API's attributes show it as null."""
+    from djqueue.http.queue_endpoints import _attributes
+    from djqueue.storage import queue_lookup
+
+    djqueue.create_queue("t.record")
+    edited = djqueue.create_queue("news:all")
+    write_unreadable_time("djqueue_queue", "created_at", edited.pk)
+    queue_lookup.forget_cached()
+    for n in range(4):
+        djqueue.send("news:all" if n % 2 else "t.record", {"n": n})
+    got = djqueue.receive(["t.record", "news:all"], max_messages=4)
+    assert sorted(m.payload["n"] for m in got) == [0, 1, 2, 3]
+    for message in got:
+        message.ack()
+    for n in (4, 5):
+        djqueue.send("news:all" if n % 2 else "t.record", {"n": n})
+    assert djqueue.drain("t.record", "news:all").acked == 2
+    assert sorted(Effect.objects.values_list("key", flat=True)) == [4, 5]
+    described = _attributes(djqueue.get_queue("news:all", fresh=True))
+    assert (described["name"], described["created_at"]) == ("news:all", None)

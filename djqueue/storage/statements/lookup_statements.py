@@ -20,7 +20,12 @@ from djqueue.storage import fastpath
 from djqueue.storage.statements import model_columns, model_rows
 from djqueue.storage.statements.claim_statements import built_sql
 
-_QUEUE_ATTNAMES = tuple(f.attname for f in Queue._meta.concrete_fields)
+#: The columns of a queue's row that its work reads: all but its creation time, which
+#: only the admin and the HTTP API's attributes show (read there on access, as a
+#: deferred field). One a hand edit left unreadable failed every read of the row, and
+#: so every receive and worker serving that queue among others.
+QUEUE_COLUMNS = tuple(f for f in Queue._meta.concrete_fields if f.attname != "created_at")
+_QUEUE_ATTNAMES = tuple(f.attname for f in QUEUE_COLUMNS)
 
 
 def queue_named(db: str, name: str) -> Queue | None:
@@ -59,6 +64,6 @@ def _wake_addresses_sql(conn: BaseDatabaseWrapper) -> str:
 
 def _queue_sql(conn: BaseDatabaseWrapper, column: str) -> str:
     q = conn.ops.quote_name
-    columns = ", ".join(q(model_columns.column_of(f)) for f in Queue._meta.concrete_fields)
+    columns = ", ".join(q(model_columns.column_of(f)) for f in QUEUE_COLUMNS)
     return (f"SELECT {columns} FROM {q(Queue._meta.db_table)} "
             f"WHERE {q(model_columns.column(Queue, column))} = %s")
