@@ -20,7 +20,7 @@ from django.http import HttpRequest, QueryDict
 
 from djqueue.admin.paging import RowReadingChangeList
 from djqueue.storage import dialects, placement
-from djqueue.storage.unreadable_rows import UNREADABLE, first_row
+from djqueue.storage.unreadable_rows import UNREADABLE, first_row, times_of
 
 #: The query parameter naming the database a page shows.
 PARAMETER = "database"
@@ -64,10 +64,14 @@ class DatabaseFilter(admin.SimpleListFilter):
 
 class PlacedRelatedFilter(admin.RelatedFieldListFilter):
     """A list filter by a related row (a message's queue) offering the rows of the
-    database shown (Django's offers the default database's)."""
+    database shown (Django's offers the default database's), read without their times:
+    a choice is its row's name, and one time a hand edit left unreadable (a queue's
+    creation time) failed the whole list with Django's filter, which reads the rows
+    whole."""
 
     def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list:
-        rows = field.related_model._default_manager.using(request_database(request))
+        rows = field.related_model._default_manager.using(request_database(request)).defer(
+            *times_of(field.related_model))
         ordering = self.field_admin_ordering(field, request, model_admin)
         return [(row.pk, str(row)) for row in (rows.order_by(*ordering) if ordering else rows)]
 
@@ -113,12 +117,10 @@ class PlacedAdmin(admin.ModelAdmin):
         return first_row(self.get_queryset(request).filter(pk=pk))
 
     def get_list_filter(self, request: HttpRequest) -> list:
-        filters = list(super().get_list_filter(request))
-        if len(placement.databases()) == 1:
-            return filters
-        return [DatabaseFilter, *(
-            (f, PlacedRelatedFilter) if isinstance(f, str) and isinstance(
-                self.model._meta.get_field(f), models.ForeignKey) else f for f in filters)]
+        filters = [(f, PlacedRelatedFilter) if isinstance(f, str) and isinstance(
+            self.model._meta.get_field(f), models.ForeignKey) else f
+            for f in super().get_list_filter(request)]
+        return filters if len(placement.databases()) == 1 else [DatabaseFilter, *filters]
 
     def save_model(self, request: HttpRequest, obj: models.Model, form: Any,
                    change: bool) -> None:
