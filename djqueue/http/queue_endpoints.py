@@ -5,9 +5,10 @@ pause and resume)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Min
+from django.db.models import Count, Min, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
@@ -80,13 +81,10 @@ def _attributes(q: Queue) -> dict[str, Any]:
                                 .annotate(n=Count("id"), first=Min("id")).order_by()):
         counts[State(state).name.lower()] = count
         firsts.append(first)
-    heads = (values_of(Message.objects.using(db).filter(pk=min(firsts)), ["sent_at"])
-             if firsts else [])
-    # None too for a time a hand edit left unreadable (djqueue.storage.unreadable_rows);
-    # the queue's creation time is read here alone (not by the queue's lookup).
-    oldest = heads[0][0] if heads else None
-    [(created_at,)] = values_of(Queue.objects.using(db).filter(pk=q.pk), ["created_at"]) or [
-        (None,)]
+    oldest = (_time_of(Message.objects.using(db).filter(pk=min(firsts)), "sent_at")
+              if firsts else None)
+    # Read here alone: the queue's lookup leaves it out (lookup_statements.QUEUE_COLUMNS).
+    created_at = _time_of(Queue.objects.using(db).filter(pk=q.pk), "created_at")
     finished = QueueStat.objects.using(db).filter(queue=q, period=Period.TOTAL).values_list(
         "acked", "deleted").first()
     return {
@@ -104,6 +102,13 @@ def _attributes(q: Queue) -> dict[str, Any]:
                        round((timezone.now() - oldest).total_seconds(), 3),
                        "finished": sum(finished) if finished else 0},
     }
+
+
+def _time_of(row: QuerySet[Any], column: str) -> datetime | None:
+    """``column`` of the one row of ``row``; None if there is none, or if a hand edit
+    left it unreadable (djqueue.storage.unreadable_rows)."""
+    found = values_of(row, [column])
+    return found[0][0] if found else None
 
 
 async def peek_messages(request: HttpRequest, queue: str) -> HttpResponse:
