@@ -19,8 +19,8 @@ from django.urls import reverse
 import djqueue
 from djqueue.monitoring import rollups
 from tests.conftest import write_unreadable_time
-from tests.monitoring.test_metrics import scrape
 from tests.models import Effect
+from tests.monitoring.test_metrics import scrape
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
