@@ -8,7 +8,10 @@ takes the lock back (djqueue.maintenance.dead_workers). MariaDB/MySQL name the
 lock (``GET_LOCK``); PostgreSQL takes an advisory lock on a 64-bit key; SQLite
 has none (its workers are found dead by their heartbeats alone). Behind a pooler in
 transaction mode a dead worker's lock can live on in a pooled server session; then
-its heartbeat tells (docs/operations.md, "PostgreSQL behind PgBouncer").
+its heartbeat tells. And a live worker's can end with that session while its own
+connection, to the pooler, answers: its heartbeat reads the lock in ``pg_locks`` and
+takes it again (SessionLock.is_alive; docs/operations.md, "PostgreSQL behind
+PgBouncer").
 """
 
 from __future__ import annotations
@@ -90,10 +93,18 @@ class SessionLock:
         return held
 
     def is_alive(self) -> bool:
-        """Whether the holding connection still answers."""
+        """Whether the holding connection still answers and, on PostgreSQL, the lock is
+        still held. Behind a pooler in transaction mode the lock lives in a pooled server
+        session that other clients use too: when that session ends (another client died
+        in a transaction on it, or it was terminated) the lock goes with it while this
+        connection, to the pooler, still answers. The reaper would then take the live
+        worker for dead after two heartbeat intervals and return its claims; seen free
+        here, the lock is taken again at this heartbeat, within one."""
         if self._conn is None:
             return not has_session_locks(connections[self.alias])
         try:
+            if self._conn.vendor == "postgresql":
+                return session_lock_free(self.key, self._conn) is False
             with self._conn.cursor() as cursor:
                 cursor.execute("SELECT 1")
             return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -110,3 +111,34 @@ def test_a_killed_workers_claims_come_back_behind_the_pooler(spawn, pgbouncer):
     # has committed (it keeps the row while any claim is still locked), so the row
     # goes a moment after the claims come back.
     wait_until(lambda: not Worker.objects.exists(), 30, "the killed worker's row deleted")
+
+
+def test_a_live_worker_whose_lock_session_ended_takes_its_lock_again(spawn, pgbouncer):
+    """Behind the pooler a worker's lock lives in a pooled server session, which another
+    client's death in a transaction (or an operator) can end while the worker's own
+    connection, to the pooler, still answers. The worker went on without its lock, and
+    the reaper took it for dead two heartbeat intervals later and returned its claims
+    (in make test: a workflow step ran twice). Its heartbeat now sees the lock free and
+    takes it again, within one interval."""
+    djqueue.create_queue("t.slow", visibility_timeout=300)
+    djqueue.send_batch("t.slow", [{"n": n, "sleep": 60} for n in range(1, 3)])
+    reaper = spawn("djqueue_reaper", env=_through(pgbouncer))
+    worker = spawn("djqueue_worker", "t.slow", "-c", "2", "-b", "2", env=_through(pgbouncer))
+    wait_until(lambda: Effect.objects.filter(key__lt=0).count() == 2, 60, "two handlers running")
+    key = Worker.objects.get().lock_key
+    high, low = session_locks._pg_halves(key)
+    with connection.cursor() as cursor:  # straight to the server, not through the pooler
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND granted AND classid::bigint = %s AND objid::bigint = %s", [high, low])
+        assert [row[0] for row in cursor.fetchall()] == [True]
+    wait_until(lambda: session_locks.session_lock_free(key) is False, 10,
+               f"the worker to take its lock again\n{worker.output()}")
+    # The reaper's verdict needs the lock free for two heartbeat intervals (1 s here):
+    # past them, with a pass every 0.2 s, the worker keeps its row and its claims.
+    beats = Worker.objects.get().heartbeat_at
+    wait_until(lambda: Worker.objects.get().heartbeat_at > beats, 10, "a heartbeat after")
+    wait_until(lambda: Worker.objects.get().heartbeat_at > beats + timedelta(seconds=1), 10,
+               "two more heartbeat intervals")
+    assert Message.objects.filter(state=State.CLAIMED).count() == 2
+    assert "is dead" not in reaper.output(), reaper.output()

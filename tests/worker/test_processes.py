@@ -237,11 +237,6 @@ def test_a_worker_whose_session_lock_another_session_holds_takes_it_back_once_fr
 
     if not session_locks.has_session_locks():
         pytest.skip("SQLite has no session locks")
-    if os.environ.get("DJQUEUE_TEST_BEHIND_PGBOUNCER"):
-        # In transaction mode the lock lives on a pooled server session, which the
-        # worker's connection to the pooler cannot watch: ending it goes unseen, as
-        # docs/operations.md says (the reaper then takes the worker for dead).
-        pytest.skip("behind PgBouncer the worker cannot see its lock's session end")
     djqueue.create_queue("t.record")
     worker = spawn("djqueue_worker", "t.record")
     row = wait_until(lambda: Worker.objects.first(), 30, "the worker to register")
@@ -303,8 +298,6 @@ def test_a_lock_lost_for_a_moment_keeps_the_claims_and_a_frozen_workers_come_bac
 
     if not session_locks.has_session_locks():
         pytest.skip("SQLite has no session locks")
-    if os.environ.get("DJQUEUE_TEST_BEHIND_PGBOUNCER"):
-        pytest.skip("behind PgBouncer the worker cannot see its lock's session end")
     worker, row = a_worker_holding_two_long_claims(spawn)
     claims = Message.objects.filter(state=State.CLAIMED, owner=row.pk, attempts=1)
     reaper = Reaper()
