@@ -189,9 +189,8 @@ def openapi() -> dict[str, Any]:
             "extend", extend, ["seconds"], "Extend a group's leases", [TOPIC, GROUP], "topics"),
     }
     nullable_string = {"type": ["string", "null"]}
-    unknown_time = {"type": ["string", "null"], "description":
-                    "ISO 8601; null when the row holds a time no driver reads back (a hand "
-                    "edit)."}
+    unknown_time = {"type": ["string", "null"], "description": "ISO 8601; null when the row "
+                    "holds a time no driver reads back (a hand edit)."}
     message_fields = {
         "payload": {"description": "Any JSON value."},
         "priority": {"type": "integer", "minimum": -32768, "maximum": 32767},
