@@ -26,6 +26,7 @@ from djqueue.models import (
     WorkflowState,
     WorkflowStep,
 )
+from djqueue.storage.unreadable_rows import values_of
 from djqueue.tasks.workflow_handles import get_workflow
 
 #: Steps listed in the table under the picture (the picture counts all of them).
@@ -132,9 +133,9 @@ def _steps(workflow: Workflow) -> tuple[list[StepView], list[tuple[int, int]]]:
 
 
 def _read_steps(workflow: Workflow) -> tuple[list[StepView], list[tuple[int, int]]]:
-    rows = list(WorkflowStep.objects.filter(workflow_id=workflow.pk).order_by("position")
-                .values_list("position", "name", "state", "attempts", "started_at",
-                             "finished_at", "message_id"))
+    rows = values_of(WorkflowStep.objects.filter(workflow_id=workflow.pk).order_by("position"),
+                     ("position", "name", "state", "attempts", "started_at", "finished_at",
+                      "message_id"))
     queued = [r[6] for r in rows if r[2] == StepState.READY and r[6] is not None]
     running = set(Message.objects.filter(pk__in=queued[:5000], state=State.CLAIMED)
                   .values_list("pk", flat=True)) if queued else set()

@@ -13,6 +13,7 @@ from djqueue.exceptions import NotFinished
 from djqueue.models import StepState, Workflow, WorkflowState, WorkflowStep
 from djqueue.polling import poll_until
 from djqueue.storage import dialects, placement
+from djqueue.storage.unreadable_rows import read_rows
 from djqueue.tasks import workflow_operations
 
 #: The longest pause, in seconds, between two reads of a workflow a wait makes.
@@ -46,7 +47,11 @@ class WorkflowHandle:
 
     @property
     def is_finished(self) -> bool:
-        return self._workflow.finished_at is not None
+        """Whether it has ended: its end time is written, or, where a hand edit left that
+        time unreadable (read as None), no step of it is left and it no longer runs."""
+        workflow = self._workflow
+        return workflow.finished_at is not None or (
+            workflow.steps_left == 0 and workflow.state != WorkflowState.RUNNING)
 
     @property
     def error(self) -> str:
@@ -56,9 +61,10 @@ class WorkflowHandle:
     @property
     def steps(self) -> list[WorkflowStep]:
         """Its steps in composition order: ``name``, ``state``, ``result``, ``error``,
-        ``attempts``, ``started_at``, ``finished_at``."""
+        ``attempts``, ``started_at``, ``finished_at`` (None where a hand edit left it
+        unreadable, djqueue.storage.unreadable_rows)."""
         if self._steps is None:
-            self._steps = list(WorkflowStep.objects.using(self.database).filter(
+            self._steps = read_rows(WorkflowStep.objects.using(self.database).filter(
                 workflow_id=self.id).order_by("position"))
         return self._steps
 
@@ -80,7 +86,7 @@ class WorkflowHandle:
         return {s.name: s.error for s in self.steps if s.state == StepState.FAILED}
 
     def refresh(self) -> WorkflowHandle:
-        self._workflow.refresh_from_db(using=self.database)
+        self._workflow = workflow_operations.read_workflow(self.database, self.id)
         self._steps = None
         return self
 
@@ -115,5 +121,5 @@ class WorkflowHandle:
 def get_workflow(workflow_id: int, *, database: str | None = None) -> WorkflowHandle:
     """Workflow ``workflow_id`` of ``database`` (ids are per database; default: the home
     one, where workflows whose queues are not placed elsewhere live)."""
-    return WorkflowHandle(Workflow.objects.using(database or placement.home()).get(
-        pk=workflow_id))
+    return WorkflowHandle(workflow_operations.read_workflow(database or placement.home(),
+                                                            workflow_id))

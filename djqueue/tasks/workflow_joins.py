@@ -46,6 +46,7 @@ from djqueue.models import (
 )
 from djqueue.storage import dialects, fastpath
 from djqueue.storage.statements import workflow_statements
+from djqueue.storage.unreadable_rows import read_rows
 from djqueue.tasks import known_tasks, workflow_edges
 
 #: The payload key of a step's message: [workflow id, step position, workflow token,
@@ -210,8 +211,8 @@ def start_children(db: str, workflow: Workflow, parents: list[int]) -> None:
                 db, workflow.pk, {child: counts[child] for child in chunk})
         ready: list[WorkflowStep] = []
         for chunk in chunks(now_free):
-            ready += WorkflowStep.objects.using(db).filter(
-                workflow_id=workflow.pk, position__in=chunk).order_by("position")
+            ready += read_rows(WorkflowStep.objects.using(db).filter(
+                workflow_id=workflow.pk, position__in=chunk).order_by("position"))
         parents = start(db, workflow, ready)
 
 

@@ -1,6 +1,8 @@
 """Cancelling and retrying a workflow (what its handle's ``cancel()`` and ``retry()``
 and the admin's buttons call). Each is one transaction that locks the workflow's
-row first, as the join does (djqueue.tasks.workflow_joins)."""
+row first, as the join does (djqueue.tasks.workflow_joins). A time of it that no
+driver reads back (a hand edit) is read as None (djqueue.storage.unreadable_rows):
+an unreadable end is an end not yet written, which the cancel or retry writes."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from django.db import transaction
 from djqueue.exceptions import WorkflowBusy
 from djqueue.models import StepDependency, StepState, Workflow, WorkflowState, WorkflowStep
 from djqueue.storage import dialects
+from djqueue.storage.unreadable_rows import first_row
 from djqueue.tasks import step_checks, workflow_joins
 
 
@@ -22,7 +25,7 @@ def cancel(workflow_id: int) -> bool:
     can start one of its steps any more. False if it had already ended."""
     db = dialects.alias()
     with transaction.atomic(using=db):
-        workflow = Workflow.objects.using(db).select_for_update().get(pk=workflow_id)
+        workflow = read_workflow(db, workflow_id, lock=True)
         if workflow.state != WorkflowState.RUNNING:
             return False
         workflow.state = WorkflowState.CANCELLED
@@ -42,7 +45,7 @@ def retry(workflow_id: int) -> int:
     steps that succeeded keep their results. Returns how many steps will run."""
     db = dialects.alias()
     with transaction.atomic(using=db):
-        workflow = Workflow.objects.using(db).select_for_update().get(pk=workflow_id)
+        workflow = read_workflow(db, workflow_id, lock=True)
         if workflow.state not in (WorkflowState.FAILED, WorkflowState.CANCELLED):
             raise WorkflowBusy(f"Workflow {workflow_id} is {workflow.get_state_display()}: "
                                "only a failed or cancelled one is retried")
@@ -80,3 +83,13 @@ def retry(workflow_id: int) -> int:
             workflow_joins.start_children(db, workflow, skipped)
         workflow_joins.save_workflow(db, workflow, reopened=workflow.steps_left > 0)
     return len(redo)
+
+
+def read_workflow(db: str, workflow_id: int, *, lock: bool = False) -> Workflow:
+    """Workflow ``workflow_id`` of ``db`` (locked, with ``lock``), a time of it no driver
+    reads back as None; Workflow.DoesNotExist if there is none."""
+    rows = Workflow.objects.using(db).filter(pk=workflow_id)
+    workflow = first_row(rows.select_for_update() if lock else rows)
+    if workflow is None:
+        raise Workflow.DoesNotExist(f"No workflow {workflow_id} on database {db!r}.")
+    return workflow

@@ -18,7 +18,7 @@ from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import StepDependency, StepState, Workflow, WorkflowStep
-from djqueue.storage import dialects, fastpath
+from djqueue.storage import dialects, fastpath, unreadable_rows
 from djqueue.storage.statements import model_columns, prepared_values, row_inserts
 
 #: What settling a step writes (djqueue.tasks.workflow_joins).
@@ -79,9 +79,9 @@ def settle_ready_steps(db: str, workflow_id: int, steps: Sequence[Any],
             written += [step.position for step in chunk]
             continue
         ours = {step.position: (step.message_id, step.finished_at) for step in chunk}
-        found = WorkflowStep.objects.using(db).filter(
-            workflow_id=workflow_id, position__in=list(ours)).exclude(
-            state=ready).values_list("position", "message_id", "finished_at")
+        found = unreadable_rows.values_of(WorkflowStep.objects.using(db).filter(
+            workflow_id=workflow_id, position__in=list(ours)).exclude(state=ready),
+            ("position", "message_id", "finished_at"))
         written += sorted(position for position, *values in found
                           if tuple(values) == ours[position])
     return written
@@ -202,14 +202,21 @@ def count_down(db: str, workflow_id: int, counts: dict[int, int]) -> list[int]:
 def lock_workflows(db: str, ids: Sequence[int]) -> list[Workflow]:
     """The workflows ``ids``, locked in id order, with what the join reads and writes.
     ``finished_at`` comes as the driver returns it (a datetime, or SQLite's text): the
-    join only asks whether it is set, and never writes it back (save_workflow)."""
+    join only asks whether it is set, and never writes it back (save_workflow). One
+    that no driver reads back (a hand edit) is read as unset, as MariaDB's driver
+    reads a zero date: the join ends the workflow as usual, and writes a time that
+    reads (djqueue.storage.unreadable_rows)."""
     conn = connections[db]
     sql = _sql(conn, "lock_workflows", lambda q: (
         f"SELECT {', '.join(q(c) for c in _LOCKED)} FROM {q(Workflow._meta.db_table)} "
         f"WHERE {q('id')} IN ({{}}) ORDER BY {q('id')}" + _for_update(conn)))
     with conn.cursor() as cursor:
         cursor.execute(sql.format(_in(len(ids))), list(ids))
-        rows = cursor.fetchall()
+        try:
+            rows = cursor.fetchall()
+        except unreadable_rows.UNREADABLE:  # the rows are locked: read them again
+            return unreadable_rows.read_rows(Workflow.objects.using(db).filter(
+                pk__in=list(ids)).only(*_LOCKED).order_by("id"))
     return [_locked(**dict(zip(_LOCKED, row, strict=True))) for row in rows]
 
 
