@@ -13,9 +13,9 @@ from djqueue.admin import permissions
 from djqueue.admin.confirm import ask, confirmed
 from djqueue.admin.databases import database_query, request_database
 from djqueue.admin.operations import QUEUE_OPERATIONS
-from djqueue.models import Dashboard, Queue
+from djqueue.models import Dashboard
 from djqueue.monitoring import charts, partition_summaries, snapshot
-from djqueue.storage import dialects, placement
+from djqueue.storage import dialects, placement, queue_lookup
 
 REFRESH_CHOICES = (0, 5, 30)
 #: Seconds between two refreshes of the charts, in place (no page reload).
@@ -56,7 +56,9 @@ class DashboardAdmin(admin.ModelAdmin):
             return self._dashboard(request, db, read)
 
     def _dashboard(self, request: HttpRequest, db: str, read: str) -> HttpResponse:
-        queue = Queue.objects.using(read).filter(name=request.GET.get("queue") or "").first()
+        # Queue rows as a queue's work reads them: a creation time no driver reads back
+        # (a hand edit) fails no page (djqueue.storage.unreadable_rows).
+        queue = queue_lookup.working_rows(read).filter(name=request.GET.get("queue") or "").first()
         if request.GET.get("part") == "charts":  # the charts alone, for the page's script
             return TemplateResponse(request, "admin/djqueue/dashboard_charts.html",
                                     {"charts": charts.load(queue)}).render()
@@ -88,7 +90,8 @@ class DashboardAdmin(admin.ModelAdmin):
         if op is None:
             raise Http404(f"No queue operation {operation!r}.")
         permissions.require(request, op.permission)
-        queue = get_object_or_404(Queue.objects.using(request_database(request)), pk=queue_id)
+        queue = get_object_or_404(queue_lookup.working_rows(request_database(request)),
+                                  pk=queue_id)
         back = reverse("admin:djqueue_dashboard_changelist") + database_query(request, True)
         if op.question and not confirmed(request):
             return ask(request, self.admin_site, title=f"{op.label} {queue.name}?",

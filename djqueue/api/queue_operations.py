@@ -236,7 +236,7 @@ def delete(message: Message | int, *, only_unclaimed: bool = False,
     else:
         db, messages = _messages(queue)
     with transaction.atomic(using=db):
-        row = messages.select_for_update().defer(*_BODY).filter(pk=pk).first()
+        row = messages.select_for_update().only(*_DELETE_READS).filter(pk=pk).first()
         if row is None or (only_unclaimed and row.state == State.CLAIMED):
             return False
         _delete_rows(db, [row])
@@ -257,7 +257,7 @@ def delete_batch(ids: list[int], *, only_unclaimed: bool = False,
     deleted = 0
     for start in range(0, len(ids), batch):
         with transaction.atomic(using=db):
-            rows = [row for row in messages.select_for_update().defer(*_BODY)
+            rows = [row for row in messages.select_for_update().only(*_DELETE_READS)
                     .filter(pk__in=ids[start:start + batch]).order_by("pk")
                     if not (only_unclaimed and row.state == State.CLAIMED)]
             if rows:
@@ -266,9 +266,11 @@ def delete_batch(ids: list[int], *, only_unclaimed: bool = False,
     return deleted
 
 
-#: What deleting leaves unread: a body may be a megabyte, and history's copy reads
-#: only its length, in the database (history_copy).
-_BODY = ("body", "headers", "errors")
+#: What deleting reads of a row: its state, and what its ordered group and its trace
+#: record need. Not its body (a megabyte, maybe: history's copy reads only its length,
+#: in the database, history_copy), nor its times, so a row holding a time no driver
+#: reads back is deleted as the others (djqueue.storage.unreadable_rows).
+_DELETE_READS = ("id", "queue_id", "state", "group_key", "attempts", "owner")
 
 
 def _delete_rows(db: str, rows: list[Message]) -> None:
@@ -282,9 +284,10 @@ def _delete_rows(db: str, rows: list[Message]) -> None:
 
 
 def finished(message_id: int, *, queue: QueueRef | None = None) -> History | None:
-    """A finished message's history row; ``queue`` as for :func:`retry_now`."""
+    """A finished message's history row; ``queue`` as for :func:`retry_now`. A time of it
+    a hand edit left unreadable is None (djqueue.storage.unreadable_rows)."""
     if queue is None:
-        return History.objects.using(dialects.alias()).filter(pk=message_id).first()
+        return first_row(History.objects.using(dialects.alias()).filter(pk=message_id))
     q = get_queue(queue)
-    return History.objects.using(placement.database_of(q)).filter(
-        pk=message_id, queue_id=q.pk).first()
+    return first_row(History.objects.using(placement.database_of(q)).filter(
+        pk=message_id, queue_id=q.pk))

@@ -91,12 +91,12 @@ def set_limits(ref: QueueRef, **limits: Any) -> Queue:
             set_limits(row, **limits)
     db = placement.database_of(found)
     with transaction.atomic(using=db):
-        queue = Queue.objects.using(db).select_for_update().get(pk=found.pk)
+        queue = queue_lookup.working_rows(db).select_for_update().get(pk=found.pk)
         before = Queue(**{f: getattr(queue, f) for f in LIMIT_FIELDS})
         for name, value in limits.items():
             setattr(queue, name, "" if value is None and name.endswith("rate_limit") else value)
-        try:
-            queue.full_clean(validate_unique=False)
+        try:  # not the creation time it left unread: no limit depends on it
+            queue.full_clean(exclude=queue.get_deferred_fields(), validate_unique=False)
         except ValidationError as exc:
             raise ConfigurationError(f"Invalid limits for {queue.name!r}: "
                                      f"{exc.message_dict}") from None

@@ -22,6 +22,7 @@ from djqueue.models import ApiPermission, Message, Period, Queue, QueueStat, Sta
 from djqueue.models.queue import QUEUE_NAME_RE
 from djqueue.monitoring import queue_listing
 from djqueue.storage import placement
+from djqueue.storage.queue_lookup import get_queue_by_id
 from djqueue.storage.unreadable_rows import values_of
 
 STATE_NAMES = {state.name.lower(): state for state in State}
@@ -91,8 +92,8 @@ def _attributes(q: Queue) -> dict[str, Any]:
         "name": q.name, "created_at": iso(created_at), "paused": q.paused,
         "visibility_timeout": q.visibility_timeout, "max_attempts": q.max_attempts,
         "backoff": q.backoff, "retry_jitter": q.retry_jitter,
-        "dead_letter_queue": (q.dead_letter_queue.name if q.dead_letter_queue is not None
-                              else None),
+        "dead_letter_queue": (get_queue_by_id(q.dead_letter_queue_id, db).name
+                              if q.dead_letter_queue_id is not None else None),
         "retention": q.retention, "message_ttl": q.message_ttl, "max_depth": q.max_depth,
         "max_payload_bytes": q.max_payload_bytes, "ordered": q.ordered,
         "dedup_window": q.dedup_window, "exactly_once": q.exactly_once,

@@ -17,7 +17,13 @@ from djqueue.exceptions import ConfigurationError
 from djqueue.models import Message, Queue, State
 from djqueue.storage import placement
 from djqueue.storage.partitions import active_partitions, unreachable
-from djqueue.storage.queue_lookup import create_queue, forget, get_queue, get_queue_on
+from djqueue.storage.queue_lookup import (
+    create_queue,
+    forget,
+    get_queue,
+    get_queue_on,
+    working_rows,
+)
 
 
 def create_partitioned(name: str, databases: Sequence[str], *, exist_ok: bool = False,
@@ -28,7 +34,7 @@ def create_partitioned(name: str, databases: Sequence[str], *, exist_ok: bool = 
     if isinstance(dead_letter_queue := options.get("dead_letter_queue"), Queue):
         options["dead_letter_queue"] = dead_letter_queue.name
     home = placement.home()
-    existing = Queue.objects.using(home).filter(name=name).first()
+    existing = working_rows(home).filter(name=name).first()
     if existing is not None and not exist_ok:
         raise ConfigurationError(f"Invalid queue {name!r}: a queue of this name already "
                                  f"exists (on database {home!r}).")
@@ -80,7 +86,7 @@ def drop_drained() -> int:
     """The reaper's step: take every emptied draining partition off its queue's layout."""
     dropped = 0
     home = placement.home()
-    for directory in Queue.objects.using(home).exclude(draining_partitions=[]).filter(
+    for directory in working_rows(home).exclude(draining_partitions=[]).filter(
             partitions__isnull=False):
         for db in list(directory.draining_partitions):
             try:
@@ -117,7 +123,7 @@ def _change(name: str, change: Callable[[list[str], list[str]],
                                           tuple[list[str], list[str]]]) -> Queue:
     home = placement.home()
     with transaction.atomic(using=home):
-        directory = Queue.objects.using(home).select_for_update().get(name=name)
+        directory = working_rows(home).select_for_update().get(name=name)
         active, draining = change(active_partitions(directory), list(
             directory.draining_partitions or []))
         directory.partitions, directory.draining_partitions = active, draining

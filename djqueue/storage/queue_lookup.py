@@ -71,7 +71,7 @@ def get_queues(names: Iterable[str]) -> dict[str, Queue]:
         else:
             unread.setdefault(placement.candidates(name)[0], []).append(name)
     for db, on_db in unread.items():
-        for queue in _rows(db).filter(name__in=on_db):
+        for queue in working_rows(db).filter(name__in=on_db):
             placement.remember(queue.name, db)
             _keep(("", queue.name), queue, placement.database_of(queue), now)
             found[queue.name] = queue
@@ -121,7 +121,7 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
         raise ConfigurationError(f"A queue's name is a string, not {type(name).__name__}.")
     if partition:
         db = database or placement.home()
-        existing = _rows(db).filter(name=name).first()
+        existing = working_rows(db).filter(name=name).first()
     elif placement.ruled_partitions(name) is not None:
         raise ConfigurationError(f"Queue {name!r} is partitioned by DJQUEUE['QUEUE_DATABASES']"
                                  ": create it with djqueue.create_queue().")
@@ -180,14 +180,14 @@ def get_queue_on(name: str, db: str) -> Queue:
     now = time.monotonic()
     if (cached := _cached(key, now)) is not None:
         return cached
-    queue = _rows(db).filter(name=name).first()
+    queue = working_rows(db).filter(name=name).first()
     if queue is None:
         raise QueueNotFound(name, f"Queue {name!r} has no row on database {db!r}.")
     _keep(key, queue, db, now)
     return queue
 
 
-def _rows(db: str) -> QuerySet[Queue]:
+def working_rows(db: str) -> QuerySet[Queue]:
     """The queue rows of ``db`` as a queue's work reads them: without the creation time
     (lookup_statements.QUEUE_COLUMNS)."""
     return Queue.objects.using(db).only(*(f.attname for f in lookup_statements.QUEUE_COLUMNS))

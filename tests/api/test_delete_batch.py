@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 import djqueue
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State, TraceEvent
+from tests.conftest import write_unreadable_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,3 +79,27 @@ def test_ids_that_are_not_a_list_of_integers_are_refused(ids):
     with pytest.raises(InvalidMessage, match="list of integers"):
         djqueue.delete_batch(ids)
     assert Message.objects.get().pk == kept.id
+
+
+def test_messages_whose_times_cannot_be_read_are_deleted_and_hand_their_groups_on():
+    """A hand edit can leave a time no driver reads back (PostgreSQL's 'infinity', text
+    on SQLite that is no date). Deleting is how an operator removes such a row; it read
+    the rows' times and failed on them (SQLite, PostgreSQL). It reads only what it
+    needs now: the state, the group, the attempts and the owner."""
+    djqueue.create_queue("del.ord", ordered=True, trace=True)
+    a1, a2 = (djqueue.send("del.ord", {"n": i}, group_key="a") for i in range(2))
+    loose = [djqueue.send("del.ord", {"n": i}) for i in range(3)]
+    for message in (a1, *loose):
+        for column in ("sent_at", "visible_at"):
+            write_unreadable_time("djqueue_message", column, message.id)
+    assert djqueue.delete(a1.id) is True
+    assert djqueue.delete_batch([m.id for m in loose]) == 3
+    assert list(Message.objects.values_list("pk", "state")) == [(a2.id, State.READY)]
+    assert set(History.objects.values_list("pk", "outcome")) == {
+        (m.id, Outcome.DELETED) for m in (a1, *loose)}
+    assert TraceEvent.objects.filter(event=Event.DELETED).count() == 4
+    # History copied the times as stored; finished() reads them as None.
+    assert [djqueue.finished(m.id).sent_at for m in (a1, *loose)] == [None] * 4
+    assert djqueue.finished(a1.id, queue="del.ord").outcome == Outcome.DELETED
+    [got] = djqueue.receive("del.ord")  # the group's next message holds it now
+    assert got.id == a2.id

@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 import djqueue
+from djqueue.exceptions import ConfigurationError
 from djqueue.monitoring import rollups
 from tests.conftest import write_unreadable_time
 from tests.models import Effect
@@ -57,6 +58,19 @@ def test_the_dashboard_shows_both_queues(superuser, one_queue_unreadable):
         "q.readable": 1, "q.edited": 1}
 
 
+def test_the_dashboard_shows_the_queue_itself_and_runs_its_buttons(superuser,
+                                                                  one_queue_unreadable):
+    """The dashboard of one queue, its charts, and its buttons read the queue's row
+    whole, and failed on it (SQLite, PostgreSQL)."""
+    page = reverse("admin:djqueue_dashboard_changelist")
+    for asked in ({"queue": "q.edited"}, {"queue": "q.edited", "part": "charts"}):
+        assert superuser.get(page, asked).status_code == 200, asked
+    edited = djqueue.get_queue("q.edited")
+    pause = reverse("admin:djqueue_dashboard_operation", args=[edited.pk, "pause"])
+    assert superuser.post(pause).status_code == 302
+    assert djqueue.get_queue("q.edited", fresh=True).paused
+
+
 def test_a_queue_whose_creation_time_cannot_be_read_is_served_with_the_others():
     """Reading a queue's row for work read its creation time too, so a receive or a
     worker serving several queues failed for all of them at one such row, and the
@@ -81,3 +95,27 @@ def test_a_queue_whose_creation_time_cannot_be_read_is_served_with_the_others():
     assert sorted(Effect.objects.values_list("key", flat=True)) == [4, 5]
     described = _attributes(djqueue.get_queue("news:all", fresh=True))
     assert (described["name"], described["created_at"]) == ("news:all", None)
+
+
+def test_a_queue_whose_creation_time_cannot_be_read_takes_new_limits():
+    """set_limits read the queue's whole row to change it, and failed on such a time
+    (SQLite, PostgreSQL): it reads the row as the queue's work does."""
+    edited = djqueue.create_queue("t.limited")
+    write_unreadable_time("djqueue_queue", "created_at", edited.pk)
+    changed = djqueue.set_limits("t.limited", rate_limit="50/s", concurrency_limit=2)
+    assert (changed.rate_limit, changed.concurrency_limit) == ("50/s", 2)
+    assert djqueue.get_queue("t.limited", fresh=True).concurrency_limit == 2
+    with pytest.raises(ConfigurationError, match=r"Invalid limits for 't\.limited'"):
+        djqueue.set_limits("t.limited", rate_limit="fast")
+
+
+def test_a_queue_whose_dead_letter_queue_cannot_be_read_is_described():
+    """The HTTP API's attributes named the dead-letter queue through the queue's foreign
+    key, which read that queue's row whole (SQLite, PostgreSQL)."""
+    from djqueue.http.queue_endpoints import _attributes
+
+    dead = djqueue.create_queue("t.dead")
+    djqueue.create_queue("t.jobs", dead_letter_queue=dead)
+    write_unreadable_time("djqueue_queue", "created_at", dead.pk)
+    described = _attributes(djqueue.get_queue("t.jobs", fresh=True))
+    assert (described["name"], described["dead_letter_queue"]) == ("t.jobs", "t.dead")
