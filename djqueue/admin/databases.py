@@ -124,12 +124,25 @@ class PlacedAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: models.Model, form: Any,
                    change: bool) -> None:
-        obj.save(using=obj._state.db or request_database(request))
+        """Save; a change writes every field but a time its form does not edit (a
+        queue's creation time): one a hand edit left unreadable is shown as None, and
+        writing that back would fail, or erase what was stored."""
+        db = obj._state.db or request_database(request)
+        if not change:
+            obj.save(using=db)
+            return
+        obj.save(using=db, update_fields=[
+            f.name for f in obj._meta.concrete_fields if not f.primary_key and (
+                f.name in form.fields or not isinstance(f, models.DateTimeField)
+                or getattr(f, "auto_now", False))])
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest,
                                  **kwargs: Any) -> Any:
-        kwargs.setdefault("queryset", db_field.remote_field.model._default_manager.using(
-            request_database(request)))
+        """A related row's choices (a queue's dead-letter queue) from the database shown,
+        read without their times, as PlacedRelatedFilter reads them."""
+        related = db_field.remote_field.model
+        kwargs.setdefault("queryset", related._default_manager.using(
+            request_database(request)).defer(*times_of(related)))
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 

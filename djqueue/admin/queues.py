@@ -18,7 +18,7 @@ from djqueue.admin.operations import QUEUE_OPERATIONS, QueueOperation
 from djqueue.admin.permissions import OperationPermissions
 from djqueue.admin.records import ReadOnlyAdmin
 from djqueue.api import consumer_groups
-from djqueue.api.queues import limits_changed
+from djqueue.api.queues import LIMIT_FIELDS, limits_changed
 from djqueue.models import Alarm, AlarmPolicy, ConsumerGroup, Queue, QueueStat, Topic
 from djqueue.storage import placement
 from djqueue.worker import registry
@@ -80,8 +80,8 @@ class QueueAdmin(OperationPermissions, PlacedAdmin):
             obj._state.db = placement.ruled(obj.name) or request_database(request)
         db = obj._state.db or request_database(request)
         with transaction.atomic(using=db):
-            before = (Queue.objects.using(db).select_for_update().filter(pk=obj.pk).first()
-                      if change else None)
+            before = (Queue.objects.using(db).select_for_update().filter(pk=obj.pk)
+                      .only(*LIMIT_FIELDS).first() if change else None)
             super().save_model(request, obj, form, change)
             limits_changed(db, before or Queue(), obj)
 

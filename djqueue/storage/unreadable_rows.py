@@ -29,6 +29,9 @@ UNREADABLE = (DataError, ValueError, OverflowError)
 
 M = TypeVar("M", bound=models.Model)
 
+#: How many foreign keys deep ``select_related()`` without names follows (Django's).
+_JOIN_DEPTH = 5
+
 
 def times_of(model: type[models.Model]) -> tuple[str, ...]:
     """The columns of ``model`` that hold a time."""
@@ -45,13 +48,14 @@ def read_rows(rows: models.QuerySet[M], limit: int | None = None, offset: int = 
     except UNREADABLE:
         pass
     times = times_of(rows.model)
+    joined = _joined_times(rows.model, rows.query.select_related)
     read = []
     for pk in rows.values_list("pk", flat=True)[offset:end]:
         one = rows.filter(pk=pk)
         try:
             row = one.first()
         except UNREADABLE:
-            row = one.defer(*times).first()
+            row = one.defer(*times, *joined).first()
             if row is not None:
                 for name, value in zip(times, _times(one, times), strict=True):
                     setattr(row, name, value)  # read once; not again on access
@@ -106,6 +110,25 @@ def read_values(rows: models.QuerySet[Any], columns: Sequence[str],
             known = dict(zip(others, rest, strict=True))
             known.update(zip(times, _times(one, times), strict=True))
             yield tuple(known[name] for name in columns)
+
+
+def _joined_times(model: type[models.Model], joined: Any, prefix: str = "",
+                  depth: int = 0) -> list[str]:
+    """The times of the rows a query joins in (``select_related``: a tree of field names,
+    True for every foreign key that may not be null, or False), as ``defer`` names them:
+    a joined row shows its name, not its times."""
+    if joined is True:  # as deep as Django follows them
+        joined = {f.name: True for f in model._meta.concrete_fields
+                  if f.is_relation and not f.null} if depth < _JOIN_DEPTH else {}
+    if not isinstance(joined, dict):
+        return []
+    names = []
+    for name, deeper in joined.items():
+        related = model._meta.get_field(name).related_model
+        assert isinstance(related, type), "select_related names foreign keys"
+        names += [f"{prefix}{name}__{time}" for time in times_of(related)]
+        names += _joined_times(related, deeper, f"{prefix}{name}__", depth + 1)
+    return names
 
 
 def _times(one: models.QuerySet[Any], times: Sequence[str]) -> list[Any]:

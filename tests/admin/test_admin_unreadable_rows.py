@@ -6,12 +6,25 @@ row failed every list holding it (a 500) and its own page (a 500, or on SQLite a
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib import admin
+from django.db import connection
 from django.urls import reverse
 
 import djqueue
-from djqueue.models import AlarmPolicy, History, Message, Metric, State, TraceEvent, Worker
+from djqueue.models import (
+    AlarmPolicy,
+    History,
+    Message,
+    Metric,
+    Queue,
+    State,
+    TraceEvent,
+    Worker,
+    WorkflowStep,
+)
 from tests.conftest import write_unreadable_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,3 +95,66 @@ def test_the_message_browser_lists_its_queue_filter_past_a_queue_whose_time_cann
     [queues] = [f for f in listed.context["cl"].filter_specs if f.title == "queue"]
     assert sorted(name for _, name in queues.lookup_choices) == ["a.edited", "a.jobs"]
     assert len(listed.context["cl"].result_list) == 1
+
+
+def _form_of(page: Any, **changed: object) -> dict[str, object]:
+    """What a person submits from ``page``'s form, with ``changed`` typed in."""
+    form = page.context["adminform"].form
+    data: dict[str, object] = {}
+    for name in form.fields:
+        value = form[name].value()
+        if isinstance(value, bool):
+            if value:
+                data[name] = "on"
+        else:
+            data[name] = "" if value is None else value
+    return {**data, **changed}
+
+
+def test_a_queue_whose_creation_time_cannot_be_read_is_listed_edited_and_saved(superuser):
+    """The queue's page listed every queue whole as choices of its dead-letter queue, and
+    its list joined each queue's dead-letter queue whole, so one queue whose creation
+    time a hand edit left unreadable failed both, for every queue; a save wrote that
+    time back as it was shown (none), and failed. Choices and joined rows are read
+    without their times, and a save leaves a time its form does not edit as stored."""
+    dead = djqueue.create_queue("a.dead")
+    jobs = djqueue.create_queue("a.jobs", dead_letter_queue=dead)
+    write_unreadable_time("djqueue_queue", "created_at", dead.pk)
+    listed = superuser.get(reverse("admin:djqueue_queue_changelist"))
+    assert listed.status_code == 200
+    assert {q.name: str(q.dead_letter_queue) for q in listed.context["cl"].result_list} == {
+        "a.dead": "None", "a.jobs": "a.dead"}
+    for queue, changed in [(jobs, {"max_attempts": 7}), (dead, {"concurrency_limit": 3})]:
+        url = reverse("admin:djqueue_queue_change", args=[queue.pk])
+        page = superuser.get(url)
+        assert page.status_code == 200, queue.name
+        saved = superuser.post(url, _form_of(page, **changed))
+        assert saved.status_code == 302, queue.name
+    assert Queue.objects.filter(pk=jobs.pk).values_list("max_attempts", flat=True).get() == 7
+    assert djqueue.get_queue("a.dead", fresh=True).concurrency_limit == 3
+    if connection.vendor != "mysql":  # where a zero date matches IS NULL in a NOT NULL column
+        assert not Queue.objects.filter(created_at__isnull=True).exists()  # left as stored
+
+
+def test_an_alarm_policy_whose_last_firing_cannot_be_read_is_saved_and_keeps_it(superuser):
+    """A save wrote back the last firing as shown (none): it erased what was stored."""
+    policy = AlarmPolicy.objects.create(name="late", metric=Metric.OLDEST_AGE, threshold=60)
+    write_unreadable_time("djqueue_alarmpolicy", "last_fired_at", policy.pk)
+    url = reverse("admin:djqueue_alarmpolicy_change", args=[policy.pk])
+    assert superuser.post(url, _form_of(superuser.get(url), threshold=90)).status_code == 302
+    assert AlarmPolicy.objects.filter(pk=policy.pk, last_fired_at__isnull=False).values_list(
+        "threshold", flat=True).get() == 90
+
+
+def test_a_workflow_whose_steps_times_cannot_be_read_is_shown(superuser):
+    from tests import tasks
+
+    handle = djqueue.chain(djqueue.step(tasks.wf_node, 1).named("first"),
+                           djqueue.step(tasks.wf_node, 2).named("second")).enqueue()
+    write_unreadable_time("djqueue_workflow", "created_at", handle.id)
+    for step in WorkflowStep.objects.filter(workflow_id=handle.id):
+        write_unreadable_time("djqueue_workflowstep", "started_at", step.pk)
+    page = superuser.get(reverse("admin:djqueue_workflow_change", args=[handle.id]))
+    assert page.status_code == 200
+    assert b"first" in page.content and b"second" in page.content
+    assert superuser.get(reverse("admin:djqueue_workflow_changelist")).status_code == 200
