@@ -40,17 +40,26 @@ from djqueue.models import (
 from djqueue.storage import dialects, ordered_groups
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.queue_lookup import create_queue, get_queue_by_id
+from djqueue.storage.unreadable_rows import without_times
 
 
 @on_topic_database
 def get_group(topic: str | Topic, group: str) -> ConsumerGroup:
     t = get_topic(topic)
-    found = ConsumerGroup.objects.using(dialects.alias()).filter(topic=t, name=group).first()
+    found = without_times(ConsumerGroup.objects.using(dialects.alias()).filter(
+        topic=t, name=group)).first()
     if found is None:
         raise TopicNotFound(group, f"Topic {t.name!r} has no consumer group {group!r}.")
     found.topic = t
     return found
 
+
+
+def _subscriptions(cg: ConsumerGroup) -> QuerySet[Subscription]:
+    """The group's subscriptions with their queues, read without their times
+    (djqueue.storage.unreadable_rows.without_times)."""
+    return without_times(Subscription.objects.using(dialects.alias()).filter(group=cg)
+                         .select_related("queue"))
 
 
 @on_topic_database
@@ -91,9 +100,9 @@ def register_consumer(topic: str | Topic, group: str, consumer: str, *,
     cg = get_group(topic, group)
     _check_start(start)
     if cg.mode == GroupMode.CLUSTER:
-        return cg.subscriptions.using(dialects.alias()).get().queue
+        return _subscriptions(cg).get().queue
     check_name(consumer, "consumer", 36)
-    existing = Subscription.objects.using(dialects.alias()).filter(group=cg, consumer=consumer).first()
+    existing = _subscriptions(cg).filter(consumer=consumer).first()
     if existing is not None:
         return existing.queue
     return _add_subscription(cg, consumer, start).queue
@@ -104,22 +113,22 @@ def unregister_consumer(topic: str | Topic, group: str, consumer: str) -> int:
     """Remove a broadcast consumer with its queue and its undelivered messages."""
     cg = get_group(topic, group)
     db = dialects.alias()
-    sub = Subscription.objects.using(db).filter(group=cg, consumer=consumer).first()
+    sub = _subscriptions(cg).filter(consumer=consumer).first()
     if sub is None:
         return 0
     with transaction.atomic(using=db):
         removed, _ = Message.objects.using(db).filter(queue_id=sub.queue_id).delete()
         queue_id = sub.queue_id
-        sub.delete()
-        Queue.objects.using(db).filter(pk=queue_id).delete()
+        # Without their times: Django reads the rows it deletes (for signals, cascades).
+        without_times(Subscription.objects.using(db).filter(pk=sub.pk)).delete()
+        without_times(Queue.objects.using(db).filter(pk=queue_id)).delete()
     return removed
 
 
 @on_topic_database
 def group_queues(topic: str | Topic, group: str) -> list[Queue]:
     cg = get_group(topic, group)
-    return [s.queue for s in cg.subscriptions.using(dialects.alias()).select_related("queue")
-            .order_by("consumer")]
+    return [s.queue for s in _subscriptions(cg).order_by("consumer")]
 
 
 
@@ -141,7 +150,7 @@ def reset_group(topic: str | Topic, group: str, *, to: datetime | int) -> int:
     else:
         raise InvalidMessage(f"Reset to a datetime or a message id, not {to!r}.")
     made = 0
-    for sub in cg.subscriptions.using(dialects.alias()).all():
+    for sub in _subscriptions(cg):
         made += _replay(sub, start)
     return made
 

@@ -48,6 +48,7 @@ from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import get_queue_by_id
 from djqueue.storage.statements.message_inserts import insert_messages
 from djqueue.storage.statements.row_inserts import insert_rows
+from djqueue.storage.unreadable_rows import without_times
 
 BATCH = 1000
 START_NOW, START_EARLIEST = "now", "earliest"
@@ -77,7 +78,7 @@ def on_topic_database(function: F) -> F:
 def create_topic(name: str, *, retention: float | None = None, exist_ok: bool = False) -> Topic:
     check_name(name, "topic", 40)
     db = dialects.alias()
-    existing = Topic.objects.using(db).filter(name=name).first()
+    existing = without_times(Topic.objects.using(db).filter(name=name)).first()
     if existing is not None:
         if exist_ok:
             return existing
@@ -95,7 +96,7 @@ def create_topic(name: str, *, retention: float | None = None, exist_ok: bool = 
 def get_topic(topic: str | Topic) -> Topic:
     if isinstance(topic, Topic):
         return topic
-    found = Topic.objects.using(dialects.alias()).filter(name=topic).first()
+    found = without_times(Topic.objects.using(dialects.alias()).filter(name=topic)).first()
     if found is None:
         raise TopicNotFound(str(topic), f"Topic {topic!r} does not exist. Create it with "
                             "djqueue.create_topic().")

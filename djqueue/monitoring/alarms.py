@@ -23,7 +23,7 @@ from djqueue import signals
 from djqueue.models import Alarm, AlarmPolicy, Metric, QueueDepth, QueueLimiter, Subscription
 from djqueue.storage import dialects
 from djqueue.storage.claim_engines import engine_for
-from djqueue.storage.unreadable_rows import read_rows
+from djqueue.storage.unreadable_rows import read_rows, without_times
 
 logger = logging.getLogger("djqueue.alarms")
 
@@ -111,7 +111,8 @@ def _worst_throttle(policy: AlarmPolicy, depths: list[QueueDepth],
 
 def _worst_lag(policy: AlarmPolicy, depths: list[QueueDepth]) -> Reading | None:
     pending = {d.queue_id: d.pending for d in depths}
-    subs = Subscription.objects.using(dialects.alias()).select_related("group__topic")
+    subs = without_times(Subscription.objects.using(dialects.alias())
+                         .select_related("group__topic"))
     if policy.consumer_group_id is not None:
         subs = subs.filter(group_id=policy.consumer_group_id)
     readings = [Reading(f"{s.group.topic.name}:{s.group.name}"

@@ -32,7 +32,7 @@ from djqueue.models import (
 )
 from djqueue.monitoring import rollups
 from djqueue.storage import dialects
-from djqueue.storage.unreadable_rows import read_rows
+from djqueue.storage.unreadable_rows import read_rows, without_times
 
 RECENT_ALARMS = 10
 TOP_TOPICS = 10
@@ -220,8 +220,8 @@ def _limits(db: str, rows: dict[int, QueueSummary], now: datetime) -> list[Limit
 
 def _group_lags(db: str, rows: dict[int, QueueSummary]) -> list[GroupLagSummary]:
     lags = []
-    for sub in (Subscription.objects.using(db).select_related("group__topic", "queue")
-                .order_by("group__topic__name", "group__name", "consumer")):
+    for sub in without_times(Subscription.objects.using(db).select_related(
+            "group__topic", "queue").order_by("group__topic__name", "group__name", "consumer")):
         row = rows.get(sub.queue_id)
         name = f"{sub.group.topic.name}:{sub.group.name}" + (
             f":{sub.consumer}" if sub.consumer else "")

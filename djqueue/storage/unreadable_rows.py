@@ -64,6 +64,15 @@ def read_rows(rows: models.QuerySet[M], limit: int | None = None, offset: int = 
     return read
 
 
+def without_times(rows: models.QuerySet[M]) -> models.QuerySet[M]:
+    """``rows`` read without the times of their rows and of the rows they join in
+    (``select_related``), for work that reads none of them: a topic's or a consumer
+    group's creation time, say, that a hand edit left unreadable then stops nothing.
+    A deferred time is read on access, as Django reads one."""
+    return rows.defer(*times_of(rows.model), *_joined_times(rows.model,
+                                                            rows.query.select_related))
+
+
 def first_row(rows: models.QuerySet[M]) -> M | None:
     """The first of ``rows``, or None, read as :func:`read_rows` reads them."""
     found = read_rows(rows, 1)

@@ -188,3 +188,47 @@ def test_broadcast_workers_each_process_every_message(spawn):
     for worker in workers:
         worker.signal(15)
     assert [w.wait(30) for w in workers] == [0, 0]
+
+
+def test_a_topic_and_its_groups_whose_creation_times_cannot_be_read_go_on(superuser):
+    """A hand edit can leave a time no driver reads back (PostgreSQL's 'infinity', text on
+    SQLite that is no date). Every topic operation read its topic's row whole, and the
+    group operations their group's and subscriptions' too, so one such creation time
+    stopped publishing to the topic; the dashboard and the group-lag alarm read every
+    subscription joined to its group and topic, and failed for every queue. No work
+    reads those times now (djqueue.storage.unreadable_rows.without_times)."""
+    from django.urls import reverse
+
+    from djqueue.models import AlarmPolicy, ConsumerGroup, Metric, Subscription, Topic
+    from djqueue.monitoring import alarms, rollups
+    from djqueue.storage import queue_lookup
+    from tests.conftest import write_unreadable_time
+
+    djqueue.create_topic("news")
+    djqueue.subscribe("news", "all")
+    djqueue.subscribe("news", "each", mode="broadcast")
+    djqueue.register_consumer("news", "each", "c1")
+    for table, model in [("djqueue_topic", Topic), ("djqueue_consumergroup", ConsumerGroup),
+                         ("djqueue_subscription", Subscription)]:
+        for pk in model.objects.values_list("pk", flat=True):
+            write_unreadable_time(table, "created_at", pk)
+    for pk in Subscription.objects.values_list("queue_id", flat=True):
+        write_unreadable_time("djqueue_queue", "created_at", pk)
+    queue_lookup.forget_cached()
+    assert djqueue.create_topic("news", exist_ok=True).name == "news"
+    djqueue.publish_batch("news", [{"n": 1}, {"n": 2}])
+    assert [q.name for q in djqueue.group_queues("news", "each")] == ["news:each:c1"]
+    assert djqueue.register_consumer("news", "each", "c1").name == "news:each:c1"
+    assert djqueue.register_consumer("news", "all", "any").name == "news:all"
+    assert djqueue.reset_group("news", "all", to=0) == 2  # replayed: 2 deliveries again
+    got = djqueue.receive("news:all", max_messages=5)
+    assert sorted(m.payload["n"] for m in got) == [1, 2]
+    for message in got:
+        message.ack()
+    rollups.sample_depth()
+    page = superuser.get(reverse("admin:djqueue_dashboard_changelist"))
+    assert page.status_code == 200
+    assert {g.name for g in page.context["data"].groups} == {"news:all", "news:each:c1"}
+    AlarmPolicy.objects.create(name="lag", metric=Metric.GROUP_LAG, threshold=1)
+    assert [a.subject for a in alarms.evaluate()] == ["news:each:c1"]
+    assert djqueue.unregister_consumer("news", "each", "c1") == 2
