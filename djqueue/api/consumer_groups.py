@@ -40,7 +40,7 @@ from djqueue.models import (
 from djqueue.storage import dialects, ordered_groups
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.queue_lookup import create_queue, get_queue_by_id
-from djqueue.storage.unreadable_rows import without_times
+from djqueue.storage.unreadable_rows import read_rows, without_times
 
 
 @on_topic_database
@@ -171,7 +171,7 @@ def _replay(sub: Subscription, bodies_query: QuerySet[Body]) -> int:
     made = 0
     last_id = 0
     while True:
-        batch = list(bodies_query.using(db).filter(id__gt=last_id).order_by("id")[:BATCH])
+        batch = read_rows(bodies_query.using(db).filter(id__gt=last_id).order_by("id"), BATCH)
         if not batch:
             break
         with transaction.atomic(using=db):

@@ -16,6 +16,7 @@ from djqueue.models import Event, History, Message, Outcome, State
 from djqueue.storage import dialects, history_copy, ordered_groups, partitions, placement, trace
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.claim_resume import ready_again
+from djqueue.storage.claims import attach_bodies
 from djqueue.storage.queue_lookup import QueueRef, get_queue, get_queue_on
 from djqueue.storage.unreadable_rows import first_row, read_rows
 
@@ -184,8 +185,9 @@ def get_message(message_id: int, *, queue: QueueRef | None = None) -> Message | 
     ``queue`` as for :func:`retry_now`."""
     if isinstance(message_id, bool) or not isinstance(message_id, int):
         raise InvalidMessage(f"get_message() takes a message id, not {message_id!r}.")
-    found = first_row(_messages(queue)[1].filter(pk=message_id))
-    return None if found is None else _without_lease(found)
+    db, messages = _messages(queue)
+    found = first_row(messages.filter(pk=message_id))
+    return None if found is None else _as_shown(db, [found])[0]
 
 
 def peek(queue: QueueRef | None = None, *, state: State | None = None,
@@ -201,7 +203,8 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
         found = [m for db in partitions.served(q) for m in peek(
             get_queue_on(q.name, db), state=state, older_than=older_than, limit=limit)]
         return sorted(found, key=lambda m: (m.sent_at is None, m.sent_at or 0))[:limit]
-    query = _messages(q)[1].order_by("id")
+    db, query = _messages(q)
+    query = query.order_by("id")
     if state is not None:
         query = query.filter(state=State(state))
     if older_than is not None:
@@ -212,12 +215,16 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
         except ValueError as exc:
             raise InvalidMessage(str(exc)) from None
         query = query.filter(sent_at__lte=timezone.now() - timedelta(seconds=seconds))
-    return [_without_lease(m) for m in read_rows(query, limit)]
+    return _as_shown(db, read_rows(query, limit))
 
 
-def _without_lease(message: Message) -> Message:
-    message.lease_token = ""
-    return message
+def _as_shown(db: str, messages: list[Message]) -> list[Message]:
+    """``messages`` without their lease tokens, and a topic delivery's body read as a
+    claim reads it (attach_bodies: its publication time, which may not read, left out)."""
+    attach_bodies(db, messages)
+    for message in messages:
+        message.lease_token = ""
+    return messages
 
 
 def delete(message: Message | int, *, only_unclaimed: bool = False,

@@ -170,11 +170,13 @@ def _with_ttl(queue: Queue, body: Body, now: datetime) -> dict[str, Any] | None:
 
 
 def deliver(db: str, queue: Queue, bodies: Sequence[Body]) -> list[Message]:
-    """Insert one delivery of each body into ``queue`` (in the caller's transaction)."""
+    """Insert one delivery of each body into ``queue`` (in the caller's transaction). A
+    body replayed whose publication time a hand edit left unreadable (read as None,
+    djqueue.storage.unreadable_rows) is sent now."""
     now = timezone.now()
     messages = [Message(queue=queue, body="", stored_body=b, headers=_with_ttl(queue, b, now),
                         priority=b.priority, group_key=b.group_key, state=State.READY,
-                        visible_at=now, sent_at=b.published_at) for b in bodies]
+                        visible_at=now, sent_at=b.published_at or now) for b in bodies]
     if queue.max_depth is not None:
         reserve_depth(queue, len(messages))
     ordered_groups.enqueue_states(db, messages)

@@ -26,7 +26,7 @@ from djqueue.storage.claim_limits import claim_limited
 from djqueue.storage.claim_resume import ResumePoint, resume_points
 from djqueue.storage.statements.claim_statements import lock_ready, lock_ready_after, stamp_claimed
 from djqueue.storage.transitions import ack_locked
-from djqueue.storage.unreadable_rows import UNREADABLE
+from djqueue.storage.unreadable_rows import UNREADABLE, without_times
 from djqueue.types import AckHook
 
 cache_queue = fastpath.related_cacher(Message, "queue")
@@ -177,11 +177,13 @@ def _claim_resuming(db: str, queue: Queue, want: int, stamp: Stamp,
 
 
 def attach_bodies(db: str, messages: Sequence[Message]) -> None:
-    """Load the stored bodies of topic deliveries in one query."""
+    """Load the stored bodies of topic deliveries in one query, without their publication
+    time, which a delivery never reads: one a hand edit left unreadable failed every
+    claim of the queues holding its deliveries (djqueue.storage.unreadable_rows)."""
     ids = {m.stored_body_id for m in messages if m.stored_body_id is not None}
     if not ids:
         return
-    bodies = Body.objects.using(db).in_bulk(list(ids))
+    bodies = without_times(Body.objects.using(db)).in_bulk(list(ids))
     for message in messages:
         if message.stored_body_id is not None:
             message.stored_body = bodies[message.stored_body_id]

@@ -196,7 +196,9 @@ def test_a_topic_and_its_groups_whose_creation_times_cannot_be_read_go_on(superu
     group operations their group's and subscriptions' too, so one such creation time
     stopped publishing to the topic; the dashboard and the group-lag alarm read every
     subscription joined to its group and topic, and failed for every queue. No work
-    reads those times now (djqueue.storage.unreadable_rows.without_times)."""
+    reads those times now (djqueue.storage.unreadable_rows.without_times). A retained
+    message's publication time failed every claim, peek and replay of its deliveries:
+    a delivery never reads it, and a replay sends such a message now."""
     from django.urls import reverse
 
     from djqueue.models import AlarmPolicy, ConsumerGroup, Metric, Subscription, Topic
@@ -216,8 +218,12 @@ def test_a_topic_and_its_groups_whose_creation_times_cannot_be_read_go_on(superu
         write_unreadable_time("djqueue_queue", "created_at", pk)
     queue_lookup.forget_cached()
     assert djqueue.create_topic("news", exist_ok=True).name == "news"
-    djqueue.publish_batch("news", [{"n": 1}, {"n": 2}])
+    first, _ = djqueue.publish_batch("news", [{"n": 1}, {"n": 2}])
+    write_unreadable_time("djqueue_body", "published_at", first.pk)  # replayed all the same
     assert [q.name for q in djqueue.group_queues("news", "each")] == ["news:each:c1"]
+    peeked = djqueue.peek("news:each:c1")  # a delivery's body is read as a claim reads it
+    assert [m.payload["n"] for m in peeked] == [1, 2]
+    assert djqueue.get_message(peeked[0].id).payload == {"n": 1}
     assert djqueue.register_consumer("news", "each", "c1").name == "news:each:c1"
     assert djqueue.register_consumer("news", "all", "any").name == "news:all"
     assert djqueue.reset_group("news", "all", to=0) == 2  # replayed: 2 deliveries again
