@@ -14,6 +14,11 @@ the rest of it is as stored. :func:`read_values` does the same for the columns o
 too large to hold, for a reader that has already failed on it (the statistics' count of
 finished messages). Each reader says what an unknown time means to it. A claim does not
 read messages so: it sets an unreadable one aside (djqueue.storage.unreadable_messages).
+
+Work that needs no time of a row reads it through :func:`without_times` (a topic, a
+consumer group, a delivery's body) or, for queues, queue_lookup.working_rows. Why at
+each reader, not as the models' default: the admin and the reports show those times,
+and a deferred time is one more query a row when read.
 """
 
 from __future__ import annotations
