@@ -276,12 +276,18 @@ def test_a_worker_whose_session_lock_another_session_holds_takes_it_back_once_fr
 
 
 def a_worker_holding_two_long_claims(spawn) -> tuple:
-    """A worker process running two handlers that sleep 600 s, and its row."""
+    """A worker process running two handlers that sleep 600 s, and its row.
+
+    Returned once both handlers have written their start (and so use the database no
+    more): behind a pooler in transaction mode, ending the server session that holds
+    the worker's lock also fails whatever client transaction runs on that session at
+    that moment, and a handler's first insert failed so (a clean-clone run, once)."""
     djqueue.create_queue("t.slow", visibility_timeout=600)
     djqueue.send_batch("t.slow", [{"n": i, "sleep": 600} for i in (1, 2)])
     worker = spawn("djqueue_worker", "t.slow", "-c", "2", "-b", "2")
-    wait_until(lambda: Message.objects.filter(state=State.CLAIMED).count() == 2, 30,
-               "the worker to claim both messages")
+    wait_until(lambda: Message.objects.filter(state=State.CLAIMED).count() == 2
+               and Effect.objects.filter(key__in=(-1, -2)).count() == 2, 30,
+               "the worker to claim both messages and start their handlers")
     return worker, Worker.objects.get()
 
 
