@@ -20,7 +20,7 @@ from django.http import HttpRequest, QueryDict
 
 from djqueue.admin.paging import RowReadingChangeList
 from djqueue.storage import dialects, placement
-from djqueue.storage.unreadable_rows import UNREADABLE, first_row, times_of
+from djqueue.storage.unreadable_rows import UNREADABLE, first_row, without_times
 
 #: The query parameter naming the database a page shows.
 PARAMETER = "database"
@@ -70,8 +70,8 @@ class PlacedRelatedFilter(admin.RelatedFieldListFilter):
     whole."""
 
     def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list:
-        rows = field.related_model._default_manager.using(request_database(request)).defer(
-            *times_of(field.related_model))
+        rows = without_times(field.related_model._default_manager.using(
+            request_database(request)))
         ordering = self.field_admin_ordering(field, request, model_admin)
         return [(row.pk, str(row)) for row in (rows.order_by(*ordering) if ordering else rows)]
 
@@ -141,8 +141,8 @@ class PlacedAdmin(admin.ModelAdmin):
         """A related row's choices (a queue's dead-letter queue) from the database shown,
         read without their times, as PlacedRelatedFilter reads them."""
         related = db_field.remote_field.model
-        kwargs.setdefault("queryset", related._default_manager.using(
-            request_database(request)).defer(*times_of(related)))
+        kwargs.setdefault("queryset", without_times(related._default_manager.using(
+            request_database(request))))
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 

@@ -55,11 +55,11 @@ def get_group(topic: str | Topic, group: str) -> ConsumerGroup:
 
 
 
-def _subscriptions(cg: ConsumerGroup) -> QuerySet[Subscription]:
-    """The group's subscriptions with their queues, read without their times
-    (djqueue.storage.unreadable_rows.without_times)."""
-    return without_times(Subscription.objects.using(dialects.alias()).filter(group=cg)
-                         .select_related("queue"))
+def _subscriptions(cg: ConsumerGroup, *, with_queues: bool = False) -> QuerySet[Subscription]:
+    """The group's subscriptions (joined to their queues if ``with_queues``), read
+    without their times (djqueue.storage.unreadable_rows.without_times)."""
+    rows = Subscription.objects.using(dialects.alias()).filter(group=cg)
+    return without_times(rows.select_related("queue") if with_queues else rows)
 
 
 @on_topic_database
@@ -100,9 +100,9 @@ def register_consumer(topic: str | Topic, group: str, consumer: str, *,
     cg = get_group(topic, group)
     _check_start(start)
     if cg.mode == GroupMode.CLUSTER:
-        return _subscriptions(cg).get().queue
+        return _subscriptions(cg, with_queues=True).get().queue
     check_name(consumer, "consumer", 36)
-    existing = _subscriptions(cg).filter(consumer=consumer).first()
+    existing = _subscriptions(cg, with_queues=True).filter(consumer=consumer).first()
     if existing is not None:
         return existing.queue
     return _add_subscription(cg, consumer, start).queue
@@ -128,7 +128,7 @@ def unregister_consumer(topic: str | Topic, group: str, consumer: str) -> int:
 @on_topic_database
 def group_queues(topic: str | Topic, group: str) -> list[Queue]:
     cg = get_group(topic, group)
-    return [s.queue for s in _subscriptions(cg).order_by("consumer")]
+    return [s.queue for s in _subscriptions(cg, with_queues=True).order_by("consumer")]
 
 
 
