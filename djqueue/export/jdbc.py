@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,9 +43,23 @@ class JdbcSource:
     jar_path: str
     properties: dict[str, str] = field(default_factory=dict)
 
-    def options(self, table: str) -> dict[str, str]:
-        return {"url": self.url, "driver": self.driver.driver_class, "dbtable": table,
-                **self.properties}
+    def options(self, table: str, columns: Sequence[str] = (),
+                times: Collection[str] = ()) -> dict[str, str]:
+        """Spark's JDBC options to read ``table``. On PostgreSQL, given its ``columns``,
+        the ``times`` among them read as null where they hold ``'infinity'``."""
+        return {"url": self.url, "driver": self.driver.driver_class,
+                "dbtable": self._table_read(table, columns, times), **self.properties}
+
+    def _table_read(self, table: str, columns: Sequence[str], times: Collection[str]) -> str:
+        # Why PostgreSQL only: its driver reads 'infinity' as a time Spark cannot hold
+        # and writes out as garbage (Parquet readers then fail on the file), where
+        # MariaDB's driver reads a zero date as null and SQLite's text is parsed in
+        # Spark (job.read). The names are the model's columns, never user text.
+        if self.driver is not DRIVERS["postgresql"] or not set(times) & set(columns):
+            return table
+        read = ", ".join(f'CASE WHEN isfinite("{c}") THEN "{c}" END AS "{c}"' if c in times
+                         else f'"{c}"' for c in columns)
+        return f'(SELECT {read} FROM "{table}") AS "{table}"'
 
 
 def source_for(settings_dict: dict, vendor: str, jar_dir: str | None = None) -> JdbcSource:

@@ -153,14 +153,14 @@ class Exporter:
     def read(self, db: str, model: Any, bounds: tuple[int, int] | None) -> Any:
         """A model's table on ``db`` over JDBC, split on the primary key when ``bounds`` are
         given."""
+        columns = [f.column for f in model._meta.concrete_fields]
+        names = [c for c in columns if c in TIMESTAMPS]
         reader = self.spark.read.format("jdbc").options(**self.sources[db].options(
-            model._meta.db_table)).option("fetchsize", "10000")
-        if connections[self.reads[db]].vendor == "sqlite":
+            model._meta.db_table, columns, names)).option("fetchsize", "10000")
+        if connections[self.reads[db]].vendor == "sqlite" and names:
             # Why: SQLite keeps datetimes as text, which the JDBC driver cannot
             # read as timestamps; read them as strings and convert in Spark.
-            names = [f.column for f in model._meta.concrete_fields if f.column in TIMESTAMPS]
-            if names:
-                reader = reader.option("customSchema", ", ".join(f"{n} STRING" for n in names))
+            reader = reader.option("customSchema", ", ".join(f"{n} STRING" for n in names))
         if bounds is not None and self.options.partitions > 1:
             low, high = bounds
             reader = reader.options(partitionColumn=model._meta.pk.column, lowerBound=str(low),
@@ -171,7 +171,9 @@ class Exporter:
 
         for name in TIMESTAMPS:
             if name in frame.columns and dict(frame.dtypes)[name] == "string":
-                frame = frame.withColumn(name, F.to_timestamp(name))
+                # try_: a text that is no time (a hand edit) is read as null, as the
+                # other databases' unreadable times are, rather than failing the run.
+                frame = frame.withColumn(name, F.try_to_timestamp(name))
         return frame
 
     def history(self, start: datetime | None, end: datetime) -> Any:

@@ -198,3 +198,46 @@ def test_the_same_job_runs_under_spark_submit(spark, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "history: 300 rows" in result.stdout
     assert ExportRun.objects.get().rows == 300
+
+
+
+def test_times_no_driver_reads_are_exported_empty_and_the_run_goes_on(spark, tmp_path):
+    """A time a hand edit left unreadable (PostgreSQL's 'infinity', SQLite text that is
+    no time, MariaDB's zero date) failed the whole run on SQLite (Spark's strict cast),
+    and on PostgreSQL was written out as a time out of every range, so the Parquet file
+    could not be read back. Each such time is exported empty now, its row with it."""
+    from tests.conftest import write_unreadable_time
+
+    queue = djqueue.create_queue("odd")
+    rows = make_history(100, 1, timezone.now() - timedelta(days=1), [queue], random.Random(3))
+    write_unreadable_time("djqueue_history", "sent_at", rows[0].id)
+    write_unreadable_time("djqueue_history", "claimed_at", rows[1].id)
+    write_unreadable_time("djqueue_history", "finished_at", rows[2].id)
+    write_unreadable_time("djqueue_queue", "created_at", queue.id)
+    dlq = djqueue.create_queue("odd.dead")
+    djqueue.create_queue("odd2", max_attempts=1, dead_letter_queue=dlq)
+    djqueue.send_batch("odd2", [{"n": n} for n in range(3)])
+    for m in djqueue.receive("odd2", max_messages=3):
+        m.nack(error="boom")
+    dead = sorted(Message.objects.filter(state=State.DEAD).values_list("id", flat=True))
+    write_unreadable_time("djqueue_message", "sent_at", dead[0])
+    write_unreadable_time("djqueue_message", "claimed_at", dead[1])
+
+    result = exporter(tmp_path, spark, report=True).run()
+    table = {(row["queue"], int(row["id"])): row for row in read_back(tmp_path / "history")}
+    # A finish time that cannot be read places its row in no window, except where the
+    # database sorts it first (MariaDB's zero date): then the full run takes it.
+    unplaced = connection.vendor != "mysql"
+    assert result.datasets["history"] == len(table) == 103 - unplaced
+    assert (("odd", rows[2].id) not in table) == unplaced
+    for key, empty in ((("odd", rows[0].id), "sent_at"), (("odd", rows[1].id), "claimed_at"),
+                       (("odd2", dead[0]), "sent_at"), (("odd2", dead[1]), "claimed_at")):
+        row = table[key]
+        assert row[empty] is None and row["wait_seconds"] is None, row
+        assert row["finished_at"] is not None
+    kept = table[("odd", rows[3].id)]
+    assert kept["sent_at"] == rows[3].sent_at.replace(tzinfo=None)
+    assert kept["wait_seconds"] == pytest.approx(
+        (rows[3].claimed_at - rows[3].sent_at).total_seconds())
+    hourly = read_back(tmp_path / "report" / "queue_hourly")
+    assert sum(row["messages"] for row in hourly) == len(table)
