@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.http import HttpRequest, QueryDict
@@ -147,8 +147,29 @@ class PlacedAdmin(admin.ModelAdmin):
 
 
 def _on_database(request: HttpRequest, view: Any, *args: Any, **kwargs: Any) -> Any:
-    with dialects.using(request_database(request)):
+    db = request_database(request)
+    with dialects.using(db):
         response = view(*args, **kwargs)
         if hasattr(response, "render") and not getattr(response, "is_rendered", True):
-            response.render()
+            _render(request, response)
     return response
+
+
+def _render(request: HttpRequest, response: Any) -> None:
+    """Render; a list whose date bar cannot read its column's range (a row holding a
+    time no driver reads back: Django's bar reads the first and last, then the years)
+    is rendered again without the bar, and says why. The rows themselves are read
+    as RowReadingChangeList reads them."""
+    cl: Any = (response.context_data or {}).get("cl")
+    if cl is None or not getattr(cl, "date_hierarchy", None):
+        response.render()
+        return
+    # No savepoint is needed under ATOMIC_REQUESTS: what fails is the driver's or
+    # Django's reading of a value the server sent, which aborts no transaction.
+    try:
+        response.render()
+    except (*UNREADABLE, AttributeError) as exc:  # SQLite's months: None for such text
+        messages.warning(request, f"The date bar is left out: a row's "
+                                  f"{cl.date_hierarchy} cannot be read ({exc}).")
+        cl.date_hierarchy = None
+        response.render()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from djqueue.models.shown_times import shown_time
+
 
 class ExportRun(models.Model):
     """One successful export. The newest run of a target ends where the next one begins."""
@@ -18,4 +20,4 @@ class ExportRun(models.Model):
         indexes = [models.Index(fields=["target", "window_end"], name="djqueue_export_target")]
 
     def __str__(self) -> str:
-        return f"{self.target} until {self.window_end:%Y-%m-%d %H:%M:%S}"
+        return f"{self.target} until {shown_time(self.window_end, '%Y-%m-%d %H:%M:%S')}"

@@ -11,6 +11,7 @@ from django.utils import timezone
 from djqueue.conf import get_settings
 from djqueue.cron import Cron, parse_time_zone
 from djqueue.exceptions import ConfigurationError
+from djqueue.models.shown_times import shown_time
 
 
 class PeriodicSchedule(models.Model):
@@ -101,4 +102,4 @@ class PeriodicTick(models.Model):
                                                name="djqueue_periodic_tick_once")]
 
     def __str__(self) -> str:
-        return f"{self.name} @ {self.tick_at:%Y-%m-%d %H:%M}"
+        return f"{self.name} @ {shown_time(self.tick_at)}"

@@ -12,6 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from djqueue import histograms
+from djqueue.models.shown_times import shown_time
 
 
 class Period(models.TextChoices):
@@ -58,7 +59,7 @@ class QueueStat(models.Model):
         indexes = [models.Index(fields=["period", "start"], name="djqueue_stat_period")]
 
     def __str__(self) -> str:
-        return f"{self.queue_id} {self.get_period_display()} {self.start:%Y-%m-%d %H:%M}"
+        return f"{self.queue_id} {self.get_period_display()} {shown_time(self.start)}"
 
     @property
     def timed(self) -> int:
@@ -98,7 +99,7 @@ class TopicStat(models.Model):
         indexes = [models.Index(fields=["period", "start"], name="djqueue_topicstat_period")]
 
     def __str__(self) -> str:
-        return f"{self.topic_id} {self.get_period_display()} {self.start:%Y-%m-%d %H:%M}"
+        return f"{self.topic_id} {self.get_period_display()} {shown_time(self.start)}"
 
 
 class QueueDepth(models.Model):
