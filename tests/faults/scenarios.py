@@ -139,10 +139,15 @@ def poison_messages(cluster: Cluster, good: int, poison_each: int) -> Report:
                                               "WHERE state = 4")]
     matching = sum(1 for kind, errs in errors
                    if kind and errs and expected[kind] in errs[-1]["error"])
+    # What the others ended with, so that a failed run says which and why (it failed
+    # once with 11 of 12, and the counts alone could not tell which).
+    unexpected = [(kind, [e["error"][:160] for e in errs]) for kind, errs in errors
+                  if not (kind and errs and expected[kind] in errs[-1]["error"])]
     finished = cluster.query("SELECT COUNT(*) FROM djqueue_history WHERE queue_id = %s",
                              (queue_id,))[0][0]
     report.dead_lettered = len(errors)
     report.lost = good + 3 * poison_each - finished - len(errors)
     report.notes.update({"worker_survived": survived, "good_finished": finished,
-                         "dead_with_expected_error": matching})
+                         "dead_with_expected_error": matching,
+                         "dead_with_other_errors": unexpected})
     return report
