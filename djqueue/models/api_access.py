@@ -4,7 +4,6 @@ hashed tokens and per-queue grants, in the project's own database."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
 
 from django.core.validators import RegexValidator
 from django.db import models
@@ -70,9 +69,6 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"djq_{self.key}_…"
-
-    def is_usable(self, now: datetime) -> bool:
-        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
 
 
 class ApiGrant(models.Model):

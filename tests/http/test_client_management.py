@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -89,3 +90,37 @@ def test_a_token_expires_after_seconds_or_a_timedelta_and_refuses_a_bool():
     with pytest.raises(TypeError, match="not True or False"):
         access.issue_token(client, expires_in=True)
     assert ApiToken.objects.filter(client=client).count() == 2
+
+
+def test_the_admin_counts_the_tokens_the_api_accepts_and_lists_unreadable_times(admin_theme):
+    """The clients' list counted a client's usable tokens in Python from the tokens'
+    times: a time a hand edit left unreadable failed the whole list (SQLite,
+    PostgreSQL), and MariaDB's zero date, read as None, counted as never expiring
+    where the API refuses it. It counts in SQL now, by the API's own rule."""
+    from djqueue.storage.statements import api_statements
+    from tests.conftest import write_unreadable_time
+
+    client = ApiClient.objects.create(name="svc")
+    tokens = [access.issue_token(client) for _ in range(4)]
+    access.issue_token(client, expires_in=-60)  # expired
+    rows = list(ApiToken.objects.filter(client=client).order_by("pk"))
+    ApiToken.objects.filter(pk=rows[0].pk).update(revoked_at=timezone.now())
+    write_unreadable_time("djqueue_apitoken", "expires_at", rows[1].pk)
+    for column in ("created_at", "last_used_at"):
+        write_unreadable_time("djqueue_apitoken", column, rows[2].pk)
+    write_unreadable_time("djqueue_apiclient", "created_at", client.pk)
+    now = timezone.now()
+    accepted = sum(api_statements.usable_token("default", row.key, now) is not None
+                   for row in rows)
+    # PostgreSQL's 'infinity' and SQLite's text sort after now: not expired; MariaDB's
+    # zero date before it.
+    assert accepted == (2 if connection.vendor == "mysql" else 3)
+    for token in tokens[2:]:
+        assert access.authenticate(f"Bearer {token}").name == "client 'svc'"
+    browser = Client()
+    browser.force_login(User.objects.create_superuser("root", password="x" * 12))
+    page = browser.get(reverse("admin:djqueue_apiclient_changelist"))
+    assert page.status_code == 200
+    [listed] = page.context["cl"].result_list
+    assert f'<td class="field-usable_tokens">{accepted}</td>' in page.content.decode()
+    assert listed.created_at is None
