@@ -7,25 +7,23 @@ stored, so it cannot be shown again.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from djqueue.admin.paging import RowReadingChangeList
+from djqueue.admin.row_reading import RowReadingAdmin, RowReadingInline
 from djqueue.http import access
 from djqueue.models import ApiClient, ApiGrant, ApiToken
 
 
-class ApiGrantInline(admin.TabularInline):
+class ApiGrantInline(RowReadingInline):
     model = ApiGrant
     extra = 1
     fields = ["queue_pattern", "permission"]
 
 
-class ApiTokenInline(admin.TabularInline):
+class ApiTokenInline(RowReadingInline):
     model = ApiToken
     extra = 0
     can_delete = False
@@ -37,12 +35,13 @@ class ApiTokenInline(admin.TabularInline):
 
 
 @admin.register(ApiClient)
-class ApiClientAdmin(admin.ModelAdmin):
+class ApiClientAdmin(RowReadingAdmin):
     list_display = ["name", "is_active", "requests_per_second", "grants_shown",
                     "usable_tokens", "created_at"]
     list_filter = ["is_active"]
     search_fields = ["name", "description"]
     inlines = [ApiGrantInline, ApiTokenInline]
+    readonly_fields = ["created_at"]
     actions = ["issue_token", "rotate_tokens", "revoke_tokens"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiClient]:
@@ -55,9 +54,6 @@ class ApiClientAdmin(admin.ModelAdmin):
             Q(tokens__expires_at__isnull=True) | Q(tokens__expires_at__gt=now))
         return super().get_queryset(request).prefetch_related("grants").annotate(
             usable_token_count=Count("tokens", filter=usable))
-
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[RowReadingChangeList]:
-        return RowReadingChangeList
 
     @admin.display(description="grants")
     def grants_shown(self, client: ApiClient) -> str:

@@ -14,13 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
 from django.db import models
 from django.http import HttpRequest, QueryDict
 
-from djqueue.admin.paging import RowReadingChangeList
+from djqueue.admin.row_reading import RowReadingAdmin
 from djqueue.storage import dialects, placement
-from djqueue.storage.unreadable_rows import UNREADABLE, first_row, without_times
+from djqueue.storage.unreadable_rows import UNREADABLE, without_times
 
 #: The query parameter naming the database a page shows.
 PARAMETER = "database"
@@ -76,10 +75,9 @@ class PlacedRelatedFilter(admin.RelatedFieldListFilter):
         return [(row.pk, str(row)) for row in (rows.order_by(*ordering) if ordering else rows)]
 
 
-class PlacedAdmin(admin.ModelAdmin):
-    """A djqueue model's admin that reads and writes the database the request names, and
-    shows a row holding a time no driver reads back with that time empty, in its list
-    (RowReadingChangeList) and on its own page (get_object)."""
+class PlacedAdmin(RowReadingAdmin):
+    """The admin of a table every queue database holds: it reads and writes the
+    database the request names (and reads its rows as RowReadingAdmin does)."""
 
     # Every view runs, and renders, on the request's database, so what it calls (an
     # action through the API, a field reading a message's progress) works there too.
@@ -93,57 +91,14 @@ class PlacedAdmin(admin.ModelAdmin):
     def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         return _on_database(request, super().delete_view, request, *args, **kwargs)
 
-    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
-        return super().get_queryset(request).using(request_database(request))
-
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[RowReadingChangeList]:
-        return RowReadingChangeList
-
-    def get_object(self, request: HttpRequest, object_id: str,
-                   from_field: str | None = None) -> Any:
-        """The row, as Django reads it; if that fails on a time no driver reads back (or
-        finds nothing: Django takes SQLite's ValueError for a missing row), read again
-        through first_row, with that time None."""
-        try:
-            found = super().get_object(request, object_id, from_field)
-        except UNREADABLE:
-            found = None
-        if found is not None or from_field is not None:
-            return found
-        try:
-            pk = self.model._meta.pk.to_python(object_id)
-        except (ValidationError, ValueError):
-            return None
-        return first_row(self.get_queryset(request).filter(pk=pk))
+    def database(self, request: HttpRequest) -> str:
+        return request_database(request)
 
     def get_list_filter(self, request: HttpRequest) -> list:
         filters = [(f, PlacedRelatedFilter) if isinstance(f, str) and isinstance(
             self.model._meta.get_field(f), models.ForeignKey) else f
             for f in super().get_list_filter(request)]
         return filters if len(placement.databases()) == 1 else [DatabaseFilter, *filters]
-
-    def save_model(self, request: HttpRequest, obj: models.Model, form: Any,
-                   change: bool) -> None:
-        """Save; a change writes every field but a time its form does not edit (a
-        queue's creation time): one a hand edit left unreadable is shown as None, and
-        writing that back would fail, or erase what was stored."""
-        db = obj._state.db or request_database(request)
-        if not change:
-            obj.save(using=db)
-            return
-        obj.save(using=db, update_fields=[
-            f.name for f in obj._meta.concrete_fields if not f.primary_key and (
-                f.name in form.fields or not isinstance(f, models.DateTimeField)
-                or getattr(f, "auto_now", False))])
-
-    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest,
-                                 **kwargs: Any) -> Any:
-        """A related row's choices (a queue's dead-letter queue) from the database shown,
-        read without their times, as PlacedRelatedFilter reads them."""
-        related = db_field.remote_field.model
-        kwargs.setdefault("queryset", without_times(related._default_manager.using(
-            request_database(request))))
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
 def _on_database(request: HttpRequest, view: Any, *args: Any, **kwargs: Any) -> Any:

@@ -26,10 +26,10 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
 
+from djqueue.admin.row_reading import RowReadingAdmin
 from djqueue.exceptions import ConfigurationError, UntrustedTask
 from djqueue.maintenance.periodic import Schedule
 from djqueue.models import PeriodicSchedule, PeriodicTick
-from djqueue.storage import placement
 from djqueue.tasks import known_tasks
 
 #: How many next runs a schedule's page shows.
@@ -114,7 +114,7 @@ def _plan(schedule: PeriodicSchedule) -> Schedule | str:
 
 
 @admin.register(PeriodicSchedule)
-class PeriodicScheduleAdmin(admin.ModelAdmin):
+class PeriodicScheduleAdmin(RowReadingAdmin):
     form = PeriodicScheduleForm
     list_display = ["name", "task_path", "cron", "time_zone_shown", "enabled", "last_run",
                     "next_run"]
@@ -129,12 +129,7 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[PeriodicSchedule]:
         last = (PeriodicTick.objects.filter(name=OuterRef("name")).values("name")
                 .annotate(last=Max("tick_at")).values("last"))
-        return (super().get_queryset(request).using(placement.home())
-                .annotate(last_tick=Subquery(last)))
-
-    def save_model(self, request: HttpRequest, obj: PeriodicSchedule, form: Any,
-                   change: bool) -> None:
-        obj.save(using=placement.home())
+        return super().get_queryset(request).annotate(last_tick=Subquery(last))
 
     @admin.display(description="time zone", ordering="time_zone")
     def time_zone_shown(self, schedule: PeriodicSchedule) -> str:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.contrib.auth import get_user
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from djqueue.models import ApiClient, ApiGrant, ApiPermission, ApiToken
@@ -103,7 +104,12 @@ class Caller:
             raise Forbidden(f"{self.name} has no {needed.label} grant on {name!r}.")
 
 
-# Issuing
+# Clients, tokens and grants: on the home database, where a request's token is checked
+
+def clients() -> QuerySet[ApiClient]:
+    """Every client (``manage.py djqueue_api_client`` reads and creates them here)."""
+    return ApiClient.objects.using(dialects.alias())
+
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()

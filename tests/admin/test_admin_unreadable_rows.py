@@ -18,10 +18,13 @@ from django.utils import timezone
 import djqueue
 from djqueue.models import (
     AlarmPolicy,
+    ApiClient,
+    ApiToken,
     History,
     Message,
     Metric,
     Period,
+    PeriodicSchedule,
     PeriodicTick,
     Queue,
     QueueStat,
@@ -114,6 +117,16 @@ def _form_of(page: Any, **changed: object) -> dict[str, object]:
                 data[name] = "on"
         else:
             data[name] = "" if value is None else value
+    for inline in page.context.get("inline_admin_formsets", []):
+        formset = inline.formset
+        for form in [formset.management_form, *formset.forms]:
+            for name in form.fields:
+                value = form[name].value()
+                if isinstance(value, bool):
+                    if value:
+                        data[form.add_prefix(name)] = "on"
+                else:
+                    data[form.add_prefix(name)] = "" if value is None else value
     return {**data, **changed}
 
 
@@ -204,3 +217,45 @@ def test_a_periodic_tick_whose_time_cannot_be_read_is_shown(superuser):
     write_unreadable_time("djqueue_periodictick", "tick_at", tick.pk)
     page = superuser.get(reverse("admin:djqueue_periodictick_change", args=[tick.pk]))
     assert page.status_code == 200 and b"nightly @ unreadable" in page.content
+
+
+def test_an_api_client_and_a_periodic_schedule_whose_times_cannot_be_read_are_saved(
+        superuser):
+    """The API clients' and the periodic schedules' admins read their rows as Django
+    does: a time a hand edit left unreadable failed their lists and pages (SQLite,
+    PostgreSQL), a client's page on one token's time too. They read them as the other
+    lists and pages do now, and a save leaves such a time as stored."""
+    from djqueue.http import access
+
+    client = ApiClient.objects.create(name="svc")
+    access.issue_token(client)
+    token = ApiToken.objects.get()
+    write_unreadable_time("djqueue_apiclient", "created_at", client.pk)
+    for column in ("created_at", "expires_at"):
+        write_unreadable_time("djqueue_apitoken", column, token.pk)
+    schedule = PeriodicSchedule.objects.create(name="nightly", task_path="tests.tasks.add",
+                                               cron="0 3 * * *", args=[1, 2])
+    for column in ("created_at", "updated_at"):
+        write_unreadable_time("djqueue_periodicschedule", column, schedule.pk)
+
+    for model, row, changed in ((ApiClient, client, {"description": "billing"}),
+                                (PeriodicSchedule, schedule,
+                                 {"cron": "0 4 * * *", "args": "[1, 2]", "kwargs": "{}"})):
+        name = model._meta.model_name
+        listed = superuser.get(reverse(f"admin:djqueue_{name}_changelist"))
+        assert listed.status_code == 200
+        assert [r.pk for r in listed.context["cl"].result_list] == [row.pk]
+        url = reverse(f"admin:djqueue_{name}_change", args=[row.pk])
+        page = superuser.get(url)
+        assert page.status_code == 200, name
+        saved = superuser.post(url, _form_of(page, **changed))
+        assert saved.status_code == 302, (name, saved.context["errors"])
+    assert ApiClient.objects.filter(pk=client.pk).values_list("description", flat=True).get(
+        ) == "billing"
+    assert PeriodicSchedule.objects.filter(pk=schedule.pk).values_list("cron", flat=True).get(
+        ) == "0 4 * * *"
+    # The token's expiry, shown empty and left so, is as stored: not "never".
+    assert ApiToken.objects.filter(pk=token.pk, expires_at__isnull=False).exists()
+    if connection.vendor != "mysql":  # where a zero date matches IS NULL in a NOT NULL column
+        assert not ApiClient.objects.filter(created_at__isnull=True).exists()
+        assert not ApiToken.objects.filter(created_at__isnull=True).exists()

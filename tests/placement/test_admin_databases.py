@@ -102,3 +102,34 @@ def test_the_home_dashboard_shows_a_partitioned_queue_whole_and_by_partition(sup
     for db in ("queues", "p2", "p3"):
         assert f'data-partition="parted.dash@{db}"' in page
     assert page.count('<td class="num" data-count="ready">3</td>') >= 3
+
+
+def test_api_clients_are_kept_on_a_home_database_that_is_not_the_default_one(superuser):
+    """The API checks a request's token on the home database (``DJQUEUE["DATABASE"]``).
+    ``djqueue_api_client`` created clients on Django's default one, and the admin's
+    clients list and page read them there: with a home elsewhere, a new client's grant
+    and token pointed at a client the home database did not hold. The command, the
+    list and the page (its grants and tokens) use the home database now."""
+    import io
+
+    from django.conf import settings
+    from django.test import override_settings
+
+    from djqueue.http import access
+    from djqueue.models import ApiClient, ApiPermission
+
+    with override_settings(DJQUEUE={**settings.DJQUEUE, "DATABASE": "queues"}):
+        printed = io.StringIO()
+        call_command("djqueue_api_client", "create", "svc", "--grant", "orders.*:send",
+                     stdout=printed)
+        token = printed.getvalue().strip()
+        assert access.authenticate(f"Bearer {token}").allows("orders.paid", ApiPermission.SEND)
+        assert not ApiClient.objects.using("default").exists()
+        client = ApiClient.objects.using("queues").get()
+        listed = superuser.get(reverse("admin:djqueue_apiclient_changelist"))
+        assert [c.pk for c in listed.context["cl"].result_list] == [client.pk]
+        page = superuser.get(reverse("admin:djqueue_apiclient_change", args=[client.pk]))
+        assert page.status_code == 200
+        assert token[4:16] in page.content.decode() and "orders.*" in page.content.decode()
+        call_command("djqueue_api_client", "list", stdout=printed)
+        assert "svc" in printed.getvalue() and "grant send on orders.*" in printed.getvalue()

@@ -79,13 +79,13 @@ class Command(BaseCommand):
         name = str(options["name"])
         if not 1 <= len(name) <= 100:
             raise CommandError("A client's name has 1 to 100 characters.")
-        if ApiClient.objects.filter(name=name).exists():
+        if access.clients().filter(name=name).exists():
             raise CommandError(f"Client {name!r} exists already.")
         rate = options["rate"]
         if rate is not None and not 0 <= rate <= 1e6:
             raise CommandError("--rate is a number of requests a second, 0 to 1,000,000.")
         grants = [self._parse_grant(text) for text in options["grant"]]
-        client = ApiClient.objects.create(name=name, requests_per_second=rate)
+        client = access.clients().create(name=name, requests_per_second=rate)
         for pattern, permission in grants:
             self._grant(client, pattern, permission)
         self.stdout.write(access.issue_token(client, expires_in=options["expires_in"]))
@@ -105,12 +105,12 @@ class Command(BaseCommand):
 
     def _client(self, name: object) -> ApiClient:
         try:
-            return ApiClient.objects.get(name=name)
+            return access.clients().get(name=name)
         except ApiClient.DoesNotExist:
             raise CommandError(f"No API client is named {name!r}.") from None
 
     def _list(self) -> None:
-        for client in ApiClient.objects.prefetch_related("grants", "tokens"):
+        for client in access.clients().prefetch_related("grants", "tokens"):
             rate = f", {client.requests_per_second:g} requests/s" if (
                 client.requests_per_second is not None) else ""
             state = "" if client.is_active else " (inactive)"
