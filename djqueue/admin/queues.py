@@ -17,6 +17,7 @@ from djqueue.admin.databases import PlacedAdmin, request_database
 from djqueue.admin.operations import QUEUE_OPERATIONS, QueueOperation
 from djqueue.admin.permissions import OperationPermissions
 from djqueue.admin.records import ReadOnlyAdmin
+from djqueue.admin.row_reading import RowReadingInline
 from djqueue.api import consumer_groups
 from djqueue.api.queues import LIMIT_FIELDS, limits_changed
 from djqueue.models import Alarm, AlarmPolicy, ConsumerGroup, Queue, QueueStat, Topic
@@ -110,7 +111,7 @@ class ConsumerGroupAdmin(OperationPermissions, ReadOnlyAdmin):
         return None
 
 
-class ConsumerGroupInline(admin.TabularInline):
+class ConsumerGroupInline(RowReadingInline):
     model = ConsumerGroup
     fields = readonly_fields = ("name", "mode", "created_at")
     extra = 0

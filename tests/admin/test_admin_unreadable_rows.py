@@ -20,6 +20,7 @@ from djqueue.models import (
     AlarmPolicy,
     ApiClient,
     ApiToken,
+    ConsumerGroup,
     History,
     Message,
     Metric,
@@ -259,3 +260,14 @@ def test_an_api_client_and_a_periodic_schedule_whose_times_cannot_be_read_are_sa
     if connection.vendor != "mysql":  # where a zero date matches IS NULL in a NOT NULL column
         assert not ApiClient.objects.filter(created_at__isnull=True).exists()
         assert not ApiToken.objects.filter(created_at__isnull=True).exists()
+
+
+def test_a_topic_whose_groups_creation_times_cannot_be_read_is_shown(superuser):
+    """The topic's page listed its consumer groups as Django reads them: one whose
+    creation time a hand edit left unreadable failed it (SQLite, PostgreSQL)."""
+    topic = djqueue.create_topic("a.orders")
+    djqueue.subscribe("a.orders", "billing")
+    write_unreadable_time("djqueue_consumergroup", "created_at",
+                          ConsumerGroup.objects.get().pk)
+    page = superuser.get(reverse("admin:djqueue_topic_change", args=[topic.pk]))
+    assert page.status_code == 200 and b"billing" in page.content
