@@ -8,7 +8,7 @@ stored, so it cannot be shown again.
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -45,15 +45,12 @@ class ApiClientAdmin(RowReadingAdmin):
     actions = ["issue_token", "rotate_tokens", "revoke_tokens"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiClient]:
-        # A token is usable by the rule the HTTP API checks a request's token with
-        # (djqueue.storage.statements.api_statements.usable_token), counted in SQL: no
-        # token's time is read, so one a hand edit left unreadable fails no list, and
-        # the count agrees with the API on it (MariaDB's zero date has passed).
-        now = timezone.now()
-        usable = Q(tokens__revoked_at__isnull=True) & (
-            Q(tokens__expires_at__isnull=True) | Q(tokens__expires_at__gt=now))
+        # Counted in SQL by the API's own rule (access.usable): no token's time is read,
+        # so one a hand edit left unreadable fails no list, and the count agrees with
+        # the API on it (MariaDB's zero date has passed).
         return super().get_queryset(request).prefetch_related("grants").annotate(
-            usable_token_count=Count("tokens", filter=usable))
+            usable_token_count=Count("tokens", filter=access.usable(timezone.now(),
+                                                                    through="tokens__")))
 
     @admin.display(description="grants")
     def grants_shown(self, client: ApiClient) -> str:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.contrib.auth import get_user
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from djqueue.models import ApiClient, ApiGrant, ApiPermission, ApiToken
@@ -109,6 +109,15 @@ class Caller:
 def clients() -> QuerySet[ApiClient]:
     """Every client (``manage.py djqueue_api_client`` reads and creates them here)."""
     return ApiClient.objects.using(dialects.alias())
+
+
+def usable(now: datetime, through: str = "") -> Q:
+    """Tokens neither revoked nor expired at ``now``: the rule a request's token is
+    checked by (api_statements.usable_token), as a filter of tokens, or of the rows
+    ``through`` leads from (``"tokens__"`` for clients). In SQL, so that a time a hand
+    edit left unreadable is judged as the API judges it, not read."""
+    return Q(**{f"{through}revoked_at__isnull": True}) & (
+        Q(**{f"{through}expires_at__isnull": True}) | Q(**{f"{through}expires_at__gt": now}))
 
 
 def _digest(secret: str) -> str:

@@ -124,3 +124,25 @@ def test_the_admin_counts_the_tokens_the_api_accepts_and_lists_unreadable_times(
     [listed] = page.context["cl"].result_list
     assert f'<td class="field-usable_tokens">{accepted}</td>' in page.content.decode()
     assert listed.created_at is None
+
+
+def test_the_command_lists_each_tokens_state_by_the_apis_rule():
+    """``list`` printed each token's expiry from its row: an unreadable one failed the
+    command (SQLite, PostgreSQL) and on MariaDB printed "no expiry" for a token the API
+    refuses. It states each token by the API's rule now."""
+    from tests.conftest import write_unreadable_time
+
+    command("create", "svc")
+    client = ApiClient.objects.get()
+    access.issue_token(client, expires_in=-60)
+    access.issue_token(client, expires_in=3600)
+    access.issue_token(client)
+    rows = list(ApiToken.objects.order_by("pk"))
+    access.revoke_token(rows[3].key)
+    write_unreadable_time("djqueue_apitoken", "expires_at", rows[0].pk)
+    listed = [line.split("_… ")[1] for line in command("list").splitlines() if "token" in line]
+    # 'infinity' (PostgreSQL) and SQLite's text sort after now; MariaDB's zero date before.
+    assert listed[0] == ("expired" if connection.vendor == "mysql" else "no expiry")
+    assert listed[1] == "expired " + f"{rows[1].expires_at:%Y-%m-%d %H:%M}"
+    assert listed[2] == "expires " + f"{rows[2].expires_at:%Y-%m-%d %H:%M}"
+    assert listed[3] == "revoked"

@@ -15,11 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
 
 from djqueue import durations
 from djqueue.http import access
 from djqueue.management.arguments import seconds
-from djqueue.models import ApiClient, ApiPermission
+from djqueue.models import ApiClient, ApiPermission, ApiToken
+from djqueue.storage import dialects
+from djqueue.storage.unreadable_rows import values_of
 
 PERMISSIONS = {"send": ApiPermission.SEND, "receive": ApiPermission.RECEIVE,
                "full_control": ApiPermission.FULL_CONTROL,
@@ -110,7 +113,7 @@ class Command(BaseCommand):
             raise CommandError(f"No API client is named {name!r}.") from None
 
     def _list(self) -> None:
-        for client in access.clients().prefetch_related("grants", "tokens"):
+        for client in access.clients().prefetch_related("grants"):
             rate = f", {client.requests_per_second:g} requests/s" if (
                 client.requests_per_second is not None) else ""
             state = "" if client.is_active else " (inactive)"
@@ -118,8 +121,26 @@ class Command(BaseCommand):
             for grant in client.grants.all():
                 self.stdout.write(f"  grant {grant.get_permission_display()} on "
                                   f"{grant.queue_pattern}")
-            for token in client.tokens.all():
-                status = ("revoked" if token.revoked_at else
-                          f"expires {token.expires_at:%Y-%m-%d %H:%M}" if token.expires_at
-                          else "no expiry")
-                self.stdout.write(f"  token djq_{token.key}_… {status}")
+            for key, state in _token_states(client):
+                self.stdout.write(f"  token djq_{key}_… {state}")
+
+
+def _token_states(client: ApiClient) -> list[tuple[str, str]]:
+    """Each of ``client``'s tokens, by key, with its state: "revoked", "expired", or
+    "expires <time>" / "no expiry" while usable (a time that cannot be read is left
+    out; 'infinity' on PostgreSQL reads as no expiry)."""
+    tokens = ApiToken.objects.using(dialects.alias()).filter(client=client).order_by("pk")
+    now = timezone.now()
+    usable_ids = set(tokens.filter(access.usable(now)).values_list("pk", flat=True))
+    revoked_ids = set(tokens.filter(revoked_at__isnull=False).values_list("pk", flat=True))
+    states = []
+    for pk, key, expires_at in values_of(tokens, ["pk", "key", "expires_at"]):
+        moment = "" if expires_at is None else f" {expires_at:%Y-%m-%d %H:%M}"
+        if pk in revoked_ids:
+            state = "revoked"
+        elif pk not in usable_ids:
+            state = "expired" + moment
+        else:
+            state = "expires" + moment if moment else "no expiry"
+        states.append((key, state))
+    return states
