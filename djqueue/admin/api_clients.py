@@ -78,6 +78,7 @@ class ApiClientAdmin(RowReadingAdmin):
 
     @admin.action(description="Revoke every token now", permissions=["change"])
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
-        count = ApiToken.objects.filter(client__in=queryset, revoked_at__isnull=True).update(
+        count = ApiToken.objects.using(queryset.db).filter(
+            client__in=queryset, revoked_at__isnull=True).update(
             revoked_at=timezone.now())
         messages.success(request, f"Revoked {count} token(s).")

@@ -116,7 +116,7 @@ def test_api_clients_are_kept_on_a_home_database_that_is_not_the_default_one(sup
     from django.test import override_settings
 
     from djqueue.http import access
-    from djqueue.models import ApiClient, ApiPermission
+    from djqueue.models import ApiClient, ApiPermission, ApiToken
 
     with override_settings(DJQUEUE={**settings.DJQUEUE, "DATABASE": "queues"}):
         printed = io.StringIO()
@@ -133,3 +133,11 @@ def test_api_clients_are_kept_on_a_home_database_that_is_not_the_default_one(sup
         assert token[4:16] in page.content.decode() and "orders.*" in page.content.decode()
         call_command("djqueue_api_client", "list", stdout=printed)
         assert "svc" in printed.getvalue() and "grant send on orders.*" in printed.getvalue()
+        for action in ("issue_token", "rotate_tokens", "revoke_tokens"):
+            done = superuser.post(reverse("admin:djqueue_apiclient_changelist"),
+                                  {"action": action, ACTION_CHECKBOX_NAME: [client.pk]})
+            assert done.status_code == 302, action
+        tokens = ApiToken.objects.using("queues")
+        assert tokens.count() == 3 and not tokens.filter(revoked_at__isnull=True).exists()
+        with pytest.raises(access.Unauthenticated):
+            access.authenticate(f"Bearer {token}")
