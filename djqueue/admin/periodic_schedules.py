@@ -30,6 +30,7 @@ from djqueue.admin.row_reading import RowReadingAdmin
 from djqueue.exceptions import ConfigurationError, UntrustedTask
 from djqueue.maintenance.periodic import Schedule
 from djqueue.models import PeriodicSchedule, PeriodicTick
+from djqueue.storage.unreadable_rows import read_rows
 from djqueue.tasks import known_tasks
 
 #: How many next runs a schedule's page shows.
@@ -167,7 +168,7 @@ class PeriodicScheduleAdmin(RowReadingAdmin):
     @admin.action(description="Run the selected schedules' tasks now",
                   permissions=["change"])
     def run_now(self, request: HttpRequest, selected: QuerySet[PeriodicSchedule]) -> None:
-        for row in selected:
+        for row in read_rows(selected):  # a time a hand edit left unreadable: read past
             try:
                 result = Schedule.from_row(row).task().enqueue(*row.args, **row.kwargs)
             except DatabaseError:

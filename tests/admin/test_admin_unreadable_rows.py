@@ -255,6 +255,10 @@ def test_an_api_client_and_a_periodic_schedule_whose_times_cannot_be_read_are_sa
         ) == "billing"
     assert PeriodicSchedule.objects.filter(pk=schedule.pk).values_list("cron", flat=True).get(
         ) == "0 4 * * *"
+    ran = superuser.post(reverse("admin:djqueue_periodicschedule_changelist"),
+                         {"action": "run_now", "_selected_action": [schedule.pk]}, follow=True)
+    assert any(str(m).startswith("nightly: enqueued tests.tasks.add (result ")
+               for m in ran.context["messages"])
     # The token's expiry, shown empty and left so, is as stored: not "never".
     assert ApiToken.objects.filter(pk=token.pk, expires_at__isnull=False).exists()
     if connection.vendor != "mysql":  # where a zero date matches IS NULL in a NOT NULL column
