@@ -7,8 +7,11 @@ from collections.abc import Iterable
 from django import forms
 from django.contrib import admin
 from django.contrib.admin import helpers
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+
+from djqueue.storage.unreadable_rows import read_rows
 
 TEMPLATE = "admin/djqueue/confirm.html"
 
@@ -24,10 +27,12 @@ def ask(request: HttpRequest, site: admin.AdminSite, *, title: str, question: st
         form: forms.Form | None = None, action: str | None = None,
         selected: Iterable[object] = ()) -> TemplateResponse:
     """The page that asks; its form posts back with ``confirm=yes`` (and, for an admin
-    action, the action's name and the selected ids, as Django's own delete does)."""
+    action, the action's name and the selected ids, as Django's own delete does). A
+    queryset of ``objects`` is read past a time a hand edit left unreadable."""
     return TemplateResponse(request, TEMPLATE, {
         **site.each_context(request), "title": title, "question": question,
-        "objects": list(objects), "form": form, "confirm_label": confirm_label,
+        "objects": read_rows(objects) if isinstance(objects, QuerySet) else list(objects),
+        "form": form, "confirm_label": confirm_label,
         "cancel_url": cancel_url, "action": action, "selected": [str(pk) for pk in selected],
         "checkbox_name": helpers.ACTION_CHECKBOX_NAME,
     })

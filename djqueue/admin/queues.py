@@ -22,6 +22,7 @@ from djqueue.api import consumer_groups
 from djqueue.api.queues import LIMIT_FIELDS, limits_changed
 from djqueue.models import Alarm, AlarmPolicy, ConsumerGroup, Queue, QueueStat, Topic
 from djqueue.storage import placement
+from djqueue.storage.unreadable_rows import read_rows, without_times
 from djqueue.worker import registry
 
 
@@ -36,7 +37,7 @@ def queue_action(op: QueueOperation) -> Callable[..., TemplateResponse | None]:
                        question=op.question, objects=selected, confirm_label=f"Yes, {op.label.lower()}",
                        cancel_url=reverse("admin:djqueue_queue_changelist"), action=op.name,
                        selected=selected.values_list("pk", flat=True))
-        for queue in selected:
+        for queue in read_rows(selected):  # a time a hand edit left unreadable: read past
             modeladmin.message_user(request, op(queue), messages.SUCCESS)
         return None
 
@@ -105,7 +106,7 @@ class ConsumerGroupAdmin(OperationPermissions, ReadOnlyAdmin):
                        cancel_url=reverse("admin:djqueue_consumergroup_changelist"),
                        action="replay", selected=selected.values_list("pk", flat=True))
         since = form.cleaned_data["since"]
-        for group in selected.select_related("topic"):
+        for group in without_times(selected.select_related("topic")):
             count = consumer_groups.reset_group(group.topic, group.name, to=since)
             self.message_user(request, f"{group}: {count} deliveries replayed.", messages.SUCCESS)
         return None

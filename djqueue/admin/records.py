@@ -6,7 +6,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db import models
-from django.db.models import ForeignObjectRel, QuerySet
+from django.db.models import ForeignObjectRel, Prefetch, QuerySet
 from django.http import HttpRequest
 
 from djqueue.admin import report_views
@@ -19,6 +19,7 @@ from djqueue.models import (
     TraceEvent,
     Worker,
 )
+from djqueue.storage.unreadable_rows import without_times
 
 
 class ReadOnlyAdmin(PlacedAdmin):
@@ -80,10 +81,17 @@ class ReadOnlyAdmin(PlacedAdmin):
         return False
 
 
-def shown_relations(model_admin: admin.ModelAdmin) -> list[str]:
-    """The foreign keys among ``model_admin``'s list columns."""
+def shown_relations(model_admin: admin.ModelAdmin) -> list[Prefetch]:
+    """The rows ``model_admin``'s list shows by name: its foreign-key columns, and those
+    its ``list_select_related`` names (a consumer group's topic, in the group's name).
+    Read without their times: a queue whose creation time a hand edit left unreadable
+    failed every message and history list (SQLite, PostgreSQL)."""
     names = [name for name in model_admin.list_display if isinstance(name, str)]
-    return [field.name for field in model_admin.model._meta.get_fields()
+    if isinstance(model_admin.list_select_related, list | tuple):
+        names += model_admin.list_select_related
+    return [Prefetch(field.name, queryset=without_times(
+                field.related_model._default_manager.all()))
+            for field in model_admin.model._meta.get_fields()
             if field.name in names and isinstance(field, models.ForeignKey)]
 
 

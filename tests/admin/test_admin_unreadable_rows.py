@@ -275,3 +275,51 @@ def test_a_topic_whose_groups_creation_times_cannot_be_read_is_shown(superuser):
                           ConsumerGroup.objects.get().pk)
     page = superuser.get(reverse("admin:djqueue_topic_change", args=[topic.pk]))
     assert page.status_code == 200 and b"billing" in page.content
+
+
+def test_actions_on_rows_whose_times_cannot_be_read_run(superuser):
+    """The queues' actions (pause, and purge behind its confirmation page) and the
+    consumer groups' replay read the chosen rows whole: one whose creation time a hand
+    edit left unreadable failed the action (SQLite, PostgreSQL). They read past it now."""
+    queue = djqueue.create_queue("a.jobs")
+    djqueue.send_batch("a.jobs", [{"n": i} for i in range(3)])
+    write_unreadable_time("djqueue_queue", "created_at", queue.pk)
+    changelist = reverse("admin:djqueue_queue_changelist")
+    chosen = {"_selected_action": [queue.pk]}
+    paused = superuser.post(changelist, {"action": "pause", **chosen}, follow=True)
+    assert paused.status_code == 200 and djqueue.get_queue("a.jobs", fresh=True).paused
+    asked = superuser.post(changelist, {"action": "purge", **chosen})
+    assert asked.status_code == 200 and b"a.jobs" in asked.content
+    superuser.post(changelist, {"action": "purge", "confirm": "yes", **chosen})
+    assert not Message.objects.filter(queue_id=queue.pk).exists()
+
+    topic = djqueue.create_topic("a.orders")
+    djqueue.subscribe("a.orders", "billing")
+    djqueue.publish("a.orders", {"n": 1})
+    group = ConsumerGroup.objects.get()
+    write_unreadable_time("djqueue_consumergroup", "created_at", group.pk)
+    write_unreadable_time("djqueue_topic", "created_at", topic.pk)
+    replayed = superuser.post(reverse("admin:djqueue_consumergroup_changelist"), {
+        "action": "replay", "confirm": "yes", "since": "2000-01-01 00:00:00",
+        "_selected_action": [group.pk]}, follow=True)
+    assert any(str(m).endswith(": 1 deliveries replayed.")
+               for m in replayed.context["messages"])
+
+
+def test_lists_naming_a_row_whose_times_cannot_be_read_show_its_name(superuser):
+    """The message and history lists read each row's queue whole to show its name (a
+    prefetch), and the consumer groups' list each group's topic (in the group's name):
+    one queue or topic whose creation time a hand edit left unreadable failed the list
+    (SQLite, PostgreSQL). They read those rows without their times now."""
+    queue = djqueue.create_queue("a.jobs")
+    djqueue.send("a.jobs", {"n": 1})
+    djqueue.receive("a.jobs")[0].ack()
+    djqueue.send("a.jobs", {"n": 2})
+    topic = djqueue.create_topic("a.orders")
+    djqueue.subscribe("a.orders", "billing")
+    write_unreadable_time("djqueue_queue", "created_at", queue.pk)
+    write_unreadable_time("djqueue_topic", "created_at", topic.pk)
+    for name, shown in (("message", "a.jobs"), ("history", "a.jobs"),
+                        ("consumergroup", "a.orders:billing")):
+        listed = superuser.get(reverse(f"admin:djqueue_{name}_changelist"))
+        assert listed.status_code == 200 and shown.encode() in listed.content, name
