@@ -30,7 +30,7 @@ from djqueue.admin.row_reading import RowReadingAdmin
 from djqueue.exceptions import ConfigurationError, UntrustedTask
 from djqueue.maintenance.periodic import Schedule
 from djqueue.models import PeriodicSchedule, PeriodicTick
-from djqueue.storage.unreadable_rows import read_rows
+from djqueue.storage.unreadable_rows import ReadableTime, read_rows
 from djqueue.tasks import known_tasks
 
 #: How many next runs a schedule's page shows.
@@ -129,7 +129,7 @@ class PeriodicScheduleAdmin(RowReadingAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[PeriodicSchedule]:
         last = (PeriodicTick.objects.filter(name=OuterRef("name")).values("name")
-                .annotate(last=Max("tick_at")).values("last"))
+                .annotate(last=ReadableTime(Max("tick_at"))).values("last"))
         return super().get_queryset(request).annotate(last_tick=Subquery(last))
 
     @admin.display(description="time zone", ordering="time_zone")

@@ -40,7 +40,7 @@ from djqueue.models import (
 from djqueue.storage import dialects, ordered_groups
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.queue_lookup import create_queue, get_queue_by_id
-from djqueue.storage.unreadable_rows import read_rows, without_times
+from djqueue.storage.unreadable_rows import ReadableTime, read_rows, without_times
 
 
 @on_topic_database
@@ -200,7 +200,7 @@ def group_lag(topic: str | Topic, group: str) -> list[Lag]:
     subs = list(cg.subscriptions.using(db).order_by("consumer").values_list("consumer", "queue_id"))
     stats = {row["queue_id"]: (row["n"], row["oldest"]) for row in Message.objects.using(db)
              .filter(queue_id__in=[q for _, q in subs], state__in=PENDING_STATES)
-             .values("queue_id").annotate(n=Count("pk"), oldest=Min("sent_at"))}
+             .values("queue_id").annotate(n=Count("pk"), oldest=ReadableTime(Min("sent_at")))}
     return [Lag(consumer, *stats.get(q, (0, None))) for consumer, q in subs]
 
 

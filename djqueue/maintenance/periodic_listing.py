@@ -9,7 +9,6 @@ defined is the reaper's to find at its run (this layer does not know the tasks).
 
 from __future__ import annotations
 
-import contextlib
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +19,7 @@ from djqueue.exceptions import ConfigurationError
 from djqueue.maintenance.periodic import Schedule, schedules
 from djqueue.models import PeriodicSchedule, PeriodicTick
 from djqueue.storage import dialects
-from djqueue.storage.unreadable_rows import UNREADABLE, times_of
+from djqueue.storage.unreadable_rows import ReadableTime, times_of
 
 
 def schedule_rows(now: datetime | None = None) -> list[dict[str, Any]]:
@@ -46,18 +45,11 @@ def schedule_rows(now: datetime | None = None) -> list[dict[str, Any]]:
 
 
 def _last_runs(db: str) -> dict[str, datetime | None]:
-    """Each schedule's last run, by name. A hand edit may have left one unreadable: then
-    one statement a schedule, and the unreadable left out, as the reaper takes it as none."""
-    runs = PeriodicTick.objects.using(db).values("name").annotate(last=Max("tick_at"))
-    try:
-        return dict(runs.values_list("name", "last"))
-    except UNREADABLE:
-        pass
-    found = {}
-    for name in runs.values_list("name", flat=True):
-        with contextlib.suppress(*UNREADABLE):
-            found[name] = runs.filter(name=name).values_list("last", flat=True).get()
-    return found
+    """Each schedule's last run, by name; None where a hand edit left the newest run's
+    time unreadable, as the reaper takes it."""
+    runs = PeriodicTick.objects.using(db).values("name").annotate(
+        last=ReadableTime(Max("tick_at")))
+    return dict(runs.values_list("name", "last"))
 
 
 def _runs(plan: Schedule | str, name: str, last_runs: dict[str, datetime | None], now: datetime,

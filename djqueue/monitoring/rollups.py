@@ -46,7 +46,7 @@ from djqueue.storage.statements.stat_counters import (
     add_to_minutes,
     minute_of,
 )
-from djqueue.storage.unreadable_rows import UNREADABLE, values_of
+from djqueue.storage.unreadable_rows import ReadableTime, values_of
 
 SETTLE = timedelta(seconds=5)
 #: How far back the first pass on a database looks.
@@ -201,21 +201,10 @@ def sample_depth(queue_ids: list[int] | None = None) -> int:
 
 
 def _oldest_claims(claims: QuerySet[Message]) -> list[tuple[int, datetime | None]]:
-    """Each queue's oldest claim time among ``claims``, in one grouped statement. That
-    fails while a claim time a hand edit left unreadable is its queue's oldest (or
-    only) one; then queue by queue, with that queue's time unknown (None)."""
-    try:
-        return list(claims.values_list("queue_id").annotate(Min("claimed_at")).order_by())
-    except UNREADABLE:
-        pass
-    oldest: list[tuple[int, datetime | None]] = []
-    for queue_id in claims.values_list("queue_id", flat=True).order_by().distinct():
-        try:
-            at = claims.filter(queue_id=queue_id).aggregate(at=Min("claimed_at"))["at"]
-        except UNREADABLE:
-            at = None
-        oldest.append((queue_id, at))
-    return oldest
+    """Each queue's oldest claim time among ``claims``; unknown (None) where a hand edit
+    left that time unreadable."""
+    return list(claims.values("queue_id").annotate(oldest=ReadableTime(Min("claimed_at")))
+                .values_list("queue_id", "oldest").order_by())
 
 
 def prune(db: str, now: datetime) -> int:

@@ -14,6 +14,9 @@ the rest of it is as stored. :func:`read_values` does the same for the columns o
 too large to hold, for a reader that has already failed on it (the statistics' count of
 finished messages). Each reader says what an unknown time means to it. A claim does not
 read messages so: it sets an unreadable one aside (djqueue.storage.unreadable_messages).
+An aggregate of times (a schedule's last run, a group's oldest delivery) reads its
+result through :class:`ReadableTime`, in the same one statement: None if it is such a
+time.
 
 Work that needs no time of a row reads it through :func:`without_times` (a topic, a
 consumer group, a delivery's body) or, for queues, queue_lookup.working_rows. Why at
@@ -27,6 +30,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 from django.db import DataError, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.sql.compiler import SQLCompiler
+
+from djqueue.storage.statements.vendor_sql import readable_time_sql
 
 #: What reading a row raises when a value cannot be read: psycopg's "timestamp too
 #: large" (a DataError), Django's or Python's date checks (ValueError, OverflowError).
@@ -36,6 +43,22 @@ M = TypeVar("M", bound=models.Model)
 
 #: How many foreign keys deep ``select_related()`` without names follows (Django's).
 _JOIN_DEPTH = 5
+
+
+class ReadableTime(models.Func):
+    """A time (a column, or an aggregate of one) as stored, or NULL where the driver
+    would not read it back (vendor_sql.readable_time_sql): for an aggregate whose result
+    may be such a time, read in the one statement that computes it."""
+
+    arity = 1
+    output_field = models.DateTimeField()
+
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper,
+               function: str | None = None, template: str | None = None,
+               arg_joiner: str | None = None, **extra: Any) -> tuple[str, tuple[Any, ...]]:
+        time, params = compiler.compile(self.source_expressions[0])
+        sql = readable_time_sql(connection.vendor)
+        return sql.format(a=time), tuple(params) * sql.count("{a}")
 
 
 def times_of(model: type[models.Model]) -> tuple[str, ...]:

@@ -214,10 +214,24 @@ def test_queue_statistics_whose_start_cannot_be_read_are_listed_without_the_date
 
 
 def test_a_periodic_tick_whose_time_cannot_be_read_is_shown(superuser):
+    """The tick's page, and the schedules' list: its "last run" is the newest of the
+    schedule's tick times, which failed the list when that one could not be read
+    (SQLite, PostgreSQL). It shows what the reaper catches up from: none, or on
+    MariaDB, where a zero date sorts first, the newest that can be read."""
+    ran = timezone.now().replace(microsecond=0) - timedelta(hours=1)
+    PeriodicSchedule.objects.create(name="nightly", task_path="tests.tasks.add",
+                                    cron="0 3 * * *")
+    PeriodicTick.objects.create(name="nightly", tick_at=ran)
     tick = PeriodicTick.objects.create(name="nightly", tick_at=timezone.now())
     write_unreadable_time("djqueue_periodictick", "tick_at", tick.pk)
     page = superuser.get(reverse("admin:djqueue_periodictick_change", args=[tick.pk]))
     assert page.status_code == 200 and b"nightly @ unreadable" in page.content
+    changelist = reverse("admin:djqueue_periodicschedule_changelist")
+    for order in ({}, {"o": "6"}, {"o": "-6"}):  # 6: "last run"
+        listed = superuser.get(changelist, order)
+        assert listed.status_code == 200
+        assert [row.last_tick for row in listed.context["cl"].result_list] == [
+            ran if connection.vendor == "mysql" else None]
 
 
 def test_an_api_client_and_a_periodic_schedule_whose_times_cannot_be_read_are_saved(

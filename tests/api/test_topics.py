@@ -238,3 +238,24 @@ def test_a_topic_and_its_groups_whose_creation_times_cannot_be_read_go_on(superu
     AlarmPolicy.objects.create(name="lag", metric=Metric.GROUP_LAG, threshold=1)
     assert [a.subject for a in alarms.evaluate()] == ["news:each:c1"]
     assert djqueue.unregister_consumer("news", "each", "c1") == 2
+
+
+def test_a_groups_lag_whose_oldest_send_time_cannot_be_read_is_unknown():
+    """group_lag reads each queue's oldest pending delivery as a grouped minimum: when
+    that minimum was a time a hand edit left unreadable, the whole call failed (SQLite,
+    PostgreSQL, where such a time sorts last: the one pending delivery). It is unknown
+    (None) now, as MariaDB's driver reads its zero date, and the count stands."""
+    from djqueue.api.consumer_groups import Lag
+    from tests.conftest import write_unreadable_time
+
+    djqueue.create_topic("news")
+    djqueue.subscribe("news", "all")
+    djqueue.subscribe("news", "each", mode="broadcast")
+    djqueue.register_consumer("news", "each", "c1")
+    djqueue.publish("news", {"n": 1})
+    kept = Message.objects.get(queue__name="news:all")
+    write_unreadable_time("djqueue_message", "sent_at", kept.pk)
+    assert djqueue.group_lag("news", "all") == [Lag("", 1, None)]
+    lag = djqueue.group_lag("news", "each")  # its delivery's time is read as sent
+    assert [(row.consumer, row.pending) for row in lag] == [("c1", 1)]
+    assert lag[0].oldest_published_at is not None

@@ -45,6 +45,22 @@ def int_div_sql(vendor_name: str) -> str:
     return "CAST(((({a}) * 1.0) / NULLIF(({b}), 0)) AS INTEGER)"
 
 
+def readable_time_sql(vendor_name: str) -> str:
+    """SQL for a time ``{a}`` as stored, or NULL where the driver would not read it back.
+
+    Why per vendor: PostgreSQL stores infinities; SQLite stores any text, and its date
+    functions take a day its month lacks ('02-30', moved to March through julianday) and
+    year 0, both of which Python refuses; MariaDB's and MySQL's driver already reads a
+    zero date as None.
+    """
+    if vendor_name == "postgresql":
+        return "(CASE WHEN isfinite({a}) THEN {a} END)"
+    if vendor_name == "sqlite":
+        return ("(CASE WHEN substr({a}, 1, 4) >= '0001' "
+                "AND date(julianday({a})) = substr({a}, 1, 10) THEN {a} END)")
+    return "{a}"
+
+
 def bit_xor_sql(vendor_name: str) -> str:
     """SQL for the bitwise XOR of the integers ``{a}`` and ``{b}``, each written once.
 
