@@ -10,6 +10,7 @@ from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -146,3 +147,12 @@ def test_the_command_lists_each_tokens_state_by_the_apis_rule():
     assert listed[1] == "expired " + f"{rows[1].expires_at:%Y-%m-%d %H:%M}"
     assert listed[2] == "expires " + f"{rows[2].expires_at:%Y-%m-%d %H:%M}"
     assert listed[3] == "revoked"
+    # One statement for every client's tokens: it read them three times a client.
+    command("create", "other")
+    with CaptureQueriesContext(connection) as one:
+        command("list")
+    for name in ("a", "b", "c"):
+        command("create", name)
+    with CaptureQueriesContext(connection) as five:
+        command("list")
+    assert len(five) == len(one)

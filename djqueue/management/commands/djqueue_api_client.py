@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone
 
 from djqueue import durations
@@ -22,7 +23,7 @@ from djqueue.http import access
 from djqueue.management.arguments import seconds
 from djqueue.models import ApiClient, ApiPermission, ApiToken
 from djqueue.storage import dialects
-from djqueue.storage.unreadable_rows import values_of
+from djqueue.storage.unreadable_rows import ReadableTime
 
 PERMISSIONS = {"send": ApiPermission.SEND, "receive": ApiPermission.RECEIVE,
                "full_control": ApiPermission.FULL_CONTROL,
@@ -113,7 +114,9 @@ class Command(BaseCommand):
             raise CommandError(f"No API client is named {name!r}.") from None
 
     def _list(self) -> None:
-        for client in access.clients().prefetch_related("grants"):
+        clients = list(access.clients().prefetch_related("grants"))
+        states = _token_states(clients)
+        for client in clients:
             rate = f", {client.requests_per_second:g} requests/s" if (
                 client.requests_per_second is not None) else ""
             state = "" if client.is_active else " (inactive)"
@@ -121,26 +124,29 @@ class Command(BaseCommand):
             for grant in client.grants.all():
                 self.stdout.write(f"  grant {grant.get_permission_display()} on "
                                   f"{grant.queue_pattern}")
-            for key, state in _token_states(client):
+            for key, state in states.get(client.pk, []):
                 self.stdout.write(f"  token djq_{key}_… {state}")
 
 
-def _token_states(client: ApiClient) -> list[tuple[str, str]]:
-    """Each of ``client``'s tokens, by key, with its state: "revoked", "expired", or
-    "expires <time>" / "no expiry" while usable (a time that cannot be read is left
-    out; 'infinity' on PostgreSQL reads as no expiry)."""
-    tokens = ApiToken.objects.using(dialects.alias()).filter(client=client).order_by("pk")
-    now = timezone.now()
-    usable_ids = set(tokens.filter(access.usable(now)).values_list("pk", flat=True))
-    revoked_ids = set(tokens.filter(revoked_at__isnull=False).values_list("pk", flat=True))
-    states = []
-    for pk, key, expires_at in values_of(tokens, ["pk", "key", "expires_at"]):
+def _token_states(clients: list[ApiClient]) -> dict[int, list[tuple[str, str]]]:
+    """Each client's tokens, by key, with their states, in one statement: "revoked",
+    "expired", or "expires <time>" / "no expiry" while usable, by the API's rule (a time
+    that cannot be read is left out; 'infinity' on PostgreSQL reads as no expiry)."""
+    tokens = (ApiToken.objects.using(dialects.alias())
+              .filter(client__in=[client.pk for client in clients]).order_by("pk")
+              .values_list("client_id", "key", ReadableTime("expires_at"),
+                           ExpressionWrapper(Q(revoked_at__isnull=False),
+                                             output_field=BooleanField()),
+                           ExpressionWrapper(access.usable(timezone.now()),
+                                             output_field=BooleanField())))
+    states: dict[int, list[tuple[str, str]]] = {}
+    for client_id, key, expires_at, revoked, usable in tokens:
         moment = "" if expires_at is None else f" {expires_at:%Y-%m-%d %H:%M}"
-        if pk in revoked_ids:
+        if revoked:
             state = "revoked"
-        elif pk not in usable_ids:
+        elif not usable:
             state = "expired" + moment
         else:
             state = "expires" + moment if moment else "no expiry"
-        states.append((key, state))
+        states.setdefault(client_id, []).append((key, state))
     return states
