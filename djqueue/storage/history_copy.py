@@ -39,8 +39,10 @@ def archive(db: str, ids: list[int], outcome: Outcome, now: datetime) -> int:
     if not ids:
         return 0
     conn = connections[db]
+    sql = _sql(conn, ids)  # its finish time, and on MySQL the time a zero date becomes
+    moments = [conn.ops.adapt_datetimefield_value(now)] * (sql.count("%s") - 1)
     with conn.cursor() as cursor:
-        cursor.execute(_sql(conn, ids), [int(outcome), conn.ops.adapt_datetimefield_value(now)])
+        cursor.execute(sql, [int(outcome), *moments])
         return cursor.rowcount
 
 
@@ -110,9 +112,13 @@ def _build_sql(conn: BaseDatabaseWrapper, leased: bool) -> str:
         source = (f"{q(Message._meta.db_table)} m "
                   f"LEFT JOIN {q(Body._meta.db_table)} b ON b.{q(model_columns.column_of(Body._meta.pk))} = "
                   f"m.{names['stored_body_id']}")
+    columns = dict(_COLUMNS)
+    if not leased:  # a delete's (and a delivery's ack): the ack's rows a claim has read
+        for name in ("sent_at", "claimed_at"):
+            columns[name] = vendor_sql.copied_time_sql(conn.vendor).format(a=columns[name])
     history = model_columns.quoted(conn, History)
     return (
         f"INSERT INTO {q(History._meta.db_table)} "
-        f"({', '.join(history[c] for c in _COLUMNS)}) "
-        f"SELECT {', '.join(e.format(**names) for e in _COLUMNS.values())} "
+        f"({', '.join(history[c] for c in columns)}) "
+        f"SELECT {', '.join(e.format(**names) for e in columns.values())} "
         f"FROM {source} WHERE m.{names['id']} IN ({{ids}})")

@@ -4,6 +4,7 @@ the trace and ordered groups see each, a few statements per chunk of messages.""
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 import djqueue
 from djqueue.exceptions import InvalidMessage
@@ -85,10 +86,10 @@ def test_messages_whose_times_cannot_be_read_are_deleted_and_hand_their_groups_o
     """A hand edit can leave a time no driver reads back (PostgreSQL's 'infinity', text
     on SQLite that is no date). Deleting is how an operator removes such a row; it read
     the rows' times and failed on them (SQLite, PostgreSQL). It reads only what it
-    needs now: the state, the group, the attempts and the owner."""
-    if connection.vendor == "mysql" and not connection.mysql_is_mariadb:
-        pytest.skip("MySQL's strict mode refuses to copy a zero date into history (error "
-                    "1292), so a delete of such a row fails there, before this fix and after")
+    needs now: the state, the group, the attempts and the owner. MySQL's strict mode
+    refused to copy a zero date into history (error 1292): the copy writes the delete's
+    time in its place on MySQL and MariaDB."""
+    before = timezone.now().replace(microsecond=0)
     djqueue.create_queue("del.ord", ordered=True, trace=True)
     a1, a2 = (djqueue.send("del.ord", {"n": i}, group_key="a") for i in range(2))
     loose = [djqueue.send("del.ord", {"n": i}) for i in range(3)]
@@ -101,8 +102,13 @@ def test_messages_whose_times_cannot_be_read_are_deleted_and_hand_their_groups_o
     assert set(History.objects.values_list("pk", "outcome")) == {
         (m.id, Outcome.DELETED) for m in (a1, *loose)}
     assert TraceEvent.objects.filter(event=Event.DELETED).count() == 4
-    # History copied the times as stored; finished() reads them as None.
-    assert [djqueue.finished(m.id).sent_at for m in (a1, *loose)] == [None] * 4
+    # History copied the times as stored, and finished() reads them as None; on MySQL
+    # and MariaDB the zero date is copied as the delete's time.
+    sent = [djqueue.finished(m.id).sent_at for m in (a1, *loose)]
+    if connection.vendor == "mysql":
+        assert all(at is not None and at >= before for at in sent)
+    else:
+        assert sent == [None] * 4
     assert djqueue.finished(a1.id, queue="del.ord").outcome == Outcome.DELETED
     [got] = djqueue.receive("del.ord")  # the group's next message holds it now
     assert got.id == a2.id

@@ -61,6 +61,19 @@ def readable_time_sql(vendor_name: str) -> str:
     return "{a}"
 
 
+def copied_time_sql(vendor_name: str) -> str:
+    """SQL for a time ``{a}`` copied into another table's row: as stored, but on MySQL
+    and MariaDB a zero date (a hand edit's) becomes the copy's own time, a ``%s``.
+
+    Why: MySQL's default mode (strict, with NO_ZERO_DATE) refuses to write a zero date,
+    error 1292, so the copy of such a row failed, and with it the delete of the row.
+    ``YEAR`` reads a zero date as 0 without a warning that strict mode would raise.
+    """
+    if vendor_name == "mysql":
+        return "IF(YEAR({a}) = 0, %s, {a})"
+    return "{a}"
+
+
 def bit_xor_sql(vendor_name: str) -> str:
     """SQL for the bitwise XOR of the integers ``{a}`` and ``{b}``, each written once.
 
