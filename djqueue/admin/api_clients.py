@@ -15,6 +15,7 @@ from django.utils import timezone
 from djqueue.admin.row_reading import RowReadingAdmin, RowReadingInline
 from djqueue.http import access
 from djqueue.models import ApiClient, ApiGrant, ApiToken
+from djqueue.storage.unreadable_rows import without_times
 
 
 class ApiGrantInline(RowReadingInline):
@@ -63,7 +64,7 @@ class ApiClientAdmin(RowReadingAdmin):
 
     @admin.action(description="Issue a new token (shown once)", permissions=["change"])
     def issue_token(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
-        for client in queryset:
+        for client in without_times(queryset):
             token = access.issue_token(client)
             messages.success(request, f"New token for {client.name} (copy it now; it is not "
                                       f"shown again): {token}")
@@ -71,14 +72,16 @@ class ApiClientAdmin(RowReadingAdmin):
     @admin.action(description="Rotate: a new token, the others expire in an hour",
                   permissions=["change"])
     def rotate_tokens(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
-        for client in queryset:
+        for client in without_times(queryset):
             token = access.rotate_tokens(client, overlap=3600)
             messages.success(request, f"New token for {client.name} (copy it now; its other "
                                       f"tokens expire in an hour): {token}")
 
     @admin.action(description="Revoke every token now", permissions=["change"])
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
+        # The ids, not the list's query: it counts tokens, and MySQL refuses an update
+        # of a table that its own subquery reads (error 1093).
+        chosen = list(queryset.values_list("pk", flat=True))
         count = ApiToken.objects.using(queryset.db).filter(
-            client__in=queryset, revoked_at__isnull=True).update(
-            revoked_at=timezone.now())
+            client__in=chosen, revoked_at__isnull=True).update(revoked_at=timezone.now())
         messages.success(request, f"Revoked {count} token(s).")

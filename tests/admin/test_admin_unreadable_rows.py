@@ -269,6 +269,12 @@ def test_an_api_client_and_a_periodic_schedule_whose_times_cannot_be_read_are_sa
         ) == "billing"
     assert PeriodicSchedule.objects.filter(pk=schedule.pk).values_list("cron", flat=True).get(
         ) == "0 4 * * *"
+    clients = reverse("admin:djqueue_apiclient_changelist")
+    for action in ("issue_token", "rotate_tokens", "revoke_tokens"):
+        done = superuser.post(clients, {"action": action, "_selected_action": [client.pk]},
+                              follow=True)
+        assert done.status_code == 200, action
+    assert not ApiToken.objects.filter(client=client, revoked_at__isnull=True).exists()
     ran = superuser.post(reverse("admin:djqueue_periodicschedule_changelist"),
                          {"action": "run_now", "_selected_action": [schedule.pk]}, follow=True)
     assert any(str(m).startswith("nightly: enqueued tests.tasks.add (result ")
