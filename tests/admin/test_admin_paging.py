@@ -198,9 +198,10 @@ def test_a_delete_that_reaches_other_rows_lists_them_all(admin_client, monkeypat
     monkeypatch.setattr(WorkflowAdmin, "LISTED_DELETES", 1)
     assert reaches_other_rows(Workflow)
     assert not reaches_other_rows(Message) and not reaches_other_rows(History)
-    workflows = Workflow.objects.bulk_create(
+    Workflow.objects.bulk_create(
         Workflow(name=f"flow {i}", token="t", steps_total=0, steps_left=0,
                  created_at=timezone.now()) for i in range(3))
+    workflows = Workflow.objects.all()  # MySQL's bulk insert returns no ids
     changelist = reverse("admin:djqueue_workflow_changelist")
     html = admin_client.post(changelist, {
         "action": "delete_selected", "index": "0",
