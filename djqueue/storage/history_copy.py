@@ -113,7 +113,7 @@ def _build_sql(conn: BaseDatabaseWrapper, leased: bool) -> str:
                   f"LEFT JOIN {q(Body._meta.db_table)} b ON b.{q(model_columns.column_of(Body._meta.pk))} = "
                   f"m.{names['stored_body_id']}")
     columns = dict(_COLUMNS)
-    if not leased:  # a delete's (and a delivery's ack): the ack's rows a claim has read
+    if not leased:  # a delete's copy, a delivery's ack's; the fast path's rows a claim read
         for name in ("sent_at", "claimed_at"):
             columns[name] = vendor_sql.copied_time_sql(conn.vendor).format(a=columns[name])
     history = model_columns.quoted(conn, History)
