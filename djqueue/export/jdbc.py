@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from djqueue.exceptions import ConfigurationError
+from djqueue.storage.statements import vendor_sql
 
 #: Debian's packages install the drivers here.
 DEFAULT_JAR_DIR = "/usr/share/java"
@@ -57,8 +58,10 @@ class JdbcSource:
         # Spark (job.read). The names are the model's columns, never user text.
         if self.driver is not DRIVERS["postgresql"] or not set(times) & set(columns):
             return table
-        read = ", ".join(f'CASE WHEN isfinite("{c}") THEN "{c}" END AS "{c}"' if c in times
-                         else f'"{c}"' for c in columns)
+        readable = vendor_sql.readable_time_sql("postgresql")  # as ReadableTime reads
+        quoted = {c: f'"{c}"' for c in columns}
+        read = ", ".join(f"{readable.format(a=quoted[c])} AS {quoted[c]}" if c in times
+                         else quoted[c] for c in columns)
         return f'(SELECT {read} FROM "{table}") AS "{table}"'
 
 
