@@ -20,7 +20,7 @@ from zoneinfo import available_timezones
 from django import forms
 from django.contrib import admin, messages
 from django.db import DatabaseError
-from django.db.models import Max, OuterRef, QuerySet, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html_join
@@ -29,8 +29,9 @@ from django.utils.safestring import mark_safe
 from djqueue.admin.row_reading import RowReadingAdmin
 from djqueue.exceptions import ConfigurationError, UntrustedTask
 from djqueue.maintenance.periodic import Schedule
+from djqueue.maintenance.periodic_listing import last_run
 from djqueue.models import PeriodicSchedule, PeriodicTick
-from djqueue.storage.unreadable_rows import ReadableTime, read_rows
+from djqueue.storage.unreadable_rows import read_rows
 from djqueue.tasks import known_tasks
 
 #: How many next runs a schedule's page shows.
@@ -129,7 +130,7 @@ class PeriodicScheduleAdmin(RowReadingAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[PeriodicSchedule]:
         last = (PeriodicTick.objects.filter(name=OuterRef("name")).values("name")
-                .annotate(last=ReadableTime(Max("tick_at"))).values("last"))
+                .annotate(last=last_run()).values("last"))
         return super().get_queryset(request).annotate(last_tick=Subquery(last))
 
     @admin.display(description="time zone", ordering="time_zone")

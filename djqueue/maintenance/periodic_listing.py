@@ -44,11 +44,15 @@ def schedule_rows(now: datetime | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+def last_run() -> ReadableTime:
+    """A schedule's last run over its ticks (grouped by name): the newest tick's time,
+    or None where a hand edit left it unreadable, as the reaper takes it."""
+    return ReadableTime(Max("tick_at"))
+
+
 def _last_runs(db: str) -> dict[str, datetime | None]:
-    """Each schedule's last run, by name; None where a hand edit left the newest run's
-    time unreadable, as the reaper takes it."""
-    runs = PeriodicTick.objects.using(db).values("name").annotate(
-        last=ReadableTime(Max("tick_at")))
+    """Each schedule's last run, by name."""
+    runs = PeriodicTick.objects.using(db).values("name").annotate(last=last_run())
     return dict(runs.values_list("name", "last"))
 
 
