@@ -25,7 +25,6 @@ import logging
 import os
 import socket
 import time
-from datetime import timedelta
 
 from django.utils import timezone
 
@@ -104,8 +103,10 @@ class DeadWorkerFinder:
                 return f"its heartbeat unreadable for {unread_for:.1f} s"
             return None
         self._for(db, pk, "unreadable", False)
-        if row.heartbeat_at < timezone.now() - timedelta(seconds=settings.WORKER_TIMEOUT):
-            return f"no heartbeat for {settings.WORKER_TIMEOUT:g} s"
+        silent = (timezone.now() - row.heartbeat_at).total_seconds()
+        if silent > settings.WORKER_TIMEOUT:
+            return (f"its last heartbeat {silent:.1f} s ago, past WORKER_TIMEOUT "
+                    f"({settings.WORKER_TIMEOUT:g} s)")
         if self._pid_names_it_here(row) and not _pid_alive(row.pid):
             return f"its process {row.pid} is gone"
         # None where there are no session locks (SQLite): never free

@@ -69,6 +69,12 @@ class ReapReport:
     def __bool__(self) -> bool:
         return any(vars(self).values())
 
+    def __str__(self) -> str:
+        """What the pass did, by the counts that are not 0 ("dead workers 1, returned
+        from dead 3"); "nothing" if none."""
+        return ", ".join(f"{name.replace('_', ' ')} {value}"
+                         for name, value in vars(self).items() if value) or "nothing"
+
     def add(self, other: ReapReport) -> None:
         for name, value in vars(other).items():
             setattr(self, name, getattr(self, name) + value)

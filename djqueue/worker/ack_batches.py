@@ -18,13 +18,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.db import DatabaseError
 
-from djqueue.exceptions import NotOwner
-from djqueue.models import Message
-from djqueue.storage import placement
+from djqueue.exceptions import NotOwner, QueueNotFound
+from djqueue.models import Message, State
+from djqueue.storage import fastpath, placement
 from djqueue.storage.claims import ack_on
+from djqueue.storage.queue_lookup import get_queue_by_id
 from djqueue.storage.transitions import fail, release
 from djqueue.types import AckHook
 from djqueue.worker.database_pacing import DatabasePacing
@@ -79,6 +81,14 @@ class WorkerStats:
     @property
     def processed(self) -> int:
         return self.acked + self.failed + self.lost + self.postponed
+
+    def __str__(self) -> str:
+        """The counts as the worker's last log line gives them (``started`` is a clock
+        reading, so the line gives the seconds since)."""
+        return (f"{time.monotonic() - self.started:.1f} s, {self.claimed} claimed in "
+                f"{self.claims} claims ({self.claim_errors} failed), {self.acked} acked, "
+                f"{self.failed} failed, {self.postponed} postponed, {self.released} released, "
+                f"{self.lost} lost")
 
 
 class AckBatches:
@@ -214,7 +224,7 @@ class AckBatches:
         whence the reaper returns it (an error there is counted on its queue)."""
         message = done.message
         try:
-            settle_unacked(done)
+            row = settle_unacked(done)
         except NotOwner:
             self.stats.lost += 1
             return
@@ -229,9 +239,38 @@ class AckBatches:
             self.stats.postponed += 1
             return
         self.stats.failed += 1
-        logger.warning("Message %s failed (attempt %s)", message.pk, message.attempts,
-                       extra={"worker": self.worker_id, "message_id": message.pk,
-                              "error": done.error[-500:]})
+        log_failure(row, done.error, extra={"worker": self.worker_id, "message_id": message.pk,
+                                            "error": done.error[-500:]})
+
+
+def log_failure(row: Message, error: str, extra: dict[str, object]) -> None:
+    """Say what became of a failed run, as a reader of the worker's log needs it: the
+    queue, the attempt, the retry's wait or the dead-letter queue, and the error's last
+    line (the exception; the whole traceback is in the message's errors). A retry is a
+    WARNING; a dead letter, the end of the message's runs, an ERROR."""
+    db = fastpath.database_of(row)
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    said = lines[-1][:300] if lines else "(no error text)"
+    if row.state == State.DEAD:
+        origin = _queue_name(row.origin_queue_id or row.queue_id, db)
+        kept = _queue_name(row.queue_id, db)
+        where = f"dead-lettered to {kept}" if kept != origin else "dead-lettered in its queue"
+        logger.error("Message %s of %s failed on attempt %s and was %s: %s", row.pk, origin,
+                     row.attempts, where, said, extra=extra)
+        return
+    # The wait decided: from the failure's time, recorded with its error (record_failure
+    # appended it: the list is never empty here), to the retry.
+    failed_at = datetime.fromisoformat((row.errors or [{}])[-1]["at"])
+    wait = (row.visible_at - failed_at).total_seconds()
+    logger.warning("Message %s of %s failed on attempt %s; retrying in %.1f s: %s", row.pk,
+                   _queue_name(row.queue_id, db), row.attempts, wait, said, extra=extra)
+
+
+def _queue_name(pk: int, db: str | None) -> str:
+    try:
+        return get_queue_by_id(pk, db).name
+    except QueueNotFound:  # deleted meanwhile: the log line must not fail the settlement
+        return f"queue #{pk}"
 
 
 def settle_unacked(done: Done) -> Message:

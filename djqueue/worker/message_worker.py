@@ -125,7 +125,7 @@ class Worker(ProcessBase):
         self.registration.deregister()
         if self.wake_socket is not None:
             self.wake_socket.close()
-        logger.info("Worker %s stopped: %s", self.id, self.stats, extra={"worker": self.id})
+        logger.info("Worker %s stopped after %s", self.id, self.stats, extra={"worker": self.id})
         signals.worker_stopped.send(sender=Worker, worker=self)
 
     def _loop(self) -> None:

@@ -1,5 +1,7 @@
 """The reaper: expired leases come back counted; several reapers at once are safe."""
 
+import logging
+import re
 import socket
 import threading
 from datetime import timedelta
@@ -9,7 +11,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 import djqueue
-from djqueue.maintenance.reaper import Reaper
+from djqueue.maintenance.reaper import Reaper, ReapReport
 from djqueue.models import Message, State, Worker
 from tests.conftest import in_threads, wait_until, write_unreadable_time
 
@@ -40,14 +42,23 @@ def test_expired_lease_returns_counted_then_dead_letters():
     assert (row.state, row.queue_id, len(row.errors)) == (State.DEAD, dlq.pk, 2)
 
 
-def test_stale_worker_is_reaped_and_its_claims_return():
+def test_stale_worker_is_reaped_and_its_claims_return(caplog):
     djqueue.create_queue("jobs")
     djqueue.send_batch("jobs", [{"n": i} for i in range(5)])
     Worker.objects.create(id="gone:1:abc", hostname="elsewhere", pid=1, lock_key="f" * 32,
                           heartbeat_at=timezone.now() - timedelta(hours=1))
     djqueue.receive("jobs", max_messages=5, owner="gone:1:abc", visibility_timeout=3600)
+    caplog.set_level(logging.INFO, logger="djqueue.reaper")
     report = Reaper().tick()
     assert (report.dead_workers, report.returned_from_dead) == (1, 5)
+    # The log line names what the pass did, and only that.
+    [said] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Reaped")]
+    assert said.startswith("Reaped: dead workers 1, returned from dead 5"), said
+    assert " 0" not in said, said
+    assert str(ReapReport()) == "nothing"
+    # ... and the reason a worker is dead, with its heartbeat's age.
+    assert re.search(r"Worker gone:1:abc on default is dead \(its last heartbeat 36\d\d\.\d s "
+                     r"ago, past WORKER_TIMEOUT \(\d+ s\)\)", caplog.text), caplog.text
     assert Message.objects.filter(state=State.READY, attempts=1).count() == 5
     assert not Worker.objects.exists()
 

@@ -3,6 +3,7 @@
 import itertools
 import os
 import random
+import re
 import signal
 import time
 from collections import Counter
@@ -160,7 +161,7 @@ def test_failing_handler_walks_backoff_to_dead_letters_then_redrive_succeeds(spa
     schedule = [0.3, 0.6, 0.9]
     djqueue.create_queue("t.flaky", backoff=schedule, max_attempts=4, dead_letter_queue=dlq)
     message = djqueue.send("t.flaky", {"n": 7, "failures": 4})
-    worker = spawn("djqueue_worker", "t.flaky")
+    worker = spawn("djqueue_worker", "t.flaky", env={"DJQUEUE_TEST_LOG_INFO": "1"})
     dead = wait_until(lambda: Message.objects.filter(queue=dlq, state=State.DEAD).first(), 30,
                       "the message to be dead-lettered")
     assert dead.pk == message.pk and dead.attempts == 4
@@ -176,6 +177,18 @@ def test_failing_handler_walks_backoff_to_dead_letters_then_redrive_succeeds(spa
     assert Effect.objects.filter(key=7).count() == 5
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
+    # The log says what became of each failed run, with the exception, and sums up.
+    log = worker.output()
+    for attempt, step in enumerate(schedule, 1):
+        retried = re.search(rf"Message {message.pk} of t\.flaky failed on attempt "
+                            rf"{attempt}; retrying in ([0-9.]+) s: ValueError: planned failure "
+                            rf"on attempt {attempt}\n", log)
+        assert retried and step <= float(retried[1]) <= step * 1.1 + 0.05, log
+    assert re.search(rf"Message {message.pk} of t\.flaky failed on attempt 4 and was "
+                     r"dead-lettered to t\.flaky\.dead: ValueError: planned failure on "
+                     r"attempt 4\n", log), log
+    assert re.search(r"stopped after [0-9.]+ s, 5 claimed in \d+ claims \(0 failed\), 1 acked, "
+                     r"4 failed, 0 postponed, 0 released, 0 lost\n", log), log
 
 
 
