@@ -102,8 +102,8 @@ class Worker(ProcessBase):
     def register(self) -> None:
         self.registration.register()
         handler_logs.install()
-        logger.info("Worker %s started on %s", self.id, ", ".join(self.options.queues),
-                    extra={"worker": self.id})
+        logger.info("Worker %s started on %s: %s", self.id, ", ".join(self.options.queues),
+                    self.options, extra={"worker": self.id})
         if self.wake_socket is not None:
             threading.Thread(target=self.wake_socket.listen_until, name="djqueue-wake-socket",
                              daemon=True, args=(self.stop_signals.stop,)).start()

@@ -52,3 +52,23 @@ class WorkerOptions:
                                       or value < 1):
                 raise ConfigurationError(f"{name} must be a whole number of at least 1, "
                                          f"got {value!r}.")
+
+    def __str__(self) -> str:
+        """The options as the worker's first log line gives them, after its queues."""
+        threads = self.concurrency
+        said = [f"{threads} handler thread{'s' if threads > 1 else ''}",
+                f"claims of {self.batch_size}" if self.batch_size
+                else "claims sized to the backlog"]
+        if self.where is not None:
+            said.append(f"only messages where {self.where}")
+        if self.time_limit is not None:
+            said.append(f"a run limited to {self.time_limit:g} s")
+        if self.burst:
+            said.append("until its queues are empty")
+        if self.max_messages is not None:
+            said.append(f"for {self.max_messages} messages at most")
+        if self.max_seconds is not None:
+            said.append(f"for {self.max_seconds:g} s at most")
+        if self.max_rss is not None:
+            said.append(f"restarting past {self.max_rss} MB")
+        return ", ".join(said)

@@ -2,14 +2,8 @@
 at the count it waits for, for the first result, and for a failure, which is recorded
 at once; a result already settled in its handler (exactly-once) waits like an ack."""
 
-import logging
-import re
 import time
 
-import pytest
-from django.utils import timezone
-
-import djqueue
 from djqueue.models import Message
 from djqueue.worker.ack_batches import ACK_DELAY, AckBatches, Done, WorkerStats
 
@@ -40,35 +34,3 @@ def test_a_failure_wakes_the_loop_and_is_due_at_once():
     dead = batches(wake_at=10)
     assert dead.add(Done(Message(pk=2), error="UnprocessableMessage", dead=True))
 
-
-@pytest.mark.django_db(transaction=True)
-def test_a_failed_run_is_logged_with_its_queue_its_outcome_and_its_exception(caplog):
-    """A retry is a WARNING with its wait; a dead letter, the end of the message's runs,
-    an ERROR naming the dead-letter queue (or none); each with the exception's line."""
-    dead = djqueue.create_queue("log.dead")
-    djqueue.create_queue("log", max_attempts=2, backoff=[30], retry_jitter=0,
-                         dead_letter_queue=dead)
-    djqueue.create_queue("log.kept", max_attempts=1)
-    traceback = 'Traceback (most recent call last):\n  File "x.py", line 1\nKeyError: \'sku\'\n'
-    sent = djqueue.send("log", {}), djqueue.send("log.kept", {})
-    acks = AckBatches("w", WorkerStats(), forget=lambda message: None)
-    caplog.set_level(logging.WARNING, logger="djqueue.worker")
-    for queue in ("log", "log", "log.kept"):
-        [message] = djqueue.receive(queue, visibility_timeout=0.01 if queue == "log" else 30)
-        acks.add(Done(message, error=traceback))
-        acks.collect()
-        assert acks.flush() == {}
-        if queue == "log":
-            Message.objects.filter(pk=message.pk).update(visible_at=timezone.now())
-    said = [(r.levelname, r.getMessage()) for r in caplog.records]
-    assert said[0][0] == "WARNING" and re.fullmatch(
-        rf"Message {sent[0].pk} of log failed on attempt 1; retrying in 30\.0 s: "
-        r"KeyError: 'sku'", said[0][1]), said
-    assert said[1:] == [
-        ("ERROR", f"Message {sent[0].pk} of log failed on attempt 2 and was dead-lettered to "
-                  "log.dead: KeyError: 'sku'"),
-        ("ERROR", f"Message {sent[1].pk} of log.kept failed on attempt 1 and was dead-lettered "
-                  "in its queue: KeyError: 'sku'")]
-    assert acks.stats.failed == 3
-    assert re.fullmatch(r"\d+\.\d s, 0 claimed in 0 claims \(0 failed\), 0 acked, 3 failed, "
-                        r"0 postponed, 0 released, 0 lost", str(acks.stats))

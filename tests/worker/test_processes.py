@@ -179,6 +179,7 @@ def test_failing_handler_walks_backoff_to_dead_letters_then_redrive_succeeds(spa
     assert worker.wait(30) == 0
     # The log says what became of each failed run, with the exception, and sums up.
     log = worker.output()
+    assert "started on t.flaky: 1 handler thread, claims sized to the backlog\n" in log, log
     for attempt, step in enumerate(schedule, 1):
         retried = re.search(rf"Message {message.pk} of t\.flaky failed on attempt "
                             rf"{attempt}; retrying in ([0-9.]+) s: ValueError: planned failure "
