@@ -46,12 +46,16 @@ def ops_page(browser, live_server) -> Iterator[object]:
     User.objects.create_superuser("ops", password="s3cret-pw")
     ARTIFACTS.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    # Every request the pages make is answered: no missing script, style or icon.
+    refused: list[tuple[int, str]] = []
+    page.on("response", lambda r: refused.append((r.status, r.url)) if r.status >= 400 else None)
     page.goto(f"{live_server.url}/admin/")
     page.fill("#id_username", "ops")
     page.fill("#id_password", "s3cret-pw")
     page.click("input[type=submit]")
     yield page
     page.close()
+    assert not refused, refused
 
 
 def count(page, queue: str, state: str) -> int:

@@ -1,5 +1,5 @@
-"""``make run``'s set-up prints a working demo token and curl line for the HTTP API, and
-keeps a periodic schedule in the database."""
+"""``make run``'s set-up prints a working demo token and curl line for the HTTP API,
+keeps a periodic schedule in the database, and answers a browser's ask for its icon."""
 
 from __future__ import annotations
 
@@ -36,3 +36,11 @@ def test_demo_setup_prints_a_token_that_may_send_to_the_demo_queues(api_server):
     with api_server.client(token) as http:
         sent = http.post("queues/emails/messages", json={"payload": {"to": "you@example.com"}})
         assert sent.status_code == 201, sent.text
+
+
+def test_the_demo_answers_the_browsers_ask_for_its_icon(client):
+    """Unanswered, every new browser page left a "Not Found: /favicon.ico" line in the
+    demo's terminal."""
+    response = client.get("/favicon.ico")
+    assert response.status_code == 200 and response["Content-Type"] == "image/svg+xml"
+    assert response.content.startswith(b"<svg") and "max-age=86400" in response["Cache-Control"]
