@@ -71,8 +71,11 @@ class Command(BaseCommand):
         base = f"http://127.0.0.1:{os.environ.get('PORT', '8000')}"
         self.stdout.write(self.style.SUCCESS(
             f"Demo ready. Admin: {base}/admin/  user {username!r} password {password!r}"))
+        headers = f"-H 'Authorization: Bearer {token}' -H 'Content-Type: application/json'"
         self.stdout.write(
             f"HTTP API docs: {base}/queue-api/docs/  demo token: {token}\n"
             f"Send a message with curl:\n  curl -X POST {base}/queue-api/queues/emails/messages "
-            f"-H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' "
-            f"""-d '{{"payload": {{"to": "you@example.com", "subject": "Hello over HTTP"}}}}'""")
+            f"""{headers} -d '{{"payload": {{"to": "you@example.com", "subject": "Hello over HTTP"}}}}'\n"""
+            "Receive the signups waiting for the topic's consumer group 'crm' (no worker "
+            f"takes them):\n  curl -X POST {base}/queue-api/topics/signups/groups/crm/receive "
+            f"""{headers} -d '{{"max_messages": 10}}'""")
