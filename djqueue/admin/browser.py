@@ -130,7 +130,8 @@ class MessageAdmin(OperationPermissions, report_views.MessageReportFields, ReadO
 
     @admin.display(description="last error")
     def short_error(self, message: Message) -> str:
-        return (message.last_error or "")[-80:]
+        said = message.last_exception or ""
+        return said if len(said) <= 80 else said[:79] + "…"
 
     @admin.display(description="payload")
     def payload_view(self, message: Message) -> str:

@@ -80,6 +80,14 @@ class MessageQuerySet(models.QuerySet["Message"]):
         return self.order_by("-priority", "id")
 
 
+def exception_line(error: str) -> str:
+    """The last non-blank line of a recorded failure: of a handler's traceback, its
+    exception ("ValueError: boom"), what a list, a table or a log line has room for (the
+    whole text stays in the message's errors)."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    return lines[-1] if lines else "(no error text)"
+
+
 class Message(models.Model):
     id = models.BigAutoField(primary_key=True)
     # No index of its own: djqueue_msg_claim and djqueue_msg_group both begin with it.
@@ -165,7 +173,19 @@ class Message(models.Model):
 
     @property
     def last_error(self) -> str | None:
-        return self.errors[-1]["error"] if self.errors else None
+        """The last recorded failure's text; None if there is none (or ``errors`` is not
+        djqueue's list of records: a row written by hand may hold anything there)."""
+        errors = self.errors
+        if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
+            error = errors[-1].get("error")
+            return None if error is None else str(error)
+        return None
+
+    @property
+    def last_exception(self) -> str | None:
+        """:attr:`last_error`'s exception line (see :func:`exception_line`)."""
+        error = self.last_error
+        return None if error is None else exception_line(error)
 
     # State changes, each one short transaction. Models sit below the storage layer and
     # cannot import it: djqueue.storage.transitions sets ``transitions`` as it loads

@@ -24,6 +24,7 @@ from django.db import DatabaseError
 
 from djqueue.exceptions import NotOwner, QueueNotFound
 from djqueue.models import Message, State
+from djqueue.models.message import exception_line
 from djqueue.storage import fastpath, placement
 from djqueue.storage.claims import ack_on
 from djqueue.storage.queue_lookup import get_queue_by_id
@@ -249,8 +250,7 @@ def log_failure(row: Message, error: str, extra: dict[str, object]) -> None:
     line (the exception; the whole traceback is in the message's errors). A retry is a
     WARNING; a dead letter, the end of the message's runs, an ERROR."""
     db = fastpath.database_of(row)
-    lines = [line.strip() for line in error.splitlines() if line.strip()]
-    said = lines[-1][:300] if lines else "(no error text)"
+    said = exception_line(error)[:300]
     if row.state == State.DEAD:
         origin = _queue_name(row.origin_queue_id or row.queue_id, db)
         kept = _queue_name(row.queue_id, db)

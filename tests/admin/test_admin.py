@@ -185,6 +185,19 @@ def test_expressions_the_database_cannot_evaluate_are_a_message_not_a_500(superu
             assert list(response.context["cl"].result_list) == []
 
 
+def test_the_message_lists_last_error_is_the_failures_exception(superuser, world):
+    """Of a traceback, the list's column shows the exception line, not the traceback's
+    tail (it showed its last 80 characters: the end of the raise line and the exception)."""
+    frame = '  File "shop/tasks.py", line 12, in charge\n    raise KeyError(sku_' + "x" * 60
+    Message.objects.filter(pk=world["failing"].pk).update(errors=[{
+        "attempt": 1, "error": f"Traceback (most recent call last):\n{frame})\n"
+                               "KeyError: 'sku-42'\n"}])
+    changelist = reverse("admin:djqueue_message_changelist")
+    page = superuser.get(f"{changelist}?queue__id__exact={world['dead'].pk}").content.decode()
+    [cell] = re.findall(r'<td class="field-short_error">(.*?)</td>', page)
+    assert cell == "KeyError: &#x27;sku-42&#x27;", cell
+
+
 def test_message_detail_shows_payload_headers_errors_and_trace(superuser, world):
     failing = world["failing"]
     page = superuser.get(reverse("admin:djqueue_message_change", args=[failing.pk])).content.decode()

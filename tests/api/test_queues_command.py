@@ -91,6 +91,19 @@ def test_peek_shows_messages_oldest_first_without_claiming_them():
     assert bad["payload"] == {"unreadable_body": "{not json"}
 
 
+def test_peek_shows_a_failures_exception_not_its_tracebacks_first_line():
+    djqueue.create_queue("jobs", max_attempts=1)
+    djqueue.send_batch("jobs", [{"n": 1}, {"n": 2}])
+    for message in djqueue.receive("jobs", max_messages=2):
+        message.nack(error='Traceback (most recent call last):\n  File "shop/tasks.py", line '
+                           '12, in charge\n    raise KeyError(sku)\nKeyError: \'sku-42\'\n')
+    [first, second] = Message.objects.order_by("pk")
+    Message.objects.filter(pk=second.pk).update(errors={"written": "by hand"})
+    table = command("peek", "jobs").splitlines()
+    assert table[1].rstrip().endswith("KeyError: 'sku-42'"), table
+    assert table[2].rstrip().endswith(" -"), table  # errors that are no list of records
+
+
 def test_a_redrive_moves_dead_letters_back():
     dead = djqueue.create_queue("jobs.dead")
     djqueue.create_queue("jobs", max_attempts=1, dead_letter_queue=dead)

@@ -120,15 +120,7 @@ class Command(BaseCommand):
             str(m.pk), State(m.state).name.lower(), str(m.attempts),
             "unreadable" if m.sent_at is None else m.sent_at.isoformat(timespec="seconds"),
             m.group_key or "-",
-            _excerpt(m.encoded_body), _excerpt(_last_error(m.errors))) for m in found])
-
-
-def _last_error(errors: object) -> object:
-    """The last recorded error's text, if ``errors`` holds one (it may be anything in a
-    row written by hand)."""
-    if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
-        return errors[-1].get("error")
-    return None
+            _excerpt(m.encoded_body), _excerpt(m.last_exception)) for m in found])
 
 
 def _excerpt(text: object, width: int = 60) -> str:
