@@ -8,6 +8,7 @@
 #   ensure_system.sh redis     Redis running on 127.0.0.1:6379 (the Celery peer of `make bench`)
 #   ensure_system.sh prometheus  Prometheus's server binary (not started: the tests start their own)
 #   ensure_system.sh pgbouncer   PgBouncer's binary (not started: the tests start their own)
+#   ensure_system.sh faketime  libfaketime, which runs a test's process on a clock set apart
 #   ensure_system.sh mysql     MySQL in a chroot of Debian's development suite (not started:
 #                              tests/mysql_server.py starts its own)
 set -euo pipefail
@@ -54,6 +55,7 @@ for what in "$@"; do
     browser) apt_install chromium ;;
     prometheus) apt_install_stopped prometheus ;;  # it would serve on :9090
     pgbouncer) apt_install_stopped pgbouncer ;;  # it would pool on :6432
+    faketime) apt_install faketime ;;
     mysql)  # Debian 12 has only MariaDB; its development suite has MySQL, built against a
             # newer C library, so it gets a minimal chroot of that suite of its own.
       root=${DJQUEUE_MYSQL_ROOT:-/var/lib/djqueue/mysql-root}

@@ -21,7 +21,7 @@ PY=.venv/bin/python
 MARIADB_URL=${DJQUEUE_MARIADB_URL:-mysql://root@127.0.0.1:3306/test}
 POSTGRES_URL=${DJQUEUE_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
 
-scripts/ensure_system.sh mariadb postgres spark browser prometheus pgbouncer mysql || exit 1
+scripts/ensure_system.sh mariadb postgres spark browser prometheus pgbouncer faketime mysql || exit 1
 
 failed=()
 step() {

@@ -19,6 +19,7 @@ class MetricsServer(ProcessBase):
     """Answers ``GET /metrics`` on ``host:port`` until a stop signal."""
 
     logger = logger
+    judges_times = False
 
     def __init__(self, host: str, port: int) -> None:
         super().__init__()

@@ -21,7 +21,7 @@ import threading
 from django.db import DatabaseError, connections
 
 from djqueue.processes.stop_signals import StopSignals
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 
 
 class ProcessBase:
@@ -33,6 +33,10 @@ class ProcessBase:
     interval: float = 1.0
     #: Ask for a wake-up file descriptor on stop signals (a ``select`` loop).
     signal_fd: bool = False
+    #: The process writes or judges times (lease ends, delays, retries): it compares
+    #: its host's clock with the databases' as it starts (djqueue.storage.host_clock).
+    #: The supervisor and the metrics server do neither.
+    judges_times: bool = True
 
     def __init__(self) -> None:
         self.stop_signals = StopSignals()
@@ -42,6 +46,8 @@ class ProcessBase:
     def run(self) -> int:
         """Run until stopped; returns the process's exit code."""
         with self.stop_signals.installed(wakeup_fd=self.signal_fd):
+            if self.judges_times:
+                host_clock.warn_if_far(self.logger, type(self).__name__)
             self.register()
             heartbeat = None
             if self.heartbeat_interval is not None:

@@ -17,7 +17,8 @@ lookup, payload encoding, the hand-written statements of the hot path
 (``statements/``), and every use of Django's or a driver's private internals
 (``fastpath``, quarantined there with a plain path each), and a process's
 presence (``registration``: its row in ``djqueue_worker``, session locks and
-heartbeat, shared by workers, API servers and waiting receives), rows holding a time no
+heartbeat, shared by workers, API servers and waiting receives), how far this host's
+clock is from each database server's (``host_clock``), rows holding a time no
 driver reads back, read all the same (``unreadable_rows``), where each queue
 lives (``placement``), and partitioned queues (``partitions``: sends and claims over
 their partitions; ``partition_layout``: creating them and changing their layout).

@@ -54,6 +54,7 @@ class Child:
 
 @dataclass(eq=False)
 class Supervisor(ProcessBase):
+    judges_times = False  # its workers compare their clocks themselves
     #: The children's command line.
     argv: Sequence[str]
     processes: int

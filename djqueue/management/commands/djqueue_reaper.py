@@ -19,7 +19,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, once: bool, interval: float | None, **options: Any) -> None:
         reaper = Reaper(interval=interval)
         if once:
-            report = reaper.tick()
+            report = reaper.once()
             self.stdout.write(f"dead workers {report.dead_workers}, returned "
                               f"{report.returned_from_dead}, expired {report.expired}, "
                               f"promoted {report.promoted}, pruned {report.pruned}")
