@@ -12,6 +12,7 @@ from django.db import connection
 import djqueue
 from djqueue.storage import host_clock
 from tests.conftest import wait_until
+from tests.servers import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,3 +48,13 @@ def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
     # A process on the host's own clock says nothing of it.
     in_time = spawn("djqueue_reaper", "--once", env=CLOCK_ENV)
     assert in_time.wait(60) == 0 and "clock is" not in in_time.output(), in_time.output()
+
+
+def test_an_http_api_server_ahead_warns_as_it_starts(spawn):
+    """Its receives stamp lease ends on its host's clock, as a worker's claims do."""
+    server = spawn("djqueue_http", "--port", str(free_port()), env=CLOCK_ENV,
+                   prefix=("faketime", "-f", "+90s"))
+    wait_until(lambda: "HTTP API server: this host's clock is" in server.output()
+               or server.popen.poll() is not None, 60, "the server's start")
+    assert re.search(r"HTTP API server: this host's clock is (89\.9|90\.0|90\.1) s ahead of "
+                     r"database default's", server.output()), server.output()

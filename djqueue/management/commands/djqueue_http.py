@@ -7,6 +7,7 @@ this command is the one that needs no module path: it serves ``ASGI_APPLICATION`
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
@@ -16,6 +17,7 @@ from django.utils.module_loading import import_string
 
 from djqueue.conf import get_settings
 from djqueue.management.arguments import whole_number
+from djqueue.storage import host_clock
 
 
 class Command(BaseCommand):
@@ -40,6 +42,8 @@ class Command(BaseCommand):
 
             application = get_asgi_application()
         application = with_api(application)  # no-op if project/asgi.py did it
+        # Its receives stamp lease ends on this host's clock, as a worker's claims do.
+        host_clock.warn_if_far(logging.getLogger("djqueue.http"), "HTTP API server")
         switch = get_settings().WORKER_SWITCH_INTERVAL
         if switch is not None:
             # As in workers: the event loop and the database threads hand the GIL to each
