@@ -24,13 +24,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from djqueue.exceptions import (
-    InvalidMessage,
-    Postpone,
-    RetryAfter,
-    TaskCancelled,
-    UntrustedTask,
-)
+from djqueue.exceptions import InvalidMessage, Postpone, RetryAfter, TaskCancelled, UntrustedTask
 from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskStatus
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts, task_record_copy
@@ -163,12 +157,18 @@ def run_task(message: Message) -> None:
         value = task_calls.call(task, args, kwargs, result)
     except Exception as exc:
         _failed(conn, message, record, batched, task, _run_error(exc))
-    else:
-        _finish(conn, message, record, batched, TaskStatus.SUCCESSFUL, value=value)
-        if unheard:
-            return
-    task_finished.send(sender=sender,
-                       task_result=result_from(finished_values(values, record), from_json=True))
+        _send_finished(sender, finished_values(values, record))  # in the except block
+        return
+    _finish(conn, message, record, batched, TaskStatus.SUCCESSFUL, value=value)
+    if not unheard:
+        _send_finished(sender, finished_values(values, record))
+
+
+def _send_finished(sender: type, finished: dict[str, Any]) -> None:
+    """``task_finished`` with a run's result. A failed run's is sent in its except
+    block, as Django's receiver expects: it logs the run at ERROR with the traceback it
+    reads from sys.exc_info()."""
+    task_finished.send(sender=sender, task_result=result_from(finished, from_json=True))
 
 
 def _is_first_run(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, Any]) -> bool:
@@ -205,16 +205,15 @@ def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, A
         error = _run_error(exc)
         record = running_record(message, record_from_message(message))
         _failed(conn, message, record, True, task, error)
-        finished = finished_values(values or first_run_values(message, task), record)
-    else:
-        run = task_record_copy.RunEnd(message.id, timezone.now(), value)
-        with _lock:
-            _finished[message.id] = Finished(copied=run)
-        if unheard or values is None:  # (values is None only when unheard)
-            return
-        finished = {**values, "status": TaskStatus.SUCCESSFUL, "finished_at": run.finished_at,
-                    "worker_ids": [message.owner], "_return_value": value}
-    task_finished.send(sender=sender, task_result=result_from(finished, from_json=True))
+        _send_finished(sender, finished_values(values or first_run_values(message, task), record))
+        return
+    run = task_record_copy.RunEnd(message.id, timezone.now(), value)
+    with _lock:
+        _finished[message.id] = Finished(copied=run)
+    if unheard or values is None:  # (values is None only when unheard)
+        return
+    _send_finished(sender, {**values, "status": TaskStatus.SUCCESSFUL, "finished_at":
+                            run.finished_at, "worker_ids": [message.owner], "_return_value": value})
 
 
 def _run_error(exc: Exception) -> Exception:

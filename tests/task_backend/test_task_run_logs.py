@@ -45,9 +45,12 @@ class Collected(logging.Handler):
     def __init__(self, level: int = logging.NOTSET) -> None:
         super().__init__(level)
         self.messages: list[str] = []
+        #: The exception each record carries (its exc_info), or None.
+        self.exceptions: list[BaseException | None] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
+        self.exceptions.append(record.exc_info[1] if record.exc_info else None)
 
 
 def test_djangos_default_handlers_without_debug_write_no_info_record(settings):
@@ -317,6 +320,11 @@ def test_unheard_runs_are_recorded_as_before_and_a_failure_still_logs_its_error(
     assert (started.count, finished.count) == (0, 1)  # only the failure's end
     assert [m for m in errors.messages if "state=FAILED" in m] == [
         next(m for m in errors.messages if f"id={failing.id} " in m)]
+    # ... with the task's exception, whose traceback the log shows (it was sent after
+    # the except block, where Django's receiver found no exception to log).
+    [raised] = [e for m, e in zip(errors.messages, errors.exceptions, strict=True)
+                if "state=FAILED" in m]
+    assert isinstance(raised, KeyError) and raised.args == ("missing thing",), raised
     done = tasks.add.get_result(added.id)
     assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
     context_run = tasks.which_attempt.get_result(aware.id)  # its context had its result
