@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from djqueue.exceptions import InvalidMessage, Postpone, RetryAfter, TaskCancelled, UntrustedTask
 from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskStatus
+from djqueue.models.message import exception_line
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
@@ -244,7 +245,7 @@ def _failed(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, bat
         record.status = TaskStatus.READY
         message_inserts.upsert(conn.alias, [record], FINISHED_FIELDS)
         raise RetryTask(backend.retry_delay(task, len(record.worker_ids), message, exc),
-                        f"{record.task_path} failed; retrying") from exc
+                        f"{record.task_path} raised {exception_line(tb)}") from exc
     _finish(conn, message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
 
 

@@ -1,5 +1,6 @@
 """django.tasks on djqueue, through the public Tasks API and real worker processes."""
 
+import re
 import signal
 from datetime import timedelta
 
@@ -90,6 +91,10 @@ def test_retries_follow_backend_options(spawn):
     assert [e.exception_class for e in result.errors] == [ValueError, ValueError]
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
+    # The worker's log says why each run is retried: the task's own exception.
+    retried = re.findall(r"failed on attempt (\d); retrying in [0-9.]+ s: \S*RetryTask: "
+                         r"tests\.tasks\.fails_twice raised ValueError: not yet\n", worker.output())
+    assert retried == ["1", "2"], worker.output()
 
 
 def test_unique_key_with_eight_concurrent_enqueuers_leaves_one_pending_task():
