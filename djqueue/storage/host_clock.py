@@ -9,9 +9,9 @@ more than a lease return claims still being worked on: a second delivery, never 
 as at-least-once allows, but avoidable. Delays run early or late by the difference.
 
 Rate limits read the database's clock in their statements (docs/limits.md); the other
-times are the hosts'. So each long-running process (worker, reaper, supervisor)
-compares its clock with every database server's once as it starts, and warns when they
-are further apart than synchronised hosts ever are.
+times are the hosts'. So each process that writes or judges them (worker, reaper,
+HTTP API server) compares its clock with every database server's once as it starts,
+and warns when they are further apart than synchronised hosts ever are.
 """
 
 from __future__ import annotations
