@@ -61,6 +61,8 @@ class WorkerOptions:
                 else "claims sized to the backlog"]
         if self.where is not None:
             said.append(f"only messages where {self.where}")
+        if self.visibility_timeout is not None:
+            said.append(f"leases of {self.visibility_timeout:g} s")
         if self.time_limit is not None:
             said.append(f"a run limited to {self.time_limit:g} s")
         if self.burst:

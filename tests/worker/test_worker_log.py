@@ -50,8 +50,8 @@ def test_a_failed_run_is_logged_with_its_queue_its_outcome_and_its_exception(cap
 def test_the_start_line_says_the_options_that_shape_the_run():
     assert str(WorkerOptions(["jobs"])) == "1 handler thread, claims sized to the backlog"
     assert str(WorkerOptions(["jobs"], concurrency=8, batch_size=100, where="priority > 5",
-                             time_limit=30, burst=True, max_messages=1000, max_seconds=3600,
-                             max_rss=512)) == (
-        "8 handler threads, claims of 100, only messages where priority > 5, a run limited "
-        "to 30 s, until its queues are empty, for 1000 messages at most, for 3600 s at most, "
-        "restarting past 512 MB")
+                             visibility_timeout=90, time_limit=30, burst=True,
+                             max_messages=1000, max_seconds=3600, max_rss=512)) == (
+        "8 handler threads, claims of 100, only messages where priority > 5, leases of 90 s, "
+        "a run limited to 30 s, until its queues are empty, for 1000 messages at most, for "
+        "3600 s at most, restarting past 512 MB")
