@@ -104,7 +104,7 @@ def test_a_trickling_queue_costs_two_claims_a_message(spawn):
                    f"message {n}\n{worker.output()}")
     worker.signal(signal.SIGTERM)
     assert worker.wait(60) == 0, worker.output()
-    stats = re.search(r"claims=(\d+)", worker.output())
+    stats = re.search(r"claimed in (\d+) claims", worker.output())
     assert stats, worker.output()
     # The worker's first claim at start, then two a message (four before: 41).
     assert int(stats.group(1)) <= 1 + 2 * sent, stats.group(0)
