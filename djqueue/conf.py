@@ -57,6 +57,9 @@ class Settings:
     #: Worker heartbeat period; a worker silent for WORKER_TIMEOUT is dead.
     HEARTBEAT_INTERVAL: float = 2.0
     WORKER_TIMEOUT: float = 10.0
+    #: Seconds between a long-running process's comparisons of its host's clock with the
+    #: database servers' (djqueue.storage.host_clock); it compares as it starts too.
+    CLOCK_CHECK_INTERVAL: float = 600.0
     #: Idle polling backs off from POLL_MIN to POLL_MAX seconds.
     POLL_MIN: float = 0.01
     POLL_MAX: float = 0.5
@@ -192,6 +195,7 @@ _DURATIONS = {
     "QUEUE_CACHE_TTL": (durations.HOUR, False),
     "HEARTBEAT_INTERVAL": (durations.HOUR, True),
     "WORKER_TIMEOUT": (durations.DAY, True),
+    "CLOCK_CHECK_INTERVAL": (durations.DAY, True),
     "POLL_MIN": (durations.HOUR, True),
     "POLL_MAX": (durations.HOUR, True),
     "PROMOTE_INTERVAL": (durations.HOUR, True),

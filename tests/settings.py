@@ -162,6 +162,9 @@ LOGGING = {
 if os.environ.get("DJQUEUE_TEST_LOG_INFO"):  # a test that reads a process's INFO lines
     LOGGING["loggers"]["djqueue"]["level"] = "INFO"
 
+if os.environ.get("DJQUEUE_TEST_CLOCK_CHECK"):  # the clock test's processes compare often
+    DJQUEUE["CLOCK_CHECK_INTERVAL"] = float(os.environ["DJQUEUE_TEST_CLOCK_CHECK"])
+
 if os.environ.get("DJQUEUE_TEST_TASK_RUN_LOG"):  # a test that reads the task runs' records
     LOGGING["handlers"]["task_runs"] = {"class": "logging.FileHandler", "level": "INFO",
                                         "filename": os.environ["DJQUEUE_TEST_TASK_RUN_LOG"]}

@@ -60,7 +60,7 @@ from djqueue.api.worker_wakeups import WakeDatagrams
 from djqueue.conf import get_settings
 from djqueue.http.database_threads import in_database
 from djqueue.models import ProcessKind
-from djqueue.storage import placement
+from djqueue.storage import host_clock, placement
 from djqueue.storage.registration import Registration
 
 logger = logging.getLogger("djqueue.http")
@@ -92,6 +92,10 @@ class WaitingReceives:
         self._conditions: dict[str, Counter[LineKey]] = {}
         self._started = False
         self._registration: Registration | None = None
+        #: Its receives stamp lease ends on this host's clock: compared with the
+        #: databases' from the heartbeat (djqueue_http compares them as it starts).
+        self._clock_checks = host_clock.ClockChecks(
+            logger, "HTTP API server", first_due=get_settings().CLOCK_CHECK_INTERVAL)
         self._queues_written: tuple[str, ...] = ()
         self._queues_dirty = asyncio.Event()
         #: Wake-ups so far (datagrams and polls): an arriving receive reads it around
@@ -256,6 +260,7 @@ class WaitingReceives:
             await asyncio.sleep(get_settings().HEARTBEAT_INTERVAL)
             try:  # it logs a database's failure itself; anything else must not end it
                 await in_database(self._registration.beat)
+                await in_database(self._clock_checks.check_when_due)
             except Exception:
                 logger.exception("The API server's heartbeat failed; the next tries again")
 

@@ -32,7 +32,6 @@ from djqueue.processes.base import ProcessBase
 from djqueue.storage import (
     dialects,
     expiry,
-    host_clock,
     ordered_groups,
     partition_layout,
     partitions,
@@ -97,15 +96,28 @@ class Reaper(ProcessBase):
         self.dead_worker_finder = DeadWorkerFinder()
         self.scheduler = Scheduler()
         self.vacuuming = Vacuuming()
+        self.passes = 0
+        self._started = time.monotonic()
+
+    def register(self) -> None:
+        """Its first line, as a worker's: it holds no row of its own (several may run)."""
+        self._started = time.monotonic()
+        logger.info("Reaper started: a pass every %g s over %s", self.interval,
+                    ", ".join(placement.databases()))
+
+    def deregister(self) -> None:
+        logger.info("Reaper stopped after %.1f s and %d passes",
+                    time.monotonic() - self._started, self.passes)
 
     def once(self) -> ReapReport:
         """One pass, as ``djqueue_reaper --once`` runs it (from cron): after the clock
         comparison a long-running reaper makes as it starts. A database error is raised,
         so that the command fails."""
-        host_clock.warn_if_far(self.logger, type(self).__name__)
+        self.clock_checks.check()
         return self.tick()
 
     def tick(self) -> ReapReport:
+        self.passes += 1
         report = self.reap()
         if report:
             logger.info("Reaped: %s", report, extra={"report": vars(report)})

@@ -34,12 +34,14 @@ class ProcessBase:
     #: Ask for a wake-up file descriptor on stop signals (a ``select`` loop).
     signal_fd: bool = False
     #: The process writes or judges times (lease ends, delays, retries): it compares
-    #: its host's clock with the databases' as it starts (djqueue.storage.host_clock).
-    #: The supervisor and the metrics server do neither.
+    #: its host's clock with the databases' as it starts and, from its heartbeat or its
+    #: passes, every CLOCK_CHECK_INTERVAL seconds (djqueue.storage.host_clock). The
+    #: supervisor and the metrics server do neither.
     judges_times: bool = True
 
     def __init__(self) -> None:
         self.stop_signals = StopSignals()
+        self.clock_checks = host_clock.ClockChecks(self.logger, type(self).__name__)
 
     # What a process runs
 
@@ -47,7 +49,7 @@ class ProcessBase:
         """Run until stopped; returns the process's exit code."""
         with self.stop_signals.installed(wakeup_fd=self.signal_fd):
             if self.judges_times:
-                host_clock.warn_if_far(self.logger, type(self).__name__)
+                self.clock_checks.check()
             self.register()
             heartbeat = None
             if self.heartbeat_interval is not None:
@@ -69,6 +71,7 @@ class ProcessBase:
         """Repeat ``tick()`` every ``interval`` seconds until stopped."""
         while True:
             self.tick_safely()
+            self.check_clock_when_due()
             if self.sleep(self.interval):
                 return 0
 
@@ -80,6 +83,12 @@ class ProcessBase:
         except DatabaseError:
             self.logger.exception("%s pass failed; retrying", type(self).__name__)
             connections[dialects.alias()].close()
+
+    def check_clock_when_due(self) -> None:
+        """Compare the clocks again once CLOCK_CHECK_INTERVAL has passed, if the process
+        judges times; a database error is passed over, as at the start."""
+        if self.judges_times:
+            self.clock_checks.check_when_due()
 
     def tick(self) -> object:
         """One pass of a periodic process's work (what it returns is the subclass's:
@@ -118,6 +127,7 @@ class ProcessBase:
         while not self.sleep(self.heartbeat_interval):
             try:  # a thread that died would stop the beats of a live process for good
                 self.heartbeat()
+                self.check_clock_when_due()
             except Exception:
                 self.logger.exception("%s: a heartbeat failed; the next tries again",
                                       type(self).__name__)

@@ -1,17 +1,23 @@
 """A worker or reaper whose host's clock is far from the database server's says so as it
-starts (djqueue.storage.host_clock): lease ends, delays and retry times are written and
-judged by the hosts' clocks. Real processes, their clocks set apart by libfaketime."""
+starts, and when its clock is set apart while it runs (djqueue.storage.host_clock): lease
+ends, delays and retry times are written and judged by the hosts' clocks. Real
+processes, their clocks set apart by libfaketime."""
 
+import glob
 import logging
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from django.db import connection
 
 import djqueue
+from djqueue.http import access
+from djqueue.models import ApiClient, ApiPermission, ProcessKind, Worker
 from djqueue.storage import host_clock
 from tests.conftest import wait_until
+from tests.http.conftest import start_api_server
 from tests.servers import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -58,3 +64,62 @@ def test_an_http_api_server_ahead_warns_as_it_starts(spawn):
                or server.popen.poll() is not None, 60, "the server's start")
     assert re.search(r"HTTP API server: this host's clock is (89\.9|90\.0|90\.1) s ahead of "
                      r"database default's", server.output()), server.output()
+
+
+def movable_clock(folder: Path) -> tuple[Path, dict[str, str]]:
+    """(a file holding a clock offset, "+0s" now; the environment of a process whose
+    clock follows it, read again each second, and which compares every 0.5 s)."""
+    [library] = glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")
+    offset = folder / "offset"
+    offset.write_text("+0s\n")
+    return offset, {**CLOCK_ENV, "LD_PRELOAD": library, "FAKETIME_TIMESTAMP_FILE": str(offset),
+                    "FAKETIME_CACHE_DURATION": "1", "DJQUEUE_TEST_CLOCK_CHECK": "0.5"}
+
+
+def test_a_clock_set_apart_while_running_is_warned_of_and_its_return_told(spawn, tmp_path):
+    """A worker and a long-running reaper compare the clocks from their heartbeat and
+    their passes, every CLOCK_CHECK_INTERVAL (0.5 s here), not only as they start. Their
+    clocks follow a file libfaketime reads again each second."""
+    offset, env = movable_clock(tmp_path)
+    djqueue.create_queue("f.poison")
+    worker = spawn("djqueue_worker", "f.poison", env=env)
+    reaper = spawn("djqueue_reaper", env=env)
+    processes = {"Worker": worker, "Reaper": reaper}
+    # Each compares as it starts, then writes its first line.
+    wait_until(lambda: "started on f.poison" in worker.output(), 60, "the worker's start")
+    wait_until(lambda: "Reaper started: a pass every 0.2 s over default" in reaper.output(),
+               60, "the reaper's start")
+    offset.write_text("+90s\n")
+    for name, process in processes.items():
+        far = re.compile(rf"{name}: this host's clock is (89\.9|90\.0|90\.1) s ahead of "
+                         r"database default's")
+        wait_until(lambda p=process, f=far: f.search(p.output()), 60, f"the {name}'s warning")
+    offset.write_text("+0s\n")
+    for name, process in processes.items():
+        wait_until(lambda p=process, n=name: f"{n}: this host's clock is back within 1.0 s "
+                   f"of database default's" in p.output(), 60, f"the {name}'s all clear")
+        # As it started, on the true clock, it said nothing of it.
+        before = process.output().split("clock is", 1)[0]
+        assert "started" in before and "clock" not in before, process.output()
+
+
+def test_an_http_api_servers_heartbeat_compares_the_clocks_again(spawn, tmp_path):
+    """The API server compares as it starts (above), then from the heartbeat its first
+    long poll starts, as a worker does."""
+    offset, env = movable_clock(tmp_path)
+    server = start_api_server(spawn, env=env)
+    djqueue.create_queue("h.clock")
+    client = ApiClient.objects.create(name="svc-clock")
+    access.grant(client, "h.clock", ApiPermission.FULL_CONTROL)
+    with server.client(access.issue_token(client)) as http:
+        answer = http.post("queues/h.clock/receive", json={"wait": 0.1})
+    assert answer.status_code == 200 and answer.json() == {"messages": []}, answer.text
+    wait_until(Worker.objects.filter(kind=ProcessKind.HTTP).exists, 30, "its registration")
+    assert "clock is" not in server.output(), server.output()  # its start, on the true clock
+    offset.write_text("+90s\n")
+    wait_until(lambda: re.search(r"HTTP API server: this host's clock is (89\.9|90\.0|90\.1) s "
+                                 r"ahead of database default's", server.output()),
+               60, "its warning")
+    offset.write_text("+0s\n")
+    wait_until(lambda: "HTTP API server: this host's clock is back within 1.0 s of database "
+               "default's" in server.output(), 60, "its all clear")
