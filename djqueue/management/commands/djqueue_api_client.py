@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone
 
 from djqueue import durations
 from djqueue.http import access
 from djqueue.management.arguments import seconds
+from djqueue.management.migrated import MigratedCommand
 from djqueue.models import ApiClient, ApiPermission, ApiToken
 from djqueue.storage import dialects
 from djqueue.storage.unreadable_rows import ReadableTime
@@ -30,7 +31,7 @@ PERMISSIONS = {"send": ApiPermission.SEND, "receive": ApiPermission.RECEIVE,
                "full-control": ApiPermission.FULL_CONTROL}
 
 
-class Command(BaseCommand):
+class Command(MigratedCommand):
     help = "Create HTTP API clients, issue, rotate and revoke their tokens, grant queues."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -1,10 +1,11 @@
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from djqueue.exceptions import DjqueueError
 from djqueue.management.arguments import whole_number
+from djqueue.management.migrated import MigratedCommand
 
 
 def moment(text: str) -> datetime:
@@ -12,7 +13,7 @@ def moment(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-class Command(BaseCommand):
+class Command(MigratedCommand):
     help = "Export message history (and reports) with PySpark, reading the database over JDBC."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -12,15 +12,16 @@ import sys
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.utils.module_loading import import_string
 
 from djqueue.conf import get_settings
 from djqueue.management.arguments import whole_number
+from djqueue.management.migrated import MigratedCommand
 from djqueue.storage import host_clock
 
 
-class Command(BaseCommand):
+class Command(MigratedCommand):
     help = "Serve the project (and its djqueue HTTP API) over ASGI with uvicorn."
 
     def add_arguments(self, parser: CommandParser) -> None:

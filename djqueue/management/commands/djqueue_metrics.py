@@ -1,7 +1,8 @@
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from djqueue.management.migrated import MigratedCommand
 from djqueue.monitoring.metrics_server import MetricsServer
 
 
@@ -12,7 +13,7 @@ def port(text: str) -> int:
     return value
 
 
-class Command(BaseCommand):
+class Command(MigratedCommand):
     help = ("Serve djqueue's Prometheus metrics at http://HOST:PORT/metrics until stopped "
             "(SIGTERM or SIGINT).")
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from djqueue.maintenance.periodic_listing import schedule_rows
+from djqueue.management.migrated import MigratedCommand
 from djqueue.management.tables import write_table
 
 
-class Command(BaseCommand):
+class Command(MigratedCommand):
     help = "List the periodic schedules (settings and database) with their last and next runs."
 
     def add_arguments(self, parser: CommandParser) -> None:

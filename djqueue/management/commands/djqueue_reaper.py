@@ -1,13 +1,14 @@
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from djqueue import durations
 from djqueue.maintenance.reaper import Reaper
 from djqueue.management.arguments import seconds
+from djqueue.management.migrated import MigratedCommand
 
 
-class Command(BaseCommand):
+class Command(MigratedCommand):
     help = ("Return claims of dead workers and expired leases, promote due delayed messages "
             "and prune history. Safe to run several at once.")
 

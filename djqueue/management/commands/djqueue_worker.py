@@ -5,7 +5,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import connections
 
 from djqueue import durations
@@ -13,6 +13,7 @@ from djqueue.api.condition_parser import checked_condition
 from djqueue.api.consumer_groups import register_consumer
 from djqueue.exceptions import DjqueueError
 from djqueue.management.arguments import seconds, whole_number
+from djqueue.management.migrated import MigratedCommand
 from djqueue.processes.memory_limit import limit_memory, resident_megabytes
 from djqueue.worker import registry
 from djqueue.worker.message_worker import Worker
@@ -26,7 +27,7 @@ except ImportError:
     task_run_logs = None
 
 
-class Command(BaseCommand):
+class Command(MigratedCommand):
     help = "Run handlers for messages of the given queues (in priority order)."
 
     def add_arguments(self, parser: CommandParser) -> None:

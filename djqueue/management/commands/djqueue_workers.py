@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from djqueue.management.migrated import MigratedCommand
 from djqueue.management.tables import seconds_text, write_table
 from djqueue.monitoring.worker_listing import worker_rows
 
 
-class Command(BaseCommand):
+class Command(MigratedCommand):
     help = "List the processes serving queues (workers, HTTP servers, waiting receives)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -1,0 +1,72 @@
+"""djqueue's commands refuse to start on a database where djqueue's migrations are not
+all applied: one line names the database, the migrations and the command that applies
+them (djqueue.management.migrated), where they failed at their first statement with a
+traceback about a missing table, or a missing column after an upgrade."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+import djqueue.migrations
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Each of djqueue's commands, with arguments it would start with.
+COMMANDS = [("djqueue_worker", "t.record"), ("djqueue_worker", "t.record", "--processes", "2"),
+            ("djqueue_reaper",), ("djqueue_reaper", "--once"), ("djqueue_queues",),
+            ("djqueue_workers",), ("djqueue_periodic",), ("djqueue_http", "--port", "0"),
+            ("djqueue_metrics", "--port", "0"), ("djqueue_api_client", "list"),
+            ("djqueue_export", "--help")]
+#: djqueue's migrations, in order.
+MIGRATIONS = sorted(path.stem for path in Path(djqueue.migrations.__path__[0]).glob("0*.py"))
+
+
+@pytest.fixture
+def empty_database(tmp_path: Path) -> Iterator[str]:
+    """The name of a new database with no tables, beside the test database."""
+    if connection.vendor == "sqlite":
+        yield str(tmp_path / "empty.sqlite3")
+        return
+    name = f"{connection.settings_dict['NAME']}_unmigrated"
+    quoted = connection.ops.quote_name(name)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+        cursor.execute(f"CREATE DATABASE {quoted}" + (
+            " CHARACTER SET utf8mb4" if connection.vendor == "mysql" else ""))
+    yield name
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+
+
+def test_commands_name_the_migrations_missing_and_the_migrate_command(spawn, empty_database):
+    env = {"DJQUEUE_TEST_DB_NAME": empty_database}
+    started = [spawn(*command, env=env) for command in COMMANDS]
+    for command, process in zip(COMMANDS, started, strict=True):
+        code = process.wait(60)
+        if command[-1] == "--help":  # argparse answers before any database is read
+            assert code == 0 and "usage:" in process.output(), process.output()
+            continue
+        assert code == 1, (command, process.output())
+        assert process.output().strip() == (
+            f"CommandError: djqueue's tables on database 'default' are not up to date: "
+            f"{len(MIGRATIONS)} migrations to apply (djqueue.{MIGRATIONS[0]} through "
+            f"djqueue.{MIGRATIONS[-1]}). Run `python manage.py migrate` first."
+        ), (command, process.output())
+
+    # One migration behind, as after an upgrade of djqueue without `migrate`.
+    migrating = spawn("migrate", "djqueue", MIGRATIONS[-2], "--noinput", "-v0", env=env)
+    assert migrating.wait(300) == 0, migrating.output()
+    worker = spawn("djqueue_worker", "t.record", env=env)
+    assert worker.wait(60) == 1, worker.output()
+    assert worker.output().strip() == (
+        f"CommandError: djqueue's tables on database 'default' are not up to date: 1 "
+        f"migration to apply (djqueue.{MIGRATIONS[-1]}). Run `python manage.py migrate` "
+        "first."), worker.output()
+
+    # Migrated, the commands start.
+    assert spawn("migrate", "djqueue", "--noinput", "-v0", env=env).wait(300) == 0
+    reaper = spawn("djqueue_reaper", "--once", env=env)
+    assert reaper.wait(60) == 0, reaper.output()
+    assert "dead workers 0, returned 0" in reaper.output(), reaper.output()
