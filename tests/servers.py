@@ -1,7 +1,7 @@
 """Helpers for the servers the tests start (MariaDB, MySQL, PgBouncer, Prometheus and
-the HTTP API's): a free loopback port, and stopping a server process, or every process
-a run started. No Django here: tests/mysql_server.py picks its server's port before
-Django is set up."""
+the HTTP API's): a free loopback port, stopping a server process, or every process a
+run started, and a port that forwards to a database server from a moment on. No Django
+here: tests/mysql_server.py picks its server's port before Django is set up."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 
 
 def free_port() -> int:
@@ -106,3 +108,38 @@ def _running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
 
+
+
+@contextlib.contextmanager
+def tcp_forward(listen_port: int, to_port: int) -> Iterator[None]:
+    """A database server appearing on ``listen_port`` while inside: every connection
+    made to it is passed on to ``to_port`` on the loopback address, both ways, on
+    threads (each pair's sockets are closed when either side closes, or on leaving)."""
+    listener = socket.create_server(("127.0.0.1", listen_port))
+    opened: list[socket.socket] = [listener]
+
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        for side in (source, sink):
+            with contextlib.suppress(OSError):
+                side.shutdown(socket.SHUT_RDWR)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the listener closed
+            while True:
+                client, _ = listener.accept()
+                server = socket.create_connection(("127.0.0.1", to_port))
+                opened.extend((client, server))
+                for pair in ((client, server), (server, client)):
+                    threading.Thread(target=pump, args=pair, daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True, name="tcp-forward").start()
+    try:
+        yield
+    finally:
+        for sock in opened:  # shut down first: on Linux only that wakes a blocked accept
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()

@@ -1,5 +1,5 @@
 """manage.py commands: thin; each parses and checks its options and runs a class from below.
 
-Their base (``migrated.MigratedCommand``) refuses to start on a database whose djqueue
-migrations are not all applied; ``arguments`` holds the argument types they share.
+Their base (``database_ready.DatabaseReadyCommand``) starts them once their database
+answers and holds djqueue's migrations; ``arguments`` holds the argument types they share.
 """

@@ -5,7 +5,8 @@ Every djqueue command reads or writes djqueue's tables. On a database where
 would fail at its first statement with a traceback about a missing table or column,
 and a worker under a process manager would do so again at each restart. So the
 commands ask here first, and refuse to start with one line naming the database, the
-migrations missing and the command that applies them (djqueue.management.migrated).
+migrations missing and the command that applies them
+(djqueue.management.database_ready).
 
 Django's own answer is read, as ``runserver``'s warning and ``migrate --check`` read
 it: the plan ``MigrationExecutor`` makes to reach djqueue's newest migration. That

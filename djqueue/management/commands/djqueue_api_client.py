@@ -21,7 +21,7 @@ from django.utils import timezone
 from djqueue import durations
 from djqueue.http import access
 from djqueue.management.arguments import seconds
-from djqueue.management.migrated import MigratedCommand
+from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.models import ApiClient, ApiPermission, ApiToken
 from djqueue.storage import dialects
 from djqueue.storage.unreadable_rows import ReadableTime
@@ -31,7 +31,7 @@ PERMISSIONS = {"send": ApiPermission.SEND, "receive": ApiPermission.RECEIVE,
                "full-control": ApiPermission.FULL_CONTROL}
 
 
-class Command(MigratedCommand):
+class Command(DatabaseReadyCommand):
     help = "Create HTTP API clients, issue, rotate and revoke their tokens, grant queues."
 
     def add_arguments(self, parser: CommandParser) -> None:

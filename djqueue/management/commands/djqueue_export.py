@@ -5,7 +5,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from djqueue.exceptions import DjqueueError
 from djqueue.management.arguments import whole_number
-from djqueue.management.migrated import MigratedCommand
+from djqueue.management.database_ready import DatabaseReadyCommand
 
 
 def moment(text: str) -> datetime:
@@ -13,7 +13,7 @@ def moment(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-class Command(MigratedCommand):
+class Command(DatabaseReadyCommand):
     help = "Export message history (and reports) with PySpark, reading the database over JDBC."
 
     def add_arguments(self, parser: CommandParser) -> None:

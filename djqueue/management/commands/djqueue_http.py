@@ -17,11 +17,11 @@ from django.utils.module_loading import import_string
 
 from djqueue.conf import get_settings
 from djqueue.management.arguments import whole_number
-from djqueue.management.migrated import MigratedCommand
+from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.storage import host_clock
 
 
-class Command(MigratedCommand):
+class Command(DatabaseReadyCommand):
     help = "Serve the project (and its djqueue HTTP API) over ASGI with uvicorn."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -29,6 +29,10 @@ class Command(MigratedCommand):
         parser.add_argument("--port", type=whole_number(0, 65535), default=8001)
         parser.add_argument("--log-level", default="warning",
                             choices=["critical", "error", "warning", "info", "debug"])
+
+    def waits_for_database(self, options: dict[str, Any]) -> bool:
+        """A long-running process: it waits for its database."""
+        return True
 
     def handle(self, *args: object, **options: Any) -> None:
         import uvicorn

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from djqueue.management.migrated import MigratedCommand
+from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.monitoring.metrics_server import MetricsServer
 
 
@@ -13,7 +13,7 @@ def port(text: str) -> int:
     return value
 
 
-class Command(MigratedCommand):
+class Command(DatabaseReadyCommand):
     help = ("Serve djqueue's Prometheus metrics at http://HOST:PORT/metrics until stopped "
             "(SIGTERM or SIGINT).")
 
@@ -22,6 +22,10 @@ class Command(MigratedCommand):
                             help="Address to listen on (default 127.0.0.1).")
         parser.add_argument("--port", type=port, default=9808,
                             help="Port to listen on (default 9808; 0: any free port, printed).")
+
+    def waits_for_database(self, options: dict[str, Any]) -> bool:
+        """A long-running process: it waits for its database."""
+        return True
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
         try:

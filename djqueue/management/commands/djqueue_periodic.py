@@ -17,11 +17,11 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from djqueue.maintenance.periodic_listing import schedule_rows
-from djqueue.management.migrated import MigratedCommand
+from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.management.tables import write_table
 
 
-class Command(MigratedCommand):
+class Command(DatabaseReadyCommand):
     help = "List the periodic schedules (settings and database) with their last and next runs."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -25,14 +25,14 @@ from django.core.management.base import CommandError, CommandParser
 from djqueue.api import peeked_messages, queue_operations, queues
 from djqueue.exceptions import DjqueueError
 from djqueue.management.arguments import whole_number
-from djqueue.management.migrated import MigratedCommand
+from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.management.tables import seconds_text, write_table
 from djqueue.models import Message, Queue, State
 from djqueue.monitoring import queue_listing
 from djqueue.storage import placement
 
 
-class Command(MigratedCommand):
+class Command(DatabaseReadyCommand):
     help = "List queues with their depths; peek at, pause, resume, redrive or purge them."
 
     def add_arguments(self, parser: CommandParser) -> None:

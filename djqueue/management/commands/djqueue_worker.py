@@ -13,7 +13,7 @@ from djqueue.api.condition_parser import checked_condition
 from djqueue.api.consumer_groups import register_consumer
 from djqueue.exceptions import DjqueueError
 from djqueue.management.arguments import seconds, whole_number
-from djqueue.management.migrated import MigratedCommand
+from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.processes.memory_limit import limit_memory, resident_megabytes
 from djqueue.worker import registry
 from djqueue.worker.message_worker import Worker
@@ -27,7 +27,7 @@ except ImportError:
     task_run_logs = None
 
 
-class Command(MigratedCommand):
+class Command(DatabaseReadyCommand):
     help = "Run handlers for messages of the given queues (in priority order)."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -87,6 +87,10 @@ class Command(MigratedCommand):
         parser.add_argument("--where", default=None,
                             help="Only claim messages matching this condition, e.g. "
                                  "\"priority >= 5 and headers.region = 'eu'\".")
+
+    def waits_for_database(self, options: dict[str, Any]) -> bool:
+        """A long-running process: it waits for its database."""
+        return True
 
     def handle(self, *args: Any, **options: Any) -> None:
         registry.discover()

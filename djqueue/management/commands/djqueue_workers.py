@@ -19,12 +19,12 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from djqueue.management.migrated import MigratedCommand
+from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.management.tables import seconds_text, write_table
 from djqueue.monitoring.worker_listing import worker_rows
 
 
-class Command(MigratedCommand):
+class Command(DatabaseReadyCommand):
     help = "List the processes serving queues (workers, HTTP servers, waiting receives)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -1,15 +1,20 @@
-"""djqueue's commands refuse to start on a database where djqueue's migrations are not
-all applied: one line names the database, the migrations and the command that applies
-them (djqueue.management.migrated), where they failed at their first statement with a
-traceback about a missing table, or a missing column after an upgrade."""
+"""djqueue's commands start once their database answers and holds djqueue's migrations
+(djqueue.management.database_ready). A long-running one waits for a database that does
+not answer yet; a one-off command, and any command on a database whose djqueue
+migrations are not all applied, fails with one line saying what to do. Before, each
+failed with a traceback: from Django's checks, or about a missing table or column."""
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
+import djqueue
 import djqueue.migrations
+from tests.conftest import wait_until
+from tests.servers import free_port, tcp_forward
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,3 +75,30 @@ def test_commands_name_the_migrations_missing_and_the_migrate_command(spawn, emp
     reaper = spawn("djqueue_reaper", "--once", env=env)
     assert reaper.wait(60) == 0, reaper.output()
     assert "dead workers 0, returned 0" in reaper.output(), reaper.output()
+
+
+def test_a_worker_started_before_its_database_waits_for_it(spawn):
+    """As a container started beside its database's: the worker says it waits and tries
+    again until the server answers, then starts; a one-off command fails at once."""
+    if connection.vendor == "sqlite":
+        pytest.skip("an SQLite database is a file: there is no server to wait for")
+    djqueue.create_queue("t.record")
+    port = free_port()
+    env = {"DJQUEUE_TEST_DB_PORT": str(port), "DJQUEUE_TEST_LOG_INFO": "1"}
+    worker = spawn("djqueue_worker", "t.record", env=env)
+    waiting = "djqueue_worker: database 'default' does not answer; trying again in"
+    wait_until(lambda: worker.output().count(waiting) >= 2 or worker.popen.poll() is not None,
+               60, "the worker to try twice")
+    assert worker.popen.poll() is None and "Traceback" not in worker.output(), worker.output()
+    assert f"{waiting} 1 s: " in worker.output() and f"{waiting} 2 s: " in worker.output()
+
+    listing = spawn("djqueue_queues", env=env)
+    assert listing.wait(60) == 1, listing.output()
+    assert listing.output().startswith("CommandError: Database 'default' does not answer: ")
+    assert len(listing.output().strip().splitlines()) == 1, listing.output()
+
+    with tcp_forward(port, int(connection.settings_dict["PORT"])):
+        wait_until(lambda: "started on t.record" in worker.output()
+                   or worker.popen.poll() is not None, 60, "the worker's start")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(60) == 0, worker.output()
