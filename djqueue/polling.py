@@ -80,6 +80,15 @@ def _resolve(future: asyncio.Future[None]) -> None:
 local_wakeup = LocalWakeup()
 
 
+def soonest(*deadlines: float | None, seconds: float | None) -> float | None:
+    """The earliest of monotonic deadlines and ``seconds`` from now (any may be None): a
+    deadline for ``Backoff.sleep`` out of several."""
+    times = [at for at in deadlines if at is not None]
+    if seconds is not None:
+        times.append(time.monotonic() + seconds)
+    return min(times, default=None)
+
+
 class Backoff:
     """The adaptive idle delay of one polling loop."""
 

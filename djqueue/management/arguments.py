@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 from djqueue import durations
 
@@ -39,3 +41,15 @@ def whole_number(low: int = 1, high: int = 1_000_000_000) -> Callable[[str], int
 
     parse.__name__ = "whole number"
     return parse
+
+
+def alive_file(text: str) -> Path:
+    """An argparse type: a file the process may write, in a folder that exists (it is
+    written only once the process has started, so a probe reads its absence as "not
+    started yet")."""
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"no such folder: {str(path.parent)!r}")
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"this process may not write {text!r}")
+    return path

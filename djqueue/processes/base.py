@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from pathlib import Path
 
 from django.db import DatabaseError, connections
 
@@ -38,6 +40,12 @@ class ProcessBase:
     #: passes, every CLOCK_CHECK_INTERVAL seconds (djqueue.storage.host_clock). The
     #: supervisor and the metrics server do neither.
     judges_times: bool = True
+    #: A file whose modification time the main loop refreshes, at most once a second,
+    #: for a liveness probe to read (``--alive-file``); removed as the process ends.
+    #: Written by the loop itself, so a loop that hangs lets it go stale.
+    alive_file: Path | None = None
+    _alive_at: float = 0.0
+    _alive_failed: bool = False
 
     def __init__(self) -> None:
         self.stop_signals = StopSignals()
@@ -51,6 +59,7 @@ class ProcessBase:
             if self.judges_times:
                 self.clock_checks.check()
             self.register()
+            self.show_alive()
             heartbeat = None
             if self.heartbeat_interval is not None:
                 heartbeat = threading.Thread(target=self.beat_until_stopped, daemon=True,
@@ -66,13 +75,16 @@ class ProcessBase:
                     if heartbeat is not None:
                         heartbeat.join(timeout=5)
                     self.deregister()
+                    if self.alive_file is not None:
+                        self.alive_file.unlink(missing_ok=True)
 
     def main(self) -> int:
         """Repeat ``tick()`` every ``interval`` seconds until stopped."""
         while True:
+            self.show_alive()
             self.tick_safely()
             self.check_clock_when_due()
-            if self.sleep(self.interval):
+            if self.sleep_showing_alive(self.interval):
                 return 0
 
     def tick_safely(self) -> None:
@@ -83,6 +95,23 @@ class ProcessBase:
         except DatabaseError:
             self.logger.exception("%s pass failed; retrying", type(self).__name__)
             connections[dialects.alias()].close()
+
+    def show_alive(self) -> None:
+        """Refresh ``alive_file``'s modification time if a second has passed since the
+        last (called by the main loop on each round). A failure to write it is logged
+        once, until a write succeeds again: the probe then restarts the process."""
+        if self.alive_file is None or time.monotonic() - self._alive_at < 1.0:
+            return
+        self._alive_at = time.monotonic()
+        try:
+            self.alive_file.touch()
+        except OSError as exc:
+            if not self._alive_failed:
+                self.logger.error("%s: cannot write its alive file %s: %s",
+                                  type(self).__name__, self.alive_file, exc)
+            self._alive_failed = True
+        else:
+            self._alive_failed = False
 
     def check_clock_when_due(self) -> None:
         """Compare the clocks again once CLOCK_CHECK_INTERVAL has passed, if the process
@@ -121,6 +150,16 @@ class ProcessBase:
     def sleep(self, seconds: float) -> bool:
         """Sleep up to ``seconds``, ended at once by a stop; True if stopping."""
         return self.stop_signals.stop.wait(seconds)
+
+    def sleep_showing_alive(self, seconds: float) -> bool:
+        """``sleep``, refreshing the alive file each second meanwhile (a reaper may pass
+        a minute between passes); True if stopping."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 1.0 and self.alive_file is not None:
+            if self.sleep(1.0):
+                return True
+            self.show_alive()
+        return self.sleep(max(left, 0.0))
 
     def beat_until_stopped(self) -> None:
         assert self.heartbeat_interval is not None

@@ -25,7 +25,7 @@ from djqueue.api.condition_parser import checked_condition
 from djqueue.api.worker_wakeups import WakeSocket
 from djqueue.conf import get_settings
 from djqueue.models import Message
-from djqueue.polling import Backoff, local_wakeup
+from djqueue.polling import Backoff, local_wakeup, soonest
 from djqueue.processes.base import ProcessBase
 from djqueue.processes.garbage_collection import collected_less
 from djqueue.processes.thread_switch import switch_interval
@@ -144,6 +144,7 @@ class Worker(ProcessBase):
         stop = self.stop_signals.stop
         idle = woken = False
         while not stop.is_set():
+            self.show_alive()
             backoff.answered()  # before the results are collected and the claim starts
             self._give_up_overdue()
             self._acks.collect()
@@ -180,7 +181,7 @@ class Worker(ProcessBase):
             if self._acks.wait_for(self._prefetch.finished_awaited(
                     len(self._held) - self._windows.held, len(self._acks.unflushed))):
                 continue
-            woken = backoff.sleep(_soonest(self._acks.due(self._prefetch.batch_size),
+            woken = backoff.sleep(soonest(self._acks.due(self._prefetch.batch_size),
                                            self._claims.pacing.next_due(),
                                            self._windows.next_due(),
                                            seconds=self._claims.limit_wait.seconds))
@@ -290,11 +291,3 @@ class Worker(ProcessBase):
 def _messages(runs: list[Message | list[Message]]) -> list[Message]:
     """The messages of handler runs, a batch handler's lists opened."""
     return [m for run in runs for m in (run if isinstance(run, list) else [run])]
-
-
-def _soonest(*deadlines: float | None, seconds: float | None) -> float | None:
-    """The earliest of monotonic deadlines and ``seconds`` from now (any may be None)."""
-    times = [at for at in deadlines if at is not None]
-    if seconds is not None:
-        times.append(time.monotonic() + seconds)
-    return min(times, default=None)

@@ -90,6 +90,7 @@ class Supervisor(ProcessBase):
             for _ in range(self.processes):
                 self._start()
             while self.children or (self.due and not self.stops):
+                self.show_alive()
                 self._wait()
                 self._forward_stops()
                 self._reap()
@@ -105,6 +106,8 @@ class Supervisor(ProcessBase):
         wake = self.stop_signals.wakeup_fd
         if wake is None:  # not the main thread (no signals): look again every 0.5 s
             timeout = 0.5 if timeout is None else min(timeout, 0.5)
+        if self.alive_file is not None:  # refreshed each second, by this loop
+            timeout = 1.0 if timeout is None else min(timeout, 1.0)
         select.select([wake] if wake is not None else [], [], [], timeout)
         self.stop_signals.drain_wakeup_fd()
 

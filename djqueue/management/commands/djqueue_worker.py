@@ -12,7 +12,7 @@ from djqueue import durations
 from djqueue.api.condition_parser import checked_condition
 from djqueue.api.consumer_groups import register_consumer
 from djqueue.exceptions import DjqueueError
-from djqueue.management.arguments import seconds, whole_number
+from djqueue.management.arguments import alive_file, seconds, whole_number
 from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.processes.memory_limit import limit_memory, resident_megabytes
 from djqueue.worker import registry
@@ -84,6 +84,11 @@ class Command(DatabaseReadyCommand):
                                  "claiming, finish the messages in hand and start the "
                                  "process afresh (same pid and arguments), so memory a "
                                  "handler keeps is given back.")
+        parser.add_argument("--alive-file", type=alive_file, default=None, metavar="PATH",
+                            help="Refresh this file's modification time every second while "
+                                 "the process's loop runs, for a liveness probe; removed "
+                                 "as it stops (under --processes, the supervisor "
+                                 "keeps it).")
         parser.add_argument("--where", default=None,
                             help="Only claim messages matching this condition, e.g. "
                                  "\"priority >= 5 and headers.region = 'eu'\".")
@@ -120,6 +125,8 @@ class Command(DatabaseReadyCommand):
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
         check_max_rss(options["max_rss"])
+        if not is_supervised():  # a supervised worker's supervisor keeps the file
+            worker.alive_file = options["alive_file"]
         if task_run_logs is not None:  # records no handler writes are not made
             task_run_logs.follow()
         try:
@@ -142,6 +149,7 @@ class Command(DatabaseReadyCommand):
         connections.close_all()
         supervisor = Supervisor([sys.executable, *sys.argv], options["processes"],
                                 replace=not options["burst"])
+        supervisor.alive_file = options["alive_file"]
         if supervisor.run() != 0:
             raise CommandError("A worker process ended with an error (see its output above).")
 

@@ -1,0 +1,88 @@
+"""``--alive-file`` for a liveness probe: the worker's, the supervisor's and the reaper's
+own loop refreshes the file's modification time each second, so it goes stale while the
+process is frozen (as a hung loop would leave it), and it is removed as the process
+stops. Real processes and real signals (SIGSTOP freezes one)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import djqueue
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def refreshed(path: Path, after: float) -> bool:
+    return path.exists() and path.stat().st_mtime > after
+
+
+def started_refreshing(process, path: Path) -> None:
+    wait_until(lambda: path.exists() or process.popen.poll() is not None, 60, "the file")
+    assert process.popen.poll() is None, process.output()
+    first = path.stat().st_mtime
+    wait_until(lambda: refreshed(path, first), 30, "a refresh")
+
+
+def stale_while_frozen(process, path: Path) -> None:
+    """Freeze the process: its file is not refreshed for 3 s; thawed, it is again."""
+    process.signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: Path(f"/proc/{process.pid}/stat").read_text()
+                   .rpartition(")")[2].split()[0] == "T", 30, "the process to be stopped")
+        stopped_at = path.stat().st_mtime
+        wait_until(lambda: time.time() - stopped_at > 3, 30, "3 s to pass")
+        assert path.stat().st_mtime == stopped_at
+    finally:
+        process.signal(signal.SIGCONT)
+    wait_until(lambda: refreshed(path, stopped_at), 30, "a refresh after SIGCONT")
+
+
+def removed_as_it_stops(process, path: Path) -> None:
+    process.signal(signal.SIGTERM)
+    assert process.wait(60) == 0, process.output()
+    assert not path.exists()
+
+
+def test_a_worker_refreshes_its_alive_file_while_its_loop_runs(spawn, tmp_path):
+    djqueue.create_queue("t.record")
+    path = tmp_path / "worker.alive"
+    worker = spawn("djqueue_worker", "t.record", "--alive-file", str(path))
+    started_refreshing(worker, path)
+    stale_while_frozen(worker, path)
+    removed_as_it_stops(worker, path)
+
+
+def test_a_supervisor_keeps_the_alive_file_and_its_workers_do_not(spawn, tmp_path):
+    """Frozen, the supervisor lets the file go stale while its two workers run on."""
+    djqueue.create_queue("t.record")
+    path = tmp_path / "supervisor.alive"
+    supervisor = spawn("djqueue_worker", "t.record", "-p", "2", "--alive-file", str(path))
+    started_refreshing(supervisor, path)
+    stale_while_frozen(supervisor, path)
+    removed_as_it_stops(supervisor, path)
+
+
+def test_a_reaper_refreshes_its_alive_file_between_passes(spawn, tmp_path):
+    """Its passes are a minute apart; the file is refreshed each second between them
+    (twice within the 30 s each wait allows)."""
+    path = tmp_path / "reaper.alive"
+    reaper = spawn("djqueue_reaper", "--interval", "60", "--alive-file", str(path))
+    started_refreshing(reaper, path)
+    second = path.stat().st_mtime
+    wait_until(lambda: refreshed(path, second), 30, "another refresh")
+    removed_as_it_stops(reaper, path)
+
+
+def test_an_alive_file_that_cannot_be_written_is_refused_at_the_start(spawn, tmp_path):
+    missing = spawn("djqueue_reaper", "--alive-file", str(tmp_path / "no" / "such.alive"))
+    once = spawn("djqueue_reaper", "--once", "--alive-file", str(tmp_path / "r.alive"))
+    assert missing.wait(60) == 2, missing.output()
+    assert f"argument --alive-file: no such folder: '{tmp_path / 'no'}'" in missing.output()
+    assert once.wait(60) == 1, once.output()
+    assert once.output().strip() == (
+        "CommandError: --alive-file is for a reaper that keeps running, not --once.")
