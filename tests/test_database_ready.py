@@ -108,3 +108,14 @@ def test_a_worker_started_before_its_database_waits_for_it(spawn):
                    or worker.popen.poll() is not None, 60, "the worker's start")
         worker.signal(signal.SIGTERM)
         assert worker.wait(60) == 0, worker.output()
+
+
+def test_a_worker_on_an_sqlite_file_that_cannot_be_opened_says_so_at_once(spawn, tmp_path):
+    """A file that cannot be opened now will not open later: no waiting on SQLite."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's file")
+    worker = spawn("djqueue_worker", "t.record",
+                   env={"DJQUEUE_TEST_DB_NAME": str(tmp_path / "no" / "such.sqlite3")})
+    assert worker.wait(60) == 1, worker.output()
+    assert worker.output().strip() == ("CommandError: Database 'default' does not answer: "
+                                       "unable to open database file"), worker.output()

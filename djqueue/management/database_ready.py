@@ -5,7 +5,8 @@ djqueue's migrations, and otherwise says which it lacks in one line.
   API and metrics servers) started beside its database, as a container often is,
   waits for it, saying so, and tries again (after 1, 2, 4, 8, then every 15 s), as
   Celery's worker waits for its broker. A one-off command (``djqueue_queues``,
-  ``djqueue_reaper --once``) fails at once with the database's error in one line.
+  ``djqueue_reaper --once``), and any on SQLite (a file that cannot be opened will not
+  open later), fails at once with the database's error in one line.
   Before, both failed with a traceback from Django's system checks or their first
   statement.
 - **Migrations not applied** (djqueue.storage.migration_state says why it matters):
@@ -66,7 +67,7 @@ def reach_home_database(command: str, *, wait: bool) -> None:
         except OperationalError as exc:
             error = " ".join(str(exc).split())
         connections[db].close()
-        if not wait:
+        if not wait or connections[db].vendor == "sqlite":  # a file: waiting mends nothing
             raise CommandError(f"Database {db!r} does not answer: {error}")
         pause = RETRY_STEPS[min(attempt, len(RETRY_STEPS) - 1)]
         logger.warning("%s: database %r does not answer; trying again in %d s: %s",
