@@ -61,6 +61,7 @@ from djqueue.conf import get_settings
 from djqueue.http.database_threads import in_database
 from djqueue.models import ProcessKind
 from djqueue.storage import host_clock, placement
+from djqueue.storage.failure_streaks import FailureStreak
 from djqueue.storage.registration import Registration
 
 logger = logging.getLogger("djqueue.http")
@@ -96,6 +97,8 @@ class WaitingReceives:
         #: databases' from the heartbeat (djqueue_http compares them as it starts).
         self._clock_checks = host_clock.ClockChecks(
             logger, "HTTP API server", first_due=get_settings().CLOCK_CHECK_INTERVAL)
+        #: Failed polls, logged as a streak (an outage is a line each 10 s).
+        self._poll_failures = FailureStreak(logger, "Reading which queues have messages")
         self._queues_written: tuple[str, ...] = ()
         self._queues_dirty = asyncio.Event()
         #: Wake-ups so far (datagrams and polls): an arriving receive reads it around
@@ -245,10 +248,11 @@ class WaitingReceives:
             plain = {name for names, where in self.lines if where is None for name in names}
             try:
                 ready = await in_database(queues_to_claim_from, plain) if plain else set()
-            except Exception:
-                logger.exception("Could not read which queues have messages; every line "
-                                 "claims")
+            except Exception as exc:
+                self._poll_failures.failed(exc, "every line claims")
                 ready = plain
+            else:
+                self._poll_failures.succeeded()
             self._wake_ups += 1
             for key in list(self.lines):
                 if key[1] is not None or not ready.isdisjoint(key[0]):

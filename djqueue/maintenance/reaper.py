@@ -38,6 +38,7 @@ from djqueue.storage import (
     placement,
     queue_lookup,
 )
+from djqueue.storage.failure_streaks import FailureStreaks
 from djqueue.storage.requeueing import promote_due, return_claims
 
 logger = logging.getLogger("djqueue.reaper")
@@ -97,6 +98,9 @@ class Reaper(ProcessBase):
         self.scheduler = Scheduler()
         self.vacuuming = Vacuuming()
         self.passes = 0
+        #: Failures that repeat each pass, logged as streaks (an outage is a line each 10 s).
+        self._pass_failures = FailureStreaks(logger, "Reaper: the pass over database {}")
+        self._step_failures = FailureStreaks(logger, "Reaper step {}")
         self._started = time.monotonic()
 
     def register(self) -> None:
@@ -143,10 +147,11 @@ class Reaper(ProcessBase):
                     if partitions.unreachable(exc):
                         partitions.mark_down(db, exc)  # logged once, tried again soon
                         continue
-                    logger.exception("Reaper: the pass over database %s failed; going on", db,
-                                     extra={"database": db})
+                    self._pass_failures[db].failed(exc, "going on", database=db)
                     with contextlib.suppress(DatabaseError):
                         connections[db].close()
+                else:
+                    self._pass_failures[db].succeeded(database=db)
         if self.scheduler is not None:  # its rows are on the home database
             report.periodic = self._step("periodic tasks", self.scheduler.tick)
         self._step("drained partitions", partition_layout.drop_drained)
@@ -197,13 +202,15 @@ class Reaper(ProcessBase):
         """One step of a pass; an error in it is logged and the pass goes on (a database
         error closes the connection, so the next step starts on a fresh one)."""
         try:
-            return work()
+            done = work()
         except Exception as exc:
-            logger.exception("Reaper step %s failed; going on", name)
+            self._step_failures[name].failed(exc, "going on")
             if isinstance(exc, DatabaseError):
                 with contextlib.suppress(DatabaseError):
                     connections[dialects.alias()].close()
             return 0
+        self._step_failures[name].succeeded()
+        return done
 
     @staticmethod
     def repair_groups() -> int:

@@ -19,7 +19,8 @@ lookup, payload encoding, the hand-written statements of the hot path
 presence (``registration``: its row in ``djqueue_worker``, session locks and
 heartbeat, shared by workers, API servers and waiting receives), how far this host's
 clock is from each database server's (``host_clock``), whether djqueue's migrations
-are applied on a database (``migration_state``), rows holding a time no
+are applied on a database (``migration_state``), how a failure that repeats is
+logged (``failure_streaks``: an outage is a few lines, not a traceback a try), rows holding a time no
 driver reads back, read all the same (``unreadable_rows``), where each queue
 lives (``placement``), and partitioned queues (``partitions``: sends and claims over
 their partitions; ``partition_layout``: creating them and changing their layout).

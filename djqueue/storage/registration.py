@@ -26,6 +26,7 @@ from djqueue.exceptions import DjqueueError
 from djqueue.models import ProcessKind
 from djqueue.models import Worker as WorkerRecord
 from djqueue.storage import dialects
+from djqueue.storage.failure_streaks import FailureStreaks
 from djqueue.storage.session_locks import SessionLock
 
 logger = logging.getLogger("djqueue.worker")
@@ -70,6 +71,8 @@ class Registration:
         self._leaving = threading.Event()
         #: Held while leaving and while registering again, so neither runs inside the other.
         self._registration = threading.Lock()
+        #: Each database's failed heartbeats, logged as a streak (the heartbeat thread's).
+        self._beat_failures = FailureStreaks(logger, "Heartbeat on {}")
 
     def register(self, *, retried_by_heartbeat: bool = False) -> None:
         """Register on every database; one that does not answer is registered by a later
@@ -164,10 +167,13 @@ class Registration:
                                    "failed); registering again", db,
                                    extra={"worker": self.worker_id})
                     self._register(db)
-        except (DatabaseError, DjqueueError, MemoryError):  # DjqueueError: lock held elsewhere
-            logger.exception("Heartbeat failed on %s", db, extra={"worker": self.worker_id})
+        except (DatabaseError, DjqueueError, MemoryError) as exc:  # DjqueueError: lock elsewhere
+            self._beat_failures[db].failed(exc, "the next beat tries again",
+                                           worker=self.worker_id, database=db)
             with contextlib.suppress(DatabaseError):
                 connections[db].close()
+        else:
+            self._beat_failures[db].succeeded(worker=self.worker_id, database=db)
 
     def set_queues(self, queues: list[str]) -> None:
         """Serve (and be woken for) ``queues`` from now on (an HTTP API server's waits).

@@ -22,6 +22,7 @@ from django.db.models import Q
 from djqueue.models import Message, Queue
 from djqueue.rates import LimitWait
 from djqueue.storage.claims import by_database
+from djqueue.storage.failure_streaks import FailureStreaks
 from djqueue.storage.receiver_claims import PromotionClock, claim_ready
 from djqueue.types import AckHook
 from djqueue.worker.database_pacing import DatabasePacing
@@ -51,6 +52,8 @@ class DatabaseClaims:
         #: How soon a limited queue may let more start (claim_limits): the idle sleep's cap.
         self.limit_wait = LimitWait()
         self.pacing = DatabasePacing()
+        #: Each database's failed claims, logged as a streak (an outage is a line each 10 s).
+        self._failures = FailureStreaks(logger, "Claim on database {}")
 
     def claim(self, queues: Sequence[Queue], acks: list[Message], limit: int, *,
               peek: bool) -> Claimed:
@@ -74,6 +77,7 @@ class DatabaseClaims:
                 round_.failed += 1
                 self._failed(db, exc)
                 continue
+            self._failures[db].succeeded(worker=self.worker_id, database=db)
             self.pacing.claimed(db, several=len(found) > 1, asked=asked, found=len(messages),
                                 acked=bool(acks_on_db))
             if wait.seconds is not None:
@@ -85,6 +89,6 @@ class DatabaseClaims:
 
     def _failed(self, db: str, exc: Exception) -> None:
         pause = self.pacing.failed(db)
-        logger.error("Claim on database %s failed; leaving it for %g s", db, pause,
-                     exc_info=exc, extra={"worker": self.worker_id, "database": db})
+        self._failures[db].failed(exc, f"leaving it for {pause:g} s", worker=self.worker_id,
+                                database=db)
         self.on_error(db, exc)  # the worker counts it, and drops a broken connection

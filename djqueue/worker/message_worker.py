@@ -30,6 +30,7 @@ from djqueue.processes.base import ProcessBase
 from djqueue.processes.garbage_collection import collected_less
 from djqueue.processes.thread_switch import switch_interval
 from djqueue.storage import partitions, placement
+from djqueue.storage.failure_streaks import FailureStreak
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.storage.registration import Registration
 from djqueue.worker import handler_logs, registry
@@ -62,6 +63,7 @@ class Worker(ProcessBase):
         self.stats = WorkerStats()
         self.limits = RunLimits(options, self.id, self.stats)
         self._held = HeldMessages(self.id)
+        self._lookups = FailureStreak(logger, "Looking up the queues")
         self._hook = ClaimHooks(self.handlers, options.queues).hook()
         self._claims = DatabaseClaims(self.id, visibility_timeout=options.visibility_timeout,
                                       where=self.where, hook=self._hook,
@@ -193,11 +195,11 @@ class Worker(ProcessBase):
         try:  # a queue's row is read again once QUEUE_CACHE_TTL has passed
             queues = partitions.expand([get_queue(q.name) for q in self.queues])
         except Exception as exc:  # the worker outlives a database that does not answer
-            logger.exception("Looking up the queues failed; retrying after a pause",
-                             extra={"worker": self.id})
+            self._lookups.failed(exc, "retrying after a pause", worker=self.id)
             self._claim_failed("", exc)
             self.stop_signals.stop.wait(1.0)
             return 0
+        self._lookups.succeeded(worker=self.id)
         for queue in queues:  # a partition added since the worker started
             self.registration.add_database(placement.database_of(queue))
         claimed = self._claims.claim(queues, self._acks.acks(), limit, peek=peek)
