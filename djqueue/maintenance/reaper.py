@@ -99,7 +99,8 @@ class Reaper(ProcessBase):
         self.vacuuming = Vacuuming()
         self.passes = 0
         #: Failures that repeat each pass, logged as streaks (an outage is a line each 10 s).
-        self._pass_failures = FailureStreaks(logger, "Reaper: the pass over database {}")
+        self._pass_failures = FailureStreaks(logger, "Reaper: the pass over database {}",
+                                             key_field="database")
         self._step_failures = FailureStreaks(logger, "Reaper step {}")
         self._started = time.monotonic()
 
@@ -147,11 +148,11 @@ class Reaper(ProcessBase):
                     if partitions.unreachable(exc):
                         partitions.mark_down(db, exc)  # logged once, tried again soon
                         continue
-                    self._pass_failures[db].failed(exc, "going on", database=db)
+                    self._pass_failures[db].failed(exc, "going on")
                     with contextlib.suppress(DatabaseError):
                         connections[db].close()
                 else:
-                    self._pass_failures[db].succeeded(database=db)
+                    self._pass_failures[db].succeeded()
         if self.scheduler is not None:  # its rows are on the home database
             report.periodic = self._step("periodic tasks", self.scheduler.tick)
         self._step("drained partitions", partition_layout.drop_drained)

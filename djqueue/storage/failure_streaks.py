@@ -29,33 +29,37 @@ REPEAT_EVERY = 10.0
 
 class FailureStreak:
     """The failures of one repeating piece of work, named ``what`` in the log ("Claim on
-    database default"). Used from one thread."""
+    database default"); ``extra``: the fields its records carry for a structured log
+    handler (the worker, the database). Used from one thread."""
 
-    def __init__(self, logger: logging.Logger, what: str) -> None:
-        self.logger, self.what = logger, what
+    def __init__(self, logger: logging.Logger, what: str,
+                 extra: dict[str, Any] | None = None) -> None:
+        self.logger, self.what, self.extra = logger, what, extra or {}
         self.failures = 0
         self._since = self._said_at = 0.0
 
-    def failed(self, exc: BaseException, then: str, **extra: Any) -> None:
+    def failed(self, exc: BaseException, then: str) -> None:
         """Log a failure (``then``: what the process does next, "leaving it for 0.5 s")."""
         now = time.monotonic()
         self.failures += 1
         if self.failures == 1:
             self._since = self._said_at = now
-            self.logger.error("%s failed; %s", self.what, then, exc_info=exc, extra=extra)
+            self.logger.error("%s failed; %s", self.what, then, exc_info=exc,
+                              extra=self.extra)
         elif now - self._said_at >= REPEAT_EVERY:
             self._said_at = now
             self.logger.error("%s still failing after %.0f s (%s); %s: %s",
                               self.what, now - self._since, _failures(self.failures), then,
                               " ".join(str(exc).split())[:500] or type(exc).__name__,
-                              extra=extra)
+                              extra=self.extra)
 
-    def succeeded(self, **extra: Any) -> None:
-        """The work went through: a streak of failures ends, said once."""
+    def succeeded(self) -> None:
+        """The work went through: a streak of failures ends, said once. (Called after
+        every success: costs one test when there was no failure.)"""
         if self.failures:
             self.logger.warning("%s works again after %.1f s (%s)", self.what,
                                 time.monotonic() - self._since, _failures(self.failures),
-                                extra=extra)
+                                extra=self.extra)
             self.failures = 0
 
 
@@ -65,12 +69,15 @@ def _failures(count: int) -> str:
 
 class FailureStreaks(dict[str, FailureStreak]):
     """One streak a key (a database, a reaper's step), made at its first use: ``what``
-    names the work with a ``{}`` for the key ("Claim on database {}")."""
+    names the work with a ``{}`` for the key ("Claim on database {}"); its records carry
+    ``extra``, and the key as ``key_field`` when one is named ("database")."""
 
-    def __init__(self, logger: logging.Logger, what: str) -> None:
+    def __init__(self, logger: logging.Logger, what: str, extra: dict[str, Any] | None = None,
+                 key_field: str | None = None) -> None:
         super().__init__()
-        self.logger, self.what = logger, what
+        self.logger, self.what, self.extra, self.key_field = logger, what, extra, key_field
 
     def __missing__(self, key: str) -> FailureStreak:
-        streak = self[key] = FailureStreak(self.logger, self.what.format(key))
+        extra = {**(self.extra or {}), **({self.key_field: key} if self.key_field else {})}
+        streak = self[key] = FailureStreak(self.logger, self.what.format(key), extra)
         return streak

@@ -13,7 +13,8 @@ it: the plan ``MigrationExecutor`` makes to reach djqueue's newest migration. Th
 class is not in Django's documented API; it is what Django's commands use, and the
 documented way, ``call_command("migrate", check=True)``, ends the process and speaks
 of every app. It costs one read of ``django_migrations`` and the loading of the
-project's migration files (30 ms on the demo project), once per database a process.
+project's migration files (docs/operations.md has the time), once per database a
+process.
 """
 
 from __future__ import annotations

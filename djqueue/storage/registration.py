@@ -72,7 +72,8 @@ class Registration:
         #: Held while leaving and while registering again, so neither runs inside the other.
         self._registration = threading.Lock()
         #: Each database's failed heartbeats, logged as a streak (the heartbeat thread's).
-        self._beat_failures = FailureStreaks(logger, "Heartbeat on {}")
+        self._beat_failures = FailureStreaks(logger, "Heartbeat on {}",
+                                             {"worker": worker_id}, "database")
 
     def register(self, *, retried_by_heartbeat: bool = False) -> None:
         """Register on every database; one that does not answer is registered by a later
@@ -168,12 +169,11 @@ class Registration:
                                    extra={"worker": self.worker_id})
                     self._register(db)
         except (DatabaseError, DjqueueError, MemoryError) as exc:  # DjqueueError: lock elsewhere
-            self._beat_failures[db].failed(exc, "the next beat tries again",
-                                           worker=self.worker_id, database=db)
+            self._beat_failures[db].failed(exc, "the next beat tries again")
             with contextlib.suppress(DatabaseError):
                 connections[db].close()
         else:
-            self._beat_failures[db].succeeded(worker=self.worker_id, database=db)
+            self._beat_failures[db].succeeded()
 
     def set_queues(self, queues: list[str]) -> None:
         """Serve (and be woken for) ``queues`` from now on (an HTTP API server's waits).

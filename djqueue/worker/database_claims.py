@@ -53,7 +53,8 @@ class DatabaseClaims:
         self.limit_wait = LimitWait()
         self.pacing = DatabasePacing()
         #: Each database's failed claims, logged as a streak (an outage is a line each 10 s).
-        self._failures = FailureStreaks(logger, "Claim on database {}")
+        self._failures = FailureStreaks(logger, "Claim on database {}",
+                                       {"worker": worker_id}, "database")
 
     def claim(self, queues: Sequence[Queue], acks: list[Message], limit: int, *,
               peek: bool) -> Claimed:
@@ -77,7 +78,7 @@ class DatabaseClaims:
                 round_.failed += 1
                 self._failed(db, exc)
                 continue
-            self._failures[db].succeeded(worker=self.worker_id, database=db)
+            self._failures[db].succeeded()
             self.pacing.claimed(db, several=len(found) > 1, asked=asked, found=len(messages),
                                 acked=bool(acks_on_db))
             if wait.seconds is not None:
@@ -89,6 +90,5 @@ class DatabaseClaims:
 
     def _failed(self, db: str, exc: Exception) -> None:
         pause = self.pacing.failed(db)
-        self._failures[db].failed(exc, f"leaving it for {pause:g} s", worker=self.worker_id,
-                                database=db)
+        self._failures[db].failed(exc, f"leaving it for {pause:g} s")
         self.on_error(db, exc)  # the worker counts it, and drops a broken connection

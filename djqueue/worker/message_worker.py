@@ -63,7 +63,7 @@ class Worker(ProcessBase):
         self.stats = WorkerStats()
         self.limits = RunLimits(options, self.id, self.stats)
         self._held = HeldMessages(self.id)
-        self._lookups = FailureStreak(logger, "Looking up the queues")
+        self._lookups = FailureStreak(logger, "Looking up the queues", {"worker": self.id})
         self._hook = ClaimHooks(self.handlers, options.queues).hook()
         self._claims = DatabaseClaims(self.id, visibility_timeout=options.visibility_timeout,
                                       where=self.where, hook=self._hook,
@@ -195,11 +195,11 @@ class Worker(ProcessBase):
         try:  # a queue's row is read again once QUEUE_CACHE_TTL has passed
             queues = partitions.expand([get_queue(q.name) for q in self.queues])
         except Exception as exc:  # the worker outlives a database that does not answer
-            self._lookups.failed(exc, "retrying after a pause", worker=self.id)
+            self._lookups.failed(exc, "retrying after a pause")
             self._claim_failed("", exc)
             self.stop_signals.stop.wait(1.0)
             return 0
-        self._lookups.succeeded(worker=self.id)
+        self._lookups.succeeded()
         for queue in queues:  # a partition added since the worker started
             self.registration.add_database(placement.database_of(queue))
         claimed = self._claims.claim(queues, self._acks.acks(), limit, peek=peek)
