@@ -264,7 +264,8 @@ class WaitingReceives:
             await asyncio.sleep(get_settings().HEARTBEAT_INTERVAL)
             try:  # it logs a database's failure itself; anything else must not end it
                 await in_database(self._registration.beat)
-                await in_database(self._clock_checks.check_when_due)
+                if self._clock_checks.due:  # a database thread only when it compares
+                    await in_database(self._clock_checks.check)
             except Exception:
                 logger.exception("The API server's heartbeat failed; the next tries again")
 

@@ -90,8 +90,15 @@ class ClockChecks:
         self._due = time.monotonic() + first_due
         self._far: set[str] = set()
 
+    @property
+    def due(self) -> bool:
+        """Whether CLOCK_CHECK_INTERVAL has passed since the last comparison (read
+        without a database, so a caller on an event loop can ask before it hops to a
+        database thread)."""
+        return time.monotonic() >= self._due
+
     def check_when_due(self) -> None:
-        if time.monotonic() >= self._due:
+        if self.due:
             self.check()
 
     def check(self) -> None:
