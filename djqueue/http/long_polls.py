@@ -94,9 +94,9 @@ class WaitingReceives:
         self._started = False
         self._registration: Registration | None = None
         #: Its receives stamp lease ends on this host's clock: compared with the
-        #: databases' from the heartbeat (djqueue_http compares them as it starts).
-        self._clock_checks = host_clock.ClockChecks(
-            logger, "HTTP API server", first_due=get_settings().CLOCK_CHECK_INTERVAL)
+        #: databases' from the heartbeat (djqueue_http compares them as it starts; a
+        #: server run by another command, at its first beat).
+        self._clock_checks = host_clock.ClockChecks(logger, "HTTP API server")
         #: Failed polls, logged as a streak (an outage is a line each 10 s).
         self._poll_failures = FailureStreak(logger, "Reading which queues have messages")
         self._queues_written: tuple[str, ...] = ()

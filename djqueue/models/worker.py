@@ -42,6 +42,10 @@ class Worker(models.Model):
                                 help_text="The first few of them (ids), at the last beat.")
     kind = models.CharField(max_length=10, choices=ProcessKind.choices,
                             default=ProcessKind.WORKER)
+    clock_offset = models.FloatField(
+        null=True, blank=True,
+        help_text="Seconds its host's clock was ahead of this database's (behind: below "
+                  "zero) at its last comparison; empty before the first, or on SQLite.")
 
     class Meta:
         ordering = ["started_at"]

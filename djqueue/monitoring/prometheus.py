@@ -197,9 +197,14 @@ def _workers(databases: list[str], now: Any, gauge: Any) -> Iterator[Any]:
                 labels=["worker"])
     threads = gauge("djqueue_worker_concurrency", "The worker's handler threads.",
                     labels=["worker"])
+    clock = gauge("djqueue_worker_clock_offset_seconds", "Seconds the process's host clock "
+                  "was ahead of the database server's (behind: below zero) at its latest "
+                  "comparison; none on SQLite.", labels=["worker", "database"])
     seen: set[str] = set()
-    for worker in (w for db in databases for w in read_rows(
-        Worker.objects.using(db).order_by("started_at"))):
+    for database, worker in ((db, w) for db in databases for w in read_rows(
+            Worker.objects.using(db).order_by("started_at"))):
+        if worker.clock_offset is not None:  # one a database: its server's clock
+            clock.add_metric([worker.id, database], worker.clock_offset)
         if worker.id in seen:  # present on each database it serves
             continue
         seen.add(worker.id)
@@ -208,7 +213,7 @@ def _workers(databases: list[str], now: Any, gauge: Any) -> Iterator[Any]:
         if worker.heartbeat_at is not None:  # None: a hand edit left it unreadable
             age.add_metric([worker.id], max((now - worker.heartbeat_at).total_seconds(), 0.0))
         threads.add_metric([worker.id], float(worker.concurrency))
-    yield from (up, held, age, threads)
+    yield from (up, held, age, threads, clock)
 
 
 def _limits(by_database: dict[str, list[Queue]], now: Any, gauge: Any,

@@ -19,14 +19,16 @@ from django.utils import timezone
 
 from djqueue.conf import get_settings
 from djqueue.models import Worker
-from djqueue.storage import placement
+from djqueue.storage import host_clock, placement
 from djqueue.storage.unreadable_rows import read_rows
 
 
 def worker_rows() -> list[dict[str, Any]]:
     """One row a process, oldest first: its kind, its queues, threads, the messages it held at its
     freshest heartbeat, that heartbeat's and its start's ages, the databases it is
-    registered on, and whether it is late (silent past WORKER_TIMEOUT). A time a hand edit
+    registered on, how far its host's clock was from each of their servers' at its latest
+    comparison (``clock_offsets``: seconds ahead, None before the first and on SQLite;
+    djqueue.storage.host_clock), and whether it is late (silent past WORKER_TIMEOUT). A time a hand edit
     left unreadable gives None for its age and for late
     (djqueue.storage.unreadable_rows)."""
     now, timeout = timezone.now(), get_settings().WORKER_TIMEOUT
@@ -37,11 +39,13 @@ def worker_rows() -> list[dict[str, Any]]:
             row = found.get(worker.id)
             if row is not None:
                 row["databases"].append(db)
+                row["clock_offsets"][db] = worker.clock_offset
                 if beat_age is None or (row["heartbeat_age"] is not None
                                         and beat_age >= row["heartbeat_age"]):
                     continue  # an older beat than the one already read, or none
             else:
-                row = found[worker.id] = {"databases": [db]}
+                row = found[worker.id] = {"databases": [db],
+                                          "clock_offsets": {db: worker.clock_offset}}
             row.update(id=worker.id, kind=worker.kind, hostname=worker.hostname, pid=worker.pid,
                        queues=list(worker.queues or []), concurrency=worker.concurrency,
                        holding=worker.holding, held_ids=list(worker.held_ids or []),
@@ -52,3 +56,12 @@ def worker_rows() -> list[dict[str, Any]]:
 
 def _age(now: datetime, then: datetime | None) -> float | None:
     return None if then is None else round((now - then).total_seconds(), 3)
+
+
+def clock_text(offset: float | None) -> str:
+    """An offset as the listing and the dashboard show it: signed ("+" when the host is
+    ahead), "(far)" past the bound its log warns at, "-" when none was compared (SQLite,
+    or not yet)."""
+    if offset is None:
+        return "-"
+    return f"{offset:+.3f} s" + (" (far)" if abs(offset) > host_clock.WARN_PAST else "")

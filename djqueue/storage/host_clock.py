@@ -13,12 +13,15 @@ times are the hosts'. So each process that writes or judges them (worker, reaper
 HTTP API server) compares its clock with every database server's as it starts and every
 CLOCK_CHECK_INTERVAL seconds after (``ClockChecks``: a clock can be set wrong, or stop
 being set, while a process runs), and warns when they are further apart than
-synchronised hosts ever are.
+synchronised hosts ever are. A registered process writes its latest offset on its row
+at each heartbeat (``latest_offset``), for the metrics and the workers' listing: a
+fleet's clocks seen in one place.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from django.db import DatabaseError, connections
@@ -30,6 +33,11 @@ from djqueue.storage.statements.vendor_sql import clock_sql
 #: Seconds apart past which a process warns. NTP keeps hosts within milliseconds; a
 #: second apart means a host whose clock nothing sets.
 WARN_PAST = 1.0
+
+#: This process's latest comparison with each database: (offset, whether it was far,
+#: time.monotonic() when read). One host, one clock: every comparison the process makes
+#: (its start's, its heartbeat's, its API server's) reads and adds to the same record.
+_latest: dict[str, tuple[float, bool, float]] = {}
 
 
 def offset_from(db: str) -> tuple[float, float]:
@@ -65,6 +73,7 @@ def _compare(logger: logging.Logger, process: str) -> dict[str, tuple[float, boo
             continue
         far = abs(offset) > WARN_PAST + round_trip / 2
         offsets[db] = offset, far
+        _latest[db] = offset, far, time.monotonic()
         if far:
             logger.warning(
                 "%s: this host's clock is %.1f s %s database %s's. Leases, delays and retry "
@@ -76,19 +85,27 @@ def _compare(logger: logging.Logger, process: str) -> dict[str, tuple[float, boo
     return offsets
 
 
+def latest_offset(db: str) -> float | None:
+    """This host's clock minus database ``db``'s at this process's latest comparison,
+    in seconds; None before the first (and always on SQLite)."""
+    latest = _latest.get(db)
+    return None if latest is None else latest[0]
+
+
 class ClockChecks:
     """The comparison repeated for a long-running process: ``check()`` now, and
     ``check_when_due()`` from its heartbeat or its pass, which compares again once
     CLOCK_CHECK_INTERVAL seconds have passed since the last. While a database stays far
     it is warned of at each check; when it comes back within WARN_PAST, one INFO line
-    says so."""
+    says so. It starts from the process's comparisons so far, if any (``djqueue_http``
+    compares as it starts, its long polls' checks later): the first is due an interval
+    after the latest of them, and a database found far then is told of when it is back."""
 
-    def __init__(self, logger: logging.Logger, process: str, *, first_due: float = 0.0) -> None:
-        """``first_due``: seconds from now to the first check ``check_when_due`` makes
-        (a process whose start compared the clocks already)."""
+    def __init__(self, logger: logging.Logger, process: str) -> None:
         self.logger, self.process = logger, process
-        self._due = time.monotonic() + first_due
-        self._far: set[str] = set()
+        self._due = max((at for *_, at in _latest.values()), default=-math.inf)
+        self._due += get_settings().CLOCK_CHECK_INTERVAL
+        self._far = {db for db, (_, far, _) in _latest.items() if far}
 
     @property
     def due(self) -> bool:

@@ -7,6 +7,10 @@ stayed free for two heartbeat intervals, or its heartbeat stopped
 A process serving queues on several databases (djqueue.storage.placement) is
 present on each: a row and a session lock on every one, so each database's
 reaper judges the claims made there by what that database shows.
+
+Each beat also writes how far the process's host clock was from that database's at
+its latest comparison (djqueue.storage.host_clock), so the metrics show a fleet's
+clocks in one place.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from django.utils import timezone
 from djqueue.exceptions import DjqueueError
 from djqueue.models import ProcessKind
 from djqueue.models import Worker as WorkerRecord
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.failure_streaks import FailureStreaks
 from djqueue.storage.session_locks import SessionLock
 
@@ -103,7 +107,8 @@ class Registration:
                 "pid_namespace": pid_namespace(),
                 "lock_key": self.lock_key, "queues": self.queues,
                 "concurrency": self.concurrency, "heartbeat_at": timezone.now(),
-                "wake_address": self.wake_address, "kind": self.kind})
+                "wake_address": self.wake_address, "kind": self.kind,
+                "clock_offset": host_clock.latest_offset(db)})
 
     def add_database(self, db: str) -> None:
         """Be present on ``db`` too, from now on (a partition added at run time)."""
@@ -159,7 +164,8 @@ class Registration:
                                    "each heartbeat tries again", self.lock_key, db,
                                    extra={"worker": self.worker_id})
             beat = WorkerRecord.objects.using(db).filter(pk=self.worker_id).update(
-                heartbeat_at=timezone.now(), **holding)
+                heartbeat_at=timezone.now(), clock_offset=host_clock.latest_offset(db),
+                **holding)
             if not beat:
                 with self._registration:
                     if self._leaving.is_set():

@@ -1,5 +1,5 @@
 """Template helpers of djqueue's admin pages: bar charts as inline SVG, short durations,
-and breadcrumbs in the markup of the Django that runs."""
+clock offsets, and breadcrumbs in the markup of the Django that runs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import django
 from django import template
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+
+from djqueue.monitoring import worker_listing
 
 register = template.Library()
 
@@ -65,3 +67,9 @@ def age(seconds: float | None) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} d"
+
+
+@register.filter
+def clock_offset(seconds: float | None) -> str:
+    """+0.003 s; +90.000 s (far); - when not compared (djqueue.monitoring.worker_listing)."""
+    return worker_listing.clock_text(seconds)

@@ -51,7 +51,7 @@ def test_the_workers_with_what_they_hold_and_a_killed_one_late_then_gone(spawn):
     table = listed().splitlines()
     assert all(r["kind"] == "worker" for r in rows())
     assert table[0].split() == ["WORKER", "KIND", "QUEUES", "THREADS", "HOLDING", "HEARTBEAT", "UP",
-                                "DATABASES"]
+                                "CLOCK", "DATABASES"]
     assert len(table) == 3 and any("t.record,t.slow" in line for line in table)
 
     victim = busy if busy.pid in holders else idle

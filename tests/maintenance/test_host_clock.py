@@ -4,13 +4,17 @@ ends, delays and retry times are written and judged by the hosts' clocks. Real
 processes, their clocks set apart by libfaketime."""
 
 import glob
+import json
 import logging
 import re
 import shutil
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
+from django.urls import reverse
 
 import djqueue
 from djqueue.http import access
@@ -18,6 +22,7 @@ from djqueue.models import ApiClient, ApiPermission, ProcessKind, Worker
 from djqueue.storage import host_clock
 from tests.conftest import wait_until
 from tests.http.conftest import start_api_server
+from tests.monitoring.test_metrics import scrape
 from tests.servers import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,6 +59,47 @@ def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
     # A process on the host's own clock says nothing of it.
     in_time = spawn("djqueue_reaper", "--once", env=CLOCK_ENV)
     assert in_time.wait(60) == 0 and "clock is" not in in_time.output(), in_time.output()
+
+
+def test_each_processs_clock_is_shown_with_its_row(spawn, client, superuser):
+    """A worker writes its latest offset on its row (as it registers, then at each beat),
+    so the workers' listing, the metrics and the dashboard show every host's clock: one
+    90 s ahead as far, one on the true clock near zero. The reaper has no row: its log
+    is where it tells."""
+    djqueue.create_queue("f.poison")
+    ahead = spawn("djqueue_worker", "f.poison", env=CLOCK_ENV,
+                  prefix=("faketime", "-f", "+90s"))
+    in_time = spawn("djqueue_worker", "f.poison", env=CLOCK_ENV)
+    # Named by the id each logs as it starts (faketime runs the worker as its child).
+    ahead_id, in_time_id = (wait_until(
+        lambda w=worker: re.search(r"Worker (\S+) started on f\.poison", w.output()), 60,
+        "its start").group(1) for worker in (ahead, in_time))
+    offsets = {w.id: w.clock_offset for w in Worker.objects.all()}
+    assert 89.5 < offsets[ahead_id] < 90.5 and abs(offsets[in_time_id]) < host_clock.WARN_PAST
+
+    table = StringIO()
+    call_command("djqueue_workers", stdout=table)
+    lines = {pk: next(line for line in table.getvalue().splitlines() if pk in line)
+             for pk in offsets}
+    assert re.search(r" \+(89\.9|90\.0|90\.1)\d\d s \(far\) ", lines[ahead_id]), lines
+    assert re.search(r" [+-]0\.\d{3} s  ", lines[in_time_id]), lines
+    assert "CLOCK" in table.getvalue().splitlines()[0]
+    listed = StringIO()
+    call_command("djqueue_workers", "--json", stdout=listed)
+    rows = {row["id"]: row for row in json.loads(listed.getvalue())}
+    assert set(rows[ahead_id]["clock_offsets"]) == {"default"}
+
+    samples = scrape(client)
+    metric = {dict(labels)["worker"]: (dict(labels)["database"], value)
+              for (name, labels), value in samples.items()
+              if name == "djqueue_worker_clock_offset_seconds"}
+    assert metric.keys() == set(offsets), metric
+    database, value = metric[ahead_id]
+    assert database == "default" and 89.5 < value < 90.5, metric
+
+    page = superuser.get(reverse("admin:djqueue_dashboard_changelist")).content.decode()
+    row = re.search(rf"<td>{re.escape(ahead_id)}</td>.*?</tr>", page).group(0)
+    assert re.search(r'<td class="num">\+(89\.9|90\.0|90\.1)\d\d s \(far\)</td>', row), row
 
 
 def test_an_http_api_server_ahead_warns_as_it_starts(spawn):
@@ -94,6 +140,9 @@ def test_a_clock_set_apart_while_running_is_warned_of_and_its_return_told(spawn,
         far = re.compile(rf"{name}: this host's clock is (89\.9|90\.0|90\.1) s ahead of "
                          r"database default's")
         wait_until(lambda p=process, f=far: f.search(p.output()), 60, f"the {name}'s warning")
+    # Its heartbeat writes the offset it read on its row.
+    wait_until(lambda: 89.5 < (Worker.objects.get().clock_offset or 0) < 90.5, 30,
+               "the worker's row showing its clock ahead")
     offset.write_text("+0s\n")
     for name, process in processes.items():
         wait_until(lambda p=process, n=name: f"{n}: this host's clock is back within 1.0 s "
@@ -101,6 +150,8 @@ def test_a_clock_set_apart_while_running_is_warned_of_and_its_return_told(spawn,
         # As it started, on the true clock, it said nothing of it.
         before = process.output().split("clock is", 1)[0]
         assert "started" in before and "clock" not in before, process.output()
+    wait_until(lambda: abs(Worker.objects.get().clock_offset or 99) < host_clock.WARN_PAST, 30,
+               "the worker's row showing its clock back")
 
 
 def test_an_http_api_servers_heartbeat_compares_the_clocks_again(spawn, tmp_path):
@@ -123,3 +174,6 @@ def test_an_http_api_servers_heartbeat_compares_the_clocks_again(spawn, tmp_path
     offset.write_text("+0s\n")
     wait_until(lambda: "HTTP API server: this host's clock is back within 1.0 s of database "
                "default's" in server.output(), 60, "its all clear")
+    # Its heartbeat writes the offset it read on its row, as a worker's does.
+    wait_until(lambda: abs(Worker.objects.get(kind=ProcessKind.HTTP).clock_offset or 99)
+               < host_clock.WARN_PAST, 30, "its row showing its clock")

@@ -8,7 +8,9 @@ active`` give their users.
 Each is a worker, an HTTP API server holding long polls (kind ``http``) or a process
 whose ``receive()`` waits (kind ``receive``): the last two run no handler threads, and
 register so that sends wake them. A process silent past ``WORKER_TIMEOUT`` is marked
-late: the reaper judges it dead and returns its claims. A heartbeat time a hand edit
+late: the reaper judges it dead and returns its claims. CLOCK is how far its host's
+clock was from the database servers' at its latest comparison (the furthest, "+" when
+ahead; "(far)" past the 1 s its log warns at). A heartbeat time a hand edit
 left unreadable shows as "unreadable" (``null`` in ``--json``).
 """
 
@@ -21,7 +23,7 @@ from django.core.management.base import CommandParser
 
 from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.management.tables import seconds_text, write_table
-from djqueue.monitoring.worker_listing import worker_rows
+from djqueue.monitoring.worker_listing import clock_text, worker_rows
 
 
 class Command(DatabaseReadyCommand):
@@ -39,12 +41,19 @@ class Command(DatabaseReadyCommand):
             self.stdout.write("No worker is registered.")
             return
         write_table(self.stdout, ("WORKER", "KIND", "QUEUES", "THREADS", "HOLDING", "HEARTBEAT", "UP",
-                                  "DATABASES"), [(
+                                  "CLOCK", "DATABASES"), [(
             r["id"], r["kind"], ",".join(r["queues"]) or "-", str(r["concurrency"]), str(r["holding"]),
-            _heartbeat_text(r), seconds_text(r["up"]), ",".join(r["databases"])) for r in rows])
+            _heartbeat_text(r), seconds_text(r["up"]), _clock_text(r), ",".join(r["databases"]))
+            for r in rows])
 
 
 def _heartbeat_text(row: dict[str, Any]) -> str:
     if row["heartbeat_age"] is None:  # a hand edit left its time unreadable
         return "unreadable"
     return f"{seconds_text(row['heartbeat_age'])} ago" + (" (late)" if row["late"] else "")
+
+
+def _clock_text(row: dict[str, Any]) -> str:
+    """The offset furthest from zero among its databases' (djqueue.monitoring.worker_listing)."""
+    offsets = [offset for offset in row["clock_offsets"].values() if offset is not None]
+    return clock_text(max(offsets, key=abs) if offsets else None)
