@@ -44,6 +44,17 @@ def test_this_hosts_clock_reads_as_the_database_servers():
     assert set(offsets) == {"default"} and abs(offsets["default"]) < host_clock.WARN_PAST
 
 
+def test_checks_made_after_a_comparison_start_from_it(settings):
+    """An API server's long polls make their checks after djqueue_http compared as it
+    started: the first is due an interval after that comparison, and its offsets are
+    what the process's row shows until then."""
+    settings.DJQUEUE = {**settings.DJQUEUE, "CLOCK_CHECK_INTERVAL": 600.0}
+    offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
+    checks = host_clock.ClockChecks(logging.getLogger("tests"), "test")
+    assert not checks.due and host_clock.latest_offset("default") == offsets["default"]
+    assert host_clock.latest_offset("no-such-database") is None
+
+
 def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
     djqueue.create_queue("f.poison")
     ahead = spawn("djqueue_worker", "f.poison", env=CLOCK_ENV,
