@@ -12,6 +12,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from djqueue.api.message_reports import get_logs, get_progress
+from djqueue.models.shown_times import shown_iso
 from djqueue.storage import trace
 
 
@@ -52,7 +53,7 @@ def trace_html(message_id: int) -> SafeString:
 
 def _when(moment: datetime | None) -> str:
     """A report's time, to the millisecond; "unreadable" for one a hand edit left so."""
-    return "unreadable" if moment is None else moment.isoformat(sep=" ", timespec="milliseconds")
+    return shown_iso(moment, "milliseconds", sep=" ")
 
 
 class MessageReportFields:

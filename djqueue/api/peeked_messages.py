@@ -9,10 +9,10 @@ null.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from djqueue.models import Message, State
+from djqueue.models.shown_times import iso_or_null
 
 #: How much of a body that is not JSON a listing shows.
 UNREADABLE_BODY_CHARS = 1000
@@ -26,10 +26,6 @@ def as_json(message: Message) -> dict[str, Any]:
         payload = {"unreadable_body": message.encoded_body[:UNREADABLE_BODY_CHARS]}
     return {"id": message.pk, "state": State(message.state).name.lower(),
             "attempts": message.attempts, "priority": message.priority,
-            "group_key": message.group_key, "sent_at": _iso(message.sent_at),
-            "visible_at": _iso(message.visible_at), "headers": message.headers or {},
+            "group_key": message.group_key, "sent_at": iso_or_null(message.sent_at),
+            "visible_at": iso_or_null(message.visible_at), "headers": message.headers or {},
             "payload": payload, "errors": message.errors or []}
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()

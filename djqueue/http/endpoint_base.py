@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -74,7 +73,3 @@ def granted(request: HttpRequest, name: str, needed: ApiPermission) -> access.Ca
 
 def json_response(data: Any, status: int = 200) -> JsonResponse:
     return JsonResponse(data, status=status, json_dumps_params={"separators": (",", ":")})
-
-
-def iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()

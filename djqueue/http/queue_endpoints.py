@@ -16,10 +16,11 @@ from djqueue.api import peeked_messages, queue_operations
 from djqueue.api.queues import get_queue, set_paused
 from djqueue.http import access, bodies
 from djqueue.http.database_threads import in_database
-from djqueue.http.endpoint_base import caller_of, check_name, granted, iso, json_response
+from djqueue.http.endpoint_base import caller_of, check_name, granted, json_response
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission, Message, Period, Queue, QueueStat, State
 from djqueue.models.queue import QUEUE_NAME_RE
+from djqueue.models.shown_times import iso_or_null
 from djqueue.monitoring import queue_listing
 from djqueue.storage import placement
 from djqueue.storage.queue_lookup import get_queue_by_id
@@ -89,7 +90,7 @@ def _attributes(q: Queue) -> dict[str, Any]:
     finished = QueueStat.objects.using(db).filter(queue=q, period=Period.TOTAL).values_list(
         "acked", "deleted").first()
     return {
-        "name": q.name, "created_at": iso(created_at), "paused": q.paused,
+        "name": q.name, "created_at": iso_or_null(created_at), "paused": q.paused,
         "visibility_timeout": q.visibility_timeout, "max_attempts": q.max_attempts,
         "backoff": q.backoff, "retry_jitter": q.retry_jitter,
         "dead_letter_queue": (get_queue_by_id(q.dead_letter_queue_id, db).name

@@ -23,9 +23,10 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import NotOwner
 from djqueue.http import access, bodies, long_polls
 from djqueue.http.database_threads import in_database
-from djqueue.http.endpoint_base import granted, iso, json_response
+from djqueue.http.endpoint_base import granted, json_response
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission, Message, Queue
+from djqueue.models.shown_times import iso_or_null
 from djqueue.storage import partitions, placement
 from djqueue.storage.transitions import MAX_ERROR_CHARS, ack_many, extend, fail, release
 
@@ -84,7 +85,7 @@ def _delivered(message: Message) -> dict[str, Any]:
             "queue": message.queue.name, "payload": message.payload,
             "headers": message.headers or {}, "priority": message.priority,
             "group_key": message.group_key, "attempts": message.attempts,
-            "sent_at": iso(message.sent_at), "lease_expires_at": iso(message.visible_at)}
+            "sent_at": iso_or_null(message.sent_at), "lease_expires_at": iso_or_null(message.visible_at)}
 
 
 async def receive_messages(request: HttpRequest, queue: str) -> HttpResponse:

@@ -18,6 +18,7 @@ from django.utils import timezone
 from djqueue.exceptions import ConfigurationError
 from djqueue.maintenance.periodic import Schedule, schedules
 from djqueue.models import PeriodicSchedule, PeriodicTick
+from djqueue.models.shown_times import iso_or_null
 from djqueue.storage import dialects
 from djqueue.storage.unreadable_rows import ReadableTime, times_of
 
@@ -62,6 +63,5 @@ def _runs(plan: Schedule | str, name: str, last_runs: dict[str, datetime | None]
     the reaper skips the row."""
     upcoming = plan.next_run(now) if isinstance(plan, Schedule) and enabled else None
     last = last_runs.get(name)
-    return {"last_run": last.isoformat() if last else None,
-            "next_run": upcoming.isoformat() if upcoming else None,
+    return {"last_run": iso_or_null(last), "next_run": iso_or_null(upcoming),
             "problem": plan if isinstance(plan, str) else ""}

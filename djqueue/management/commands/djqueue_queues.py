@@ -28,6 +28,7 @@ from djqueue.management.arguments import whole_number
 from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.management.tables import seconds_text, write_table
 from djqueue.models import Message, Queue, State
+from djqueue.models.shown_times import shown_iso
 from djqueue.monitoring import queue_listing
 from djqueue.storage import placement
 
@@ -119,7 +120,7 @@ class Command(DatabaseReadyCommand):
         write_table(self.stdout, ("ID", "STATE", "ATTEMPTS", "SENT", "GROUP", "PAYLOAD",
                                   "LAST ERROR"), [(
             str(m.pk), State(m.state).name.lower(), str(m.attempts),
-            "unreadable" if m.sent_at is None else m.sent_at.isoformat(timespec="seconds"),
+            shown_iso(m.sent_at),
             m.group_key or "-",
             _excerpt(m.encoded_body), _excerpt(m.last_exception)) for m in found])
 
