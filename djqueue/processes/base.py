@@ -16,6 +16,7 @@ reads top to bottom.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -105,6 +106,9 @@ class ProcessBase:
         self._alive_at = time.monotonic()
         try:
             self.alive_file.touch()
+            shown = self.alive_since()
+            if shown is not None:
+                os.utime(self.alive_file, (shown, shown))
         except OSError as exc:
             if not self._alive_failed:
                 self.logger.error("%s: cannot write its alive file %s: %s",
@@ -112,6 +116,11 @@ class ProcessBase:
             self._alive_failed = True
         else:
             self._alive_failed = False
+
+    def alive_since(self) -> float | None:
+        """The time ``alive_file`` shows, if not now: a process whose life is that of
+        other processes too (the supervisor's workers) shows the stalest of them."""
+        return None
 
     def check_clock_when_due(self) -> None:
         """Compare the clocks again once CLOCK_CHECK_INTERVAL has passed, if the process

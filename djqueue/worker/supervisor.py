@@ -7,6 +7,13 @@ a child that exits is replaced, at once if it ended well (``--max-messages`` or
 growing pause if it failed soon after it started. With ``--burst`` nothing is
 replaced and the supervisor ends with its last child.
 
+With ``--alive-file``, each child keeps a file of its own in a folder the supervisor
+makes, and the supervisor's file shows the stalest of their times (its own loop's
+when it is staler): a worker whose loop hangs lets the supervisor's file go stale, so
+a liveness probe restarts the whole, as it would a single worker. A child that has
+not written its file yet (it is starting, or waiting for its database) counts as
+fresh, as a single worker's file does not exist until it has started.
+
 Each SIGTERM or SIGINT is passed on to every child as it came (the first two:
 the second asks each worker to stop at once), and the supervisor exits when
 the children have. Children live in their own process group, so a
@@ -20,12 +27,15 @@ import ctypes
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from djqueue.processes.base import ProcessBase
 
@@ -40,8 +50,19 @@ MAX_PAUSE = 30.0
 _PR_SET_PDEATHSIG = 1
 
 
+#: Set in a child's environment when the supervisor keeps an alive file: the folder
+#: where each child keeps its own, named by its pid.
+ALIVE_FOLDER = "DJQUEUE_SUPERVISED_ALIVE_FOLDER"
+
+
 def is_supervised() -> bool:
     return os.environ.get(SUPERVISED) == "1"
+
+
+def supervised_alive_file() -> Path | None:
+    """This supervised worker's own alive file, if its supervisor keeps one."""
+    folder = os.environ.get(ALIVE_FOLDER)
+    return Path(folder) / str(os.getpid()) if folder else None
 
 
 @dataclass
@@ -67,6 +88,8 @@ class Supervisor(ProcessBase):
     due: list[float] = field(default_factory=list)
     #: Every child that ended once the supervisor was stopping (or for good) ended well.
     clean: bool = True
+    #: Where the children keep their alive files (with ``alive_file`` only).
+    children_alive: Path | None = None
 
     logger = logger
     #: The loop blocks in ``select`` on the stop signals' wake-up descriptor.
@@ -86,6 +109,8 @@ class Supervisor(ProcessBase):
         0 when every child ended well, else 1."""
         # SIGCHLD only wakes the select (through the wake-up descriptor).
         previous = signal.signal(signal.SIGCHLD, lambda *_: None)
+        if self.alive_file is not None:
+            self.children_alive = Path(tempfile.mkdtemp(prefix="djqueue-alive-"))
         try:
             for _ in range(self.processes):
                 self._start()
@@ -97,7 +122,22 @@ class Supervisor(ProcessBase):
                 self._start_due()
         finally:
             signal.signal(signal.SIGCHLD, previous)
+            if self.children_alive is not None:
+                shutil.rmtree(self.children_alive, ignore_errors=True)
         return 0 if self.clean else 1
+
+    def alive_since(self) -> float | None:
+        """The stalest of its children's alive files' times; a child yet to write its
+        file counts as now."""
+        if self.children_alive is None:
+            return None
+        times = []
+        for pid in self.children:
+            try:
+                times.append((self.children_alive / str(pid)).stat().st_mtime)
+            except FileNotFoundError:  # starting, or waiting for its database
+                continue
+        return min(times, default=None)
 
     def _wait(self) -> None:
         timeout = None
@@ -113,7 +153,10 @@ class Supervisor(ProcessBase):
 
     def _start(self) -> None:
         parent, libc = os.getpid(), _libc()
-        popen = subprocess.Popen(list(self.argv), env={**os.environ, SUPERVISED: "1"},
+        env = {**os.environ, SUPERVISED: "1"}
+        if self.children_alive is not None:
+            env[ALIVE_FOLDER] = str(self.children_alive)
+        popen = subprocess.Popen(list(self.argv), env=env,
                                  process_group=0, preexec_fn=lambda: _die_with(libc, parent))
         self.children[popen.pid] = Child(popen, time.monotonic())
         logger.info("Started worker process %d (%d of %d)", popen.pid, len(self.children),

@@ -5,6 +5,7 @@ stops. Real processes and real signals (SIGSTOP freezes one)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -28,12 +29,16 @@ def started_refreshing(process, path: Path) -> None:
     wait_until(lambda: refreshed(path, first), 30, "a refresh")
 
 
-def stale_while_frozen(process, path: Path) -> None:
-    """Freeze the process: its file is not refreshed for 3 s; thawed, it is again."""
+def stale_while_frozen(process, path: Path, own_file: Path | None = None) -> None:
+    """Freeze the process: its file is not refreshed for 3 s; thawed, it is again. With
+    ``own_file`` (a supervised worker's), ``path`` comes to show its last time first."""
     process.signal(signal.SIGSTOP)
     try:
         wait_until(lambda: Path(f"/proc/{process.pid}/stat").read_text()
                    .rpartition(")")[2].split()[0] == "T", 30, "the process to be stopped")
+        if own_file is not None:
+            wait_until(lambda: path.stat().st_mtime == own_file.stat().st_mtime, 30,
+                       "the supervisor's file showing the frozen worker's time")
         stopped_at = path.stat().st_mtime
         wait_until(lambda: time.time() - stopped_at > 3, 30, "3 s to pass")
         assert path.stat().st_mtime == stopped_at
@@ -57,14 +62,43 @@ def test_a_worker_refreshes_its_alive_file_while_its_loop_runs(spawn, tmp_path):
     removed_as_it_stops(worker, path)
 
 
-def test_a_supervisor_keeps_the_alive_file_and_its_workers_do_not(spawn, tmp_path):
-    """Frozen, the supervisor lets the file go stale while its two workers run on."""
+def test_a_supervisors_alive_file_shows_its_stalest_worker(spawn, tmp_path):
+    """Frozen, the supervisor lets the file go stale while its two workers run on; so
+    does one of its workers frozen while the supervisor runs on. Each worker keeps its
+    own file in a folder the supervisor makes and removes."""
     djqueue.create_queue("t.record")
     path = tmp_path / "supervisor.alive"
     supervisor = spawn("djqueue_worker", "t.record", "-p", "2", "--alive-file", str(path))
     started_refreshing(supervisor, path)
     stale_while_frozen(supervisor, path)
+    pids = supervised_pids(supervisor)
+    environ = Path(f"/proc/{pids[0]}/environ").read_bytes().decode().split("\0")
+    folder = Path(next(line.partition("=")[2] for line in environ
+                       if line.startswith("DJQUEUE_SUPERVISED_ALIVE_FOLDER=")))
+    wait_until(lambda: sorted(p.name for p in folder.iterdir()) == sorted(map(str, pids)), 60,
+               "both workers' files, named by their pids")
+    stale_while_frozen(FrozenWorker(pids[0]), path, own_file=folder / str(pids[0]))
+    assert supervisor.popen.poll() is None, supervisor.output()
     removed_as_it_stops(supervisor, path)
+    assert not folder.exists()
+
+
+def supervised_pids(supervisor) -> list[int]:
+    """The supervisor's worker processes, by /proc (children of its pid)."""
+    found = wait_until(lambda: [int(pid) for pid in Path(
+        f"/proc/{supervisor.pid}/task/{supervisor.pid}/children").read_text().split()], 60,
+        "its workers")
+    return sorted(found)
+
+
+class FrozenWorker:
+    """A supervised worker, as ``stale_while_frozen`` signals and inspects it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def signal(self, number: int) -> None:
+        os.kill(self.pid, number)
 
 
 def test_a_reaper_refreshes_its_alive_file_between_passes(spawn, tmp_path):

@@ -18,7 +18,7 @@ from djqueue.processes.memory_limit import limit_memory, resident_megabytes
 from djqueue.worker import registry
 from djqueue.worker.message_worker import Worker
 from djqueue.worker.options import WorkerOptions
-from djqueue.worker.supervisor import Supervisor, is_supervised
+from djqueue.worker.supervisor import Supervisor, is_supervised, supervised_alive_file
 
 task_run_logs: ModuleType | None
 try:  # without a Tasks framework there are no task runs to log
@@ -88,7 +88,7 @@ class Command(DatabaseReadyCommand):
                             help="Refresh this file's modification time every second while "
                                  "the process's loop runs, for a liveness probe; removed "
                                  "as it stops (under --processes, the supervisor "
-                                 "keeps it).")
+                                 "keeps it, showing its stalest worker's time).")
         parser.add_argument("--where", default=None,
                             help="Only claim messages matching this condition, e.g. "
                                  "\"priority >= 5 and headers.region = 'eu'\".")
@@ -125,8 +125,8 @@ class Command(DatabaseReadyCommand):
         except DjqueueError as exc:
             raise CommandError(str(exc)) from None
         check_max_rss(options["max_rss"])
-        if not is_supervised():  # a supervised worker's supervisor keeps the file
-            worker.alive_file = options["alive_file"]
+        # A supervised worker keeps its own file, where its supervisor reads it.
+        worker.alive_file = supervised_alive_file() if is_supervised() else options["alive_file"]
         if task_run_logs is not None:  # records no handler writes are not made
             task_run_logs.follow()
         try:
