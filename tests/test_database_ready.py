@@ -110,6 +110,23 @@ def test_a_worker_started_before_its_database_waits_for_it(spawn):
         assert worker.wait(60) == 0, worker.output()
 
 
+def test_a_database_that_refuses_the_connection_is_not_waited_for(spawn):
+    """A server that answers and refuses the database's name (or its user or password)
+    will not accept it later: a worker says so and exits rather than waiting, as it does
+    for a server that does not answer yet."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite's file that cannot be opened is the test below")
+    if connection.settings_dict["OPTIONS"].get("pool"):
+        pytest.skip("Django's pool answers a refusal as its timeout, with no cause: waited "
+                    "for, as docs/operations.md says")
+    worker = spawn("djqueue_worker", "t.record", env={"DJQUEUE_TEST_DB_NAME": "no_such_db"})
+    assert worker.wait(60) == 1, worker.output()
+    line = worker.output().strip().splitlines()[-1]
+    assert line.startswith("CommandError: Database 'default' refuses the connection: "), line
+    assert line.endswith(". Check DATABASES['default']: its USER, PASSWORD and NAME."), line
+    assert "no_such_db" in line and "Traceback" not in worker.output(), worker.output()
+
+
 def test_a_worker_on_an_sqlite_file_that_cannot_be_opened_says_so_at_once(spawn, tmp_path):
     """A file that cannot be opened now will not open later: no waiting on SQLite."""
     if connection.vendor != "sqlite":

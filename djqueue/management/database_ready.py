@@ -8,7 +8,8 @@ djqueue's migrations, and otherwise says which it lacks in one line.
   ``djqueue_reaper --once``), and any on SQLite (a file that cannot be opened will not
   open later), fails at once with the database's error in one line.
   Before, both failed with a traceback from Django's system checks or their first
-  statement.
+  statement. A server that answers and refuses the connection's user, password or
+  database name fails every command at once, saying so: waiting would not mend it.
 - **Migrations not applied** (djqueue.storage.migration_state says why it matters):
   the command fails, naming the migrations and the ``migrate`` command that applies
   them.
@@ -26,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, OperationalError, connections
 
 from djqueue.conf import get_settings
-from djqueue.storage import migration_state, placement
+from djqueue.storage import dialects, migration_state, placement
 
 logger = logging.getLogger("djqueue")
 
@@ -66,7 +67,11 @@ def reach_home_database(command: str, *, wait: bool) -> None:
                 return
         except OperationalError as exc:
             error = " ".join(str(exc).split())
+            refused = dialects.is_refused(exc)
         connections[db].close()
+        if refused:  # its user, password or name: waiting mends nothing
+            raise CommandError(f"Database {db!r} refuses the connection: {error}. Check "
+                               f"DATABASES[{db!r}]: its USER, PASSWORD and NAME.")
         if not wait or connections[db].vendor == "sqlite":  # a file: waiting mends nothing
             raise CommandError(f"Database {db!r} does not answer: {error}")
         pause = RETRY_STEPS[min(attempt, len(RETRY_STEPS) - 1)]
