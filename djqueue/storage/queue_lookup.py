@@ -7,7 +7,6 @@ QUEUE_CACHE_TTL seconds per process, and a change saved through the ORM
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -47,12 +46,9 @@ def get_queue(ref: QueueRef, *, fresh: bool = False) -> Queue:
     now = time.monotonic()
     if not fresh and (cached := _cached(key, now)) is not None:
         return cached
-    queue = _find(ref)
+    queue = _find_or_create(ref, placement.candidates(ref))
     if queue is None:
-        if get_settings().AUTO_CREATE_QUEUES:
-            queue = create_queue(ref, exist_ok=True)
-        else:
-            raise QueueNotFound(ref) from None
+        raise QueueNotFound(ref)
     _keep(key, queue, placement.database_of(queue), now)
     return queue
 
@@ -76,14 +72,27 @@ def get_queues(names: Iterable[str]) -> dict[str, Queue]:
             _keep(("", queue.name), queue, placement.database_of(queue), now)
             found[queue.name] = queue
     for name in {n for on_db in unread.values() for n in on_db} - found.keys():
-        with contextlib.suppress(QueueNotFound):  # not on its first database: the others
-            found[name] = get_queue(name)
+        # Not on its first database, read above: the others (a deleted queue is read once).
+        elsewhere = _find_or_create(name, placement.candidates(name)[1:])
+        if elsewhere is not None:
+            _keep(("", name), elsewhere, placement.database_of(elsewhere), now)
+            found[name] = elsewhere
     return found
 
 
-def _find(name: str) -> Queue | None:
-    """Queue ``name``'s row from the database it lives on (see djqueue.storage.placement)."""
-    for db in placement.candidates(name):
+def _find_or_create(name: str, databases: Iterable[str]) -> Queue | None:
+    """Queue ``name``'s row from the first of ``databases`` that holds it; else, with
+    AUTO_CREATE_QUEUES, a new queue; else None."""
+    queue = _find(name, databases)
+    if queue is None and get_settings().AUTO_CREATE_QUEUES:
+        queue = create_queue(name, exist_ok=True)
+    return queue
+
+
+def _find(name: str, databases: Iterable[str] | None = None) -> Queue | None:
+    """Queue ``name``'s row from the first of ``databases`` (by default, those it may
+    live on: see djqueue.storage.placement) that holds it."""
+    for db in placement.candidates(name) if databases is None else databases:
         queue = lookup_statements.queue_named(db, name)
         if queue is not None:
             placement.remember(name, db)

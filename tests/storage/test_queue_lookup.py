@@ -30,3 +30,4 @@ def test_the_queues_the_cache_does_not_hold_are_read_with_one_statement():
             again = get_queues([*names, "l.nowhere"])  # cached now, but for the last
         assert again.keys() == set(names)  # a name with no queue is left out
         assert [q for q in read if "l.nowhere" not in q["sql"]] == []  # only it was read
+        assert len(read) == 1, [q["sql"] for q in read]  # once: not again by get_queue
