@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import DatabaseError, connections, transaction
@@ -24,8 +26,9 @@ from djqueue.conf import get_settings
 from djqueue.maintenance.dead_workers import DeadWorkerFinder
 from djqueue.maintenance.periodic import Scheduler
 from djqueue.maintenance.pruning import prune_history
+from djqueue.maintenance.reap_report import ReapReport
 from djqueue.maintenance.vacuuming import ANALYZE, Vacuuming
-from djqueue.models import Message, Queue
+from djqueue.models import Message, ProcessKind, Queue
 from djqueue.models import Worker as WorkerRecord
 from djqueue.monitoring import alarms, rollups
 from djqueue.processes.base import ProcessBase
@@ -39,6 +42,7 @@ from djqueue.storage import (
     queue_lookup,
 )
 from djqueue.storage.failure_streaks import FailureStreaks
+from djqueue.storage.registration import Registration
 from djqueue.storage.requeueing import promote_due, return_claims
 
 logger = logging.getLogger("djqueue.reaper")
@@ -48,37 +52,6 @@ PRUNE_EVERY = 60.0
 #: Seconds between two reads of the busy tables' dead and live rows (PostgreSQL; cheap
 #: statement): a drain of 6,000 messages a second leaves 12,000 dead rows a second.
 VACUUM_CHECK_EVERY = 1.0
-
-
-@dataclass
-class ReapReport:
-    dead_workers: int = 0
-    returned_from_dead: int = 0
-    expired: int = 0
-    #: Messages past their expiry set aside at the head of a queue with a message_ttl
-    #: or whose head stood still.
-    past_expiry: int = 0
-    promoted: int = 0
-    pruned: int = 0
-    periodic: int = 0
-    groups_repaired: int = 0
-    counted: int = 0
-    alarms: int = 0
-    vacuums: int = 0
-    analyzes: int = 0
-
-    def __bool__(self) -> bool:
-        return any(vars(self).values())
-
-    def __str__(self) -> str:
-        """What the pass did, by the counts that are not 0 ("dead workers 1, returned
-        from dead 3"); "nothing" if none."""
-        return ", ".join(f"{name.replace('_', ' ')} {value}"
-                         for name, value in vars(self).items() if value) or "nothing"
-
-    def add(self, other: ReapReport) -> None:
-        for name, value in vars(other).items():
-            setattr(self, name, getattr(self, name) + value)
 
 
 class Reaper(ProcessBase):
@@ -103,14 +76,36 @@ class Reaper(ProcessBase):
                                              key_field="database")
         self._step_failures = FailureStreaks(logger, "Reaper step {}")
         self._started = time.monotonic()
+        #: Its rows, once ``run()`` registered it (``--once`` and a test's passes do not).
+        self.registration: Registration | None = None
+        self.heartbeat_interval = get_settings().HEARTBEAT_INTERVAL
 
     def register(self) -> None:
-        """Its first line, as a worker's: it holds no row of its own (several may run)."""
+        """A row on each database, kept by a heartbeat, as a worker's (kind ``reaper``: no
+        queues, threads or wake-ups), so the workers' listing, the metrics and the
+        dashboard show which reapers run, where, and their host's clock, which judges
+        lease ends. A database that does not answer yet is registered by a later beat:
+        the passes begin at once. Then its first line, as a worker's."""
         self._started = time.monotonic()
+        lock_key = uuid.uuid4().hex
+        self.registration = Registration(
+            f"reaper:{socket.gethostname()[:55]}:{os.getpid()}:{lock_key[:8]}", lock_key,
+            queues=[], concurrency=0, held=list, databases=placement.databases(),
+            kind=ProcessKind.REAPER)
+        self.registration.register(retried_by_heartbeat=True)
         logger.info("Reaper started: a pass every %g s over %s", self.interval,
                     ", ".join(placement.databases()))
 
+    def heartbeat(self) -> None:
+        """Keep its rows alive, on a database added since (a partition) too."""
+        if self.registration is not None:
+            for db in placement.databases():
+                self.registration.add_database(db)
+            self.registration.beat()
+
     def deregister(self) -> None:
+        if self.registration is not None:
+            self.registration.deregister()
         logger.info("Reaper stopped after %.1f s and %d passes",
                     time.monotonic() - self._started, self.passes)
 

@@ -2,8 +2,11 @@
 
 Most are workers; an HTTP API server holding long polls and a process whose
 ``receive()`` waits register too (with no threads), so a sender's datagram wakes
-them and the reaper removes their rows when they die. ``kind`` says which, so the
-metrics, the dashboard and ``djqueue_workers`` can tell them apart.
+them and the reaper removes their rows when they die. A long-running reaper
+registers (no queues, no threads, no wake-up address) so that what runs the upkeep,
+and its host's clock, which judges lease ends, are seen where the workers are.
+``kind`` says which, so the metrics, the dashboard and ``djqueue_workers`` can tell
+them apart.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ class ProcessKind(models.TextChoices):
     WORKER = "worker", "worker"
     HTTP = "http", "HTTP API server"
     RECEIVE = "receive", "waiting receive"
+    REAPER = "reaper", "reaper"
 
 
 class Worker(models.Model):
-    """A registered process. ``id`` is kind:host:pid:uuid for an HTTP server or a
-    receiver, host:pid:uuid for a worker; ``lock_key`` names its session lock."""
+    """A registered process. ``id`` is kind:host:pid:uuid for an HTTP server, a
+    receiver or a reaper, host:pid:uuid for a worker; ``lock_key`` names its session
+    lock."""
 
     id = models.CharField(max_length=100, primary_key=True)
     hostname = models.CharField(max_length=255)

@@ -189,7 +189,8 @@ def _buckets(hist: dict[str, int]) -> list[tuple[str, float]]:
 
 def _workers(databases: list[str], now: Any, gauge: Any) -> Iterator[Any]:
     up = gauge("djqueue_worker_up", "1 for each registered process; kind is worker, http "
-               "(an HTTP API server) or receive (a process whose receive() waits).",
+               "(an HTTP API server), receive (a process whose receive() waits) or "
+               "reaper.",
                labels=["worker", "host", "kind"])
     held = gauge("djqueue_worker_messages_held", "Messages the worker held at its last beat.",
                  labels=["worker"])

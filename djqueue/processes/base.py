@@ -80,11 +80,13 @@ class ProcessBase:
                         self.alive_file.unlink(missing_ok=True)
 
     def main(self) -> int:
-        """Repeat ``tick()`` every ``interval`` seconds until stopped."""
+        """Repeat ``tick()`` every ``interval`` seconds until stopped (comparing the
+        clocks after a tick when due, unless a heartbeat thread does)."""
         while True:
             self.show_alive()
             self.tick_safely()
-            self.check_clock_when_due()
+            if self.heartbeat_interval is None:
+                self.check_clock_when_due()
             if self.sleep_showing_alive(self.interval):
                 return 0
 

@@ -134,9 +134,10 @@ def movable_clock(folder: Path) -> tuple[Path, dict[str, str]]:
 
 
 def test_a_clock_set_apart_while_running_is_warned_of_and_its_return_told(spawn, tmp_path):
-    """A worker and a long-running reaper compare the clocks from their heartbeat and
-    their passes, every CLOCK_CHECK_INTERVAL (0.5 s here), not only as they start. Their
-    clocks follow a file libfaketime reads again each second."""
+    """A worker and a long-running reaper compare the clocks from their heartbeat,
+    every CLOCK_CHECK_INTERVAL (0.5 s here), not only as they start, and write the
+    offset on their rows. Their clocks follow a file libfaketime reads again each
+    second."""
     offset, env = movable_clock(tmp_path)
     djqueue.create_queue("f.poison")
     worker = spawn("djqueue_worker", "f.poison", env=env)
@@ -152,8 +153,9 @@ def test_a_clock_set_apart_while_running_is_warned_of_and_its_return_told(spawn,
                          r"database default's")
         wait_until(lambda p=process, f=far: f.search(p.output()), 60, f"the {name}'s warning")
     # Its heartbeat writes the offset it read on its row.
-    wait_until(lambda: 89.5 < (Worker.objects.get().clock_offset or 0) < 90.5, 30,
-               "the worker's row showing its clock ahead")
+    for kind in (ProcessKind.WORKER, ProcessKind.REAPER):
+        wait_until(lambda k=kind: 89.5 < (Worker.objects.get(kind=k).clock_offset or 0) < 90.5,
+                   30, f"the {kind} row showing its clock ahead")
     offset.write_text("+0s\n")
     for name, process in processes.items():
         wait_until(lambda p=process, n=name: f"{n}: this host's clock is back within 1.0 s "
@@ -161,8 +163,9 @@ def test_a_clock_set_apart_while_running_is_warned_of_and_its_return_told(spawn,
         # As it started, on the true clock, it said nothing of it.
         before = process.output().split("clock is", 1)[0]
         assert "started" in before and "clock" not in before, process.output()
-    wait_until(lambda: abs(Worker.objects.get().clock_offset or 99) < host_clock.WARN_PAST, 30,
-               "the worker's row showing its clock back")
+    for kind in (ProcessKind.WORKER, ProcessKind.REAPER):
+        wait_until(lambda k=kind: abs(Worker.objects.get(kind=k).clock_offset or 99)
+                   < host_clock.WARN_PAST, 30, f"the {kind} row showing its clock back")
 
 
 def test_an_http_api_servers_heartbeat_compares_the_clocks_again(spawn, tmp_path):

@@ -5,8 +5,9 @@ active`` give their users.
     manage.py djqueue_workers           # a table, oldest process first
     manage.py djqueue_workers --json    # one JSON list, with the held messages' ids
 
-Each is a worker, an HTTP API server holding long polls (kind ``http``) or a process
-whose ``receive()`` waits (kind ``receive``): the last two run no handler threads, and
+Each is a worker, an HTTP API server holding long polls (kind ``http``), a process
+whose ``receive()`` waits (kind ``receive``) or a long-running reaper (kind
+``reaper``): the last three run no handler threads; the two before the reaper
 register so that sends wake them. A process silent past ``WORKER_TIMEOUT`` is marked
 late: the reaper judges it dead and returns its claims. CLOCK is how far its host's
 clock was from the database servers' at its latest comparison (the furthest, "+" when
