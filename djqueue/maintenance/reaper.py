@@ -76,31 +76,40 @@ class Reaper(ProcessBase):
                                              key_field="database")
         self._step_failures = FailureStreaks(logger, "Reaper step {}")
         self._started = time.monotonic()
-        #: Its rows, once ``run()`` registered it (``--once`` and a test's passes do not).
+        #: Its rows, once a pass of ``run()`` found queues (``--once`` and a test's
+        #: passes register nothing).
         self.registration: Registration | None = None
+        self._lock_key: str | None = None
         self.heartbeat_interval = get_settings().HEARTBEAT_INTERVAL
 
     def register(self) -> None:
-        """A row on each database, kept by a heartbeat, as a worker's (kind ``reaper``: no
-        queues, threads or wake-ups), so the workers' listing, the metrics and the
-        dashboard show which reapers run, where, and their host's clock, which judges
-        lease ends. A database that does not answer yet is registered by a later beat:
-        the passes begin at once. Then its first line, as a worker's."""
+        """Its first line, as a worker's. Its rows are written by its passes
+        (``_present_on``)."""
         self._started = time.monotonic()
-        lock_key = uuid.uuid4().hex
-        self.registration = Registration(
-            f"reaper:{socket.gethostname()[:55]}:{os.getpid()}:{lock_key[:8]}", lock_key,
-            queues=[], concurrency=0, held=list, databases=placement.databases(),
-            kind=ProcessKind.REAPER)
-        self.registration.register(retried_by_heartbeat=True)
+        self._lock_key = uuid.uuid4().hex
         logger.info("Reaper started: a pass every %g s over %s", self.interval,
                     ", ".join(placement.databases()))
 
+    def _present_on(self, db: str) -> None:
+        """Be registered on ``db``, a database holding queues, as a worker is on its
+        queues' (kind ``reaper``: no queues, threads or wake-ups; a row kept by the
+        heartbeat), so the workers' listing, the metrics and the dashboard show which
+        reapers run, where, and their host's clock, which judges lease ends. Only a
+        running reaper (``run()``); a database without queues is written nothing."""
+        if self._lock_key is None:
+            return
+        if self.registration is None:
+            registration = Registration(
+                f"reaper:{socket.gethostname()[:55]}:{os.getpid()}:{self._lock_key[:8]}",
+                self._lock_key, queues=[], concurrency=0, held=list, databases=[db],
+                kind=ProcessKind.REAPER)
+            registration.register(retried_by_heartbeat=True)  # else: the next beat
+            self.registration = registration  # registered: the heartbeat thread beats it
+        else:
+            self.registration.add_database(db)
+
     def heartbeat(self) -> None:
-        """Keep its rows alive, on a database added since (a partition) too."""
         if self.registration is not None:
-            for db in placement.databases():
-                self.registration.add_database(db)
             self.registration.beat()
 
     def deregister(self) -> None:
@@ -167,6 +176,7 @@ class Reaper(ProcessBase):
                 WorkerRecord.objects.using(db).filter(pk=worker_id).delete()
         if not Queue.objects.using(db).exists():  # nothing more to serve: write nothing
             return report
+        self._present_on(db)
         report.expired = self._drain(
             Message.objects.expired(timezone.now()), "lease expired (held by {owner})")
         report.promoted = self._step("promotion", promote_due)

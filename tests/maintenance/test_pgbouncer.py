@@ -20,7 +20,7 @@ import pytest
 from django.db import connection
 
 import djqueue
-from djqueue.models import History, Message, State, Worker
+from djqueue.models import History, Message, ProcessKind, State, Worker
 from djqueue.storage import session_locks
 from tests.conftest import vendor, wait_until
 from tests.models import Effect
@@ -69,6 +69,11 @@ def test_a_lock_taken_through_the_pooler_is_never_seen_free_through_it(pgbouncer
         holder.close()
 
 
+def workers():
+    """The worker processes' rows (a running reaper has one too)."""
+    return Worker.objects.filter(kind=ProcessKind.WORKER)
+
+
 def _through(port: int) -> dict[str, str]:
     return {PORT_VARIABLE: str(port)}
 
@@ -87,7 +92,7 @@ def test_a_live_worker_behind_the_pooler_keeps_its_claims_while_the_reaper_runs(
     attempts = sorted(History.objects.values_list("attempts", flat=True).distinct())
     assert attempts == [1], f"claims were returned from a live worker: attempts {attempts}"
     assert not Effect.objects.filter(attempt__gt=1).exists()
-    assert Worker.objects.count() == 1
+    assert workers().count() == 1
     assert "reaped" not in worker.output(), worker.output()
     assert reaper.popen.poll() is None and worker.popen.poll() is None
     worker.signal(signal.SIGTERM)
@@ -110,7 +115,7 @@ def test_a_killed_workers_claims_come_back_behind_the_pooler(spawn, pgbouncer):
     # The reaper deletes the row only after the transaction that returned the claims
     # has committed (it keeps the row while any claim is still locked), so the row
     # goes a moment after the claims come back.
-    wait_until(lambda: not Worker.objects.exists(), 30, "the killed worker's row deleted")
+    wait_until(lambda: not workers().exists(), 30, "the killed worker's row deleted")
 
 
 def test_a_live_worker_whose_lock_session_ended_takes_its_lock_again(spawn, pgbouncer):
@@ -125,7 +130,7 @@ def test_a_live_worker_whose_lock_session_ended_takes_its_lock_again(spawn, pgbo
     reaper = spawn("djqueue_reaper", env=_through(pgbouncer))
     worker = spawn("djqueue_worker", "t.slow", "-c", "2", "-b", "2", env=_through(pgbouncer))
     wait_until(lambda: Effect.objects.filter(key__lt=0).count() == 2, 60, "two handlers running")
-    key = Worker.objects.get().lock_key
+    key = workers().get().lock_key
     high, low = session_locks._pg_halves(key)
     with connection.cursor() as cursor:  # straight to the server, not through the pooler
         cursor.execute(
@@ -136,9 +141,9 @@ def test_a_live_worker_whose_lock_session_ended_takes_its_lock_again(spawn, pgbo
                f"the worker to take its lock again\n{worker.output()}")
     # The reaper's verdict needs the lock free for two heartbeat intervals (1 s here):
     # past them, with a pass every 0.2 s, the worker keeps its row and its claims.
-    beats = Worker.objects.get().heartbeat_at
-    wait_until(lambda: Worker.objects.get().heartbeat_at > beats, 10, "a heartbeat after")
-    wait_until(lambda: Worker.objects.get().heartbeat_at > beats + timedelta(seconds=1), 10,
+    beats = workers().get().heartbeat_at
+    wait_until(lambda: workers().get().heartbeat_at > beats, 10, "a heartbeat after")
+    wait_until(lambda: workers().get().heartbeat_at > beats + timedelta(seconds=1), 10,
                "two more heartbeat intervals")
     assert Message.objects.filter(state=State.CLAIMED).count() == 2
     assert "is dead" not in reaper.output(), reaper.output()

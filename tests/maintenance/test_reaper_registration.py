@@ -1,7 +1,9 @@
 """A long-running reaper registers as a process of kind ``reaper`` (a row kept by a
-heartbeat, no queues), so which reapers run, and where, is seen where the workers
-are: ``djqueue_workers``, the metrics (``djqueue_worker_up{kind="reaper"}``, for an
-alert when none runs) and the dashboard. Its row goes as it stops; a killed reaper's
+heartbeat, no queues) on each database holding queues, so which reapers run, and
+where, is seen where the workers are: ``djqueue_workers``, the metrics
+(``djqueue_worker_up{kind="reaper"}``, for an alert when none runs) and the
+dashboard. A database without queues is written nothing (the placement tests'
+home database). Its row goes as it stops; a killed reaper's
 row is removed by the next reaper's pass, as a dead worker's is. A reaper run with
 ``--once`` does not register. Real processes and real signals."""
 
@@ -13,6 +15,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+import djqueue
 from djqueue.maintenance.reaper import Reaper
 from djqueue.models import ProcessKind, Worker
 from tests.conftest import wait_until
@@ -26,6 +29,7 @@ def reaper_rows() -> list[Worker]:
 
 
 def test_a_running_reaper_is_listed_as_a_process_of_its_own_kind(spawn, client):
+    djqueue.create_queue("t.record")
     once = spawn("djqueue_reaper", "--once")
     assert once.wait(60) == 0 and reaper_rows() == [], once.output()
 
@@ -50,6 +54,7 @@ def test_a_running_reaper_is_listed_as_a_process_of_its_own_kind(spawn, client):
 
 
 def test_a_killed_reapers_row_is_removed_by_the_next_reapers_pass(spawn):
+    djqueue.create_queue("t.record")
     reaper = spawn("djqueue_reaper")
     [row] = wait_until(reaper_rows, 60, "the reaper's row")
     reaper.signal(signal.SIGKILL)
@@ -58,3 +63,4 @@ def test_a_killed_reapers_row_is_removed_by_the_next_reapers_pass(spawn):
     report = Reaper().tick()
     assert report.dead_workers == 1 and report.returned_from_dead == 0, report
     assert not Worker.objects.filter(pk=row.pk).exists()
+

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from djqueue.exceptions import TaskCancelled, TaskTimeout
-from djqueue.models import History, Message, TaskRecord, TaskStatus, Worker
+from djqueue.models import History, Message, ProcessKind, TaskRecord, TaskStatus, Worker
 from djqueue.tasks.backend import cancel
 from djqueue.tasks.compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
 from tests import tasks
@@ -72,7 +72,8 @@ def test_task_killed_mid_run_runs_again_and_succeeds(spawn):
     victim = spawn("djqueue_worker", "default")
     wait_until(lambda: Effect.objects.filter(key=41).exists(), 30, "the task to start")
     rescuer = spawn("djqueue_worker", "default")
-    wait_until(lambda: Worker.objects.count() == 2, 30, "the second worker")
+    wait_until(lambda: Worker.objects.filter(kind=ProcessKind.WORKER).count() == 2, 30,
+               "the second worker")
     kill(victim)
     wait_until(lambda: finished(result), 30, "the task to finish after the kill")
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "done"

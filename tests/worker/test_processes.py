@@ -13,7 +13,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 import djqueue
-from djqueue.models import History, Message, State, Worker
+from djqueue.models import History, Message, ProcessKind, State, Worker
 from tests.conftest import kill, wait_until
 from tests.models import Effect
 
@@ -103,7 +103,8 @@ def test_sigkilled_workers_claims_are_processed_by_another_within_10s(spawn):
     owner = Message.objects.filter(state=State.CLAIMED).values_list("owner", flat=True)[0]
     spawn("djqueue_reaper")
     rescuer = spawn("djqueue_worker", "t.slow", "-c", "2")
-    wait_until(lambda: Worker.objects.count() == 2, 30, "the rescuer to register")
+    wait_until(lambda: Worker.objects.filter(kind=ProcessKind.WORKER).count() == 2, 30,
+               "the rescuer to register")
     killed_at = time.monotonic()
     kill(victim)
     wait_until(lambda: History.objects.count() == 50, 10, "all 50 processed by the rescuer")
