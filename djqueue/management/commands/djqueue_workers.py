@@ -7,12 +7,13 @@ active`` give their users.
 
 Each is a worker, an HTTP API server holding long polls (kind ``http``), a process
 whose ``receive()`` waits (kind ``receive``) or a long-running reaper (kind
-``reaper``): the last three run no handler threads; the two before the reaper
-register so that sends wake them. A process silent past ``WORKER_TIMEOUT`` is marked
-late: the reaper judges it dead and returns its claims. CLOCK is how far its host's
-clock was from the database servers' at its latest comparison (the furthest, "+" when
-ahead; "(far)" past the 1 s its log warns at). A heartbeat time a hand edit
-left unreadable shows as "unreadable" (``null`` in ``--json``).
+``reaper``): the last three run no handler threads; an HTTP server and a waiting
+receive register so that sends wake them, a reaper so that it is seen. A process
+silent past ``WORKER_TIMEOUT`` is marked late: the reaper judges it dead and returns
+its claims. CLOCK is how far its host's clock was from the database servers' at its
+latest comparison (the furthest, "+" when ahead; "(far)" past the 1 s its log warns
+at). A heartbeat time a hand edit left unreadable shows as "unreadable" (``null`` in
+``--json``).
 """
 
 from __future__ import annotations
