@@ -75,8 +75,7 @@ def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
 def test_each_processs_clock_is_shown_with_its_row(spawn, client, superuser):
     """A worker writes its latest offset on its row (as it registers, then at each beat),
     so the workers' listing, the metrics and the dashboard show every host's clock: one
-    90 s ahead as far, one on the true clock near zero. The reaper has no row: its log
-    is where it tells."""
+    90 s ahead as far, one on the true clock near zero (a reaper's row, below, too)."""
     djqueue.create_queue("f.poison")
     ahead = spawn("djqueue_worker", "f.poison", env=CLOCK_ENV,
                   prefix=("faketime", "-f", "+90s"))
