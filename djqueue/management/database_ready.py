@@ -27,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, OperationalError, connections
 
 from djqueue.conf import get_settings
-from djqueue.storage import dialects, migration_state, placement
+from djqueue.storage import connection_refusals, migration_state, placement
 
 logger = logging.getLogger("djqueue")
 
@@ -67,7 +67,7 @@ def reach_home_database(command: str, *, wait: bool) -> None:
                 return
         except OperationalError as exc:
             error = " ".join(str(exc).split())
-            refused = dialects.is_refused(exc)
+            refused = connection_refusals.is_refused(exc)
         connections[db].close()
         if refused:  # its user, password or name: waiting mends nothing
             raise CommandError(f"Database {db!r} refuses the connection: {error}. Check "
