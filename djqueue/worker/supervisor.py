@@ -175,6 +175,9 @@ class Supervisor(ProcessBase):
             if code is None:
                 continue
             del self.children[pid]
+            if self.children_alive is not None:  # a killed child leaves its file; a
+                # later child given the same pid must not be judged by it
+                (self.children_alive / str(pid)).unlink(missing_ok=True)
             if self.stops or not self.replace:
                 # Killed by a stop signal passed on: it came before the child installed
                 # its handlers, so before it registered or claimed anything.

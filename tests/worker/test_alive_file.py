@@ -78,6 +78,13 @@ def test_a_supervisors_alive_file_shows_its_stalest_worker(spawn, tmp_path):
     wait_until(lambda: sorted(p.name for p in folder.iterdir()) == sorted(map(str, pids)), 60,
                "both workers' files, named by their pids")
     stale_while_frozen(FrozenWorker(pids[0]), path, own_file=folder / str(pids[0]))
+    # A killed worker's file goes with it (a later worker given its pid is not judged by
+    # it), and its replacement keeps one of its own.
+    os.kill(pids[1], signal.SIGKILL)
+    replaced = wait_until(lambda: (set(supervised_pids(supervisor)) - set(pids)) or None, 60,
+                          "a replacement worker")
+    wait_until(lambda: {p.name for p in folder.iterdir()} == {str(pids[0]), *map(str, replaced)},
+               60, "the killed worker's file gone, its replacement's there")
     assert supervisor.popen.poll() is None, supervisor.output()
     removed_as_it_stops(supervisor, path)
     assert not folder.exists()
