@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 import djqueue
 from tests.conftest import wait_until
@@ -108,11 +109,17 @@ def test_prometheus_sees_the_queue_drained_through_the_view_and_the_command(spaw
           f"workers seen {workers}")
     assert peak == {"view": MESSAGES, "command": MESSAGES}
     assert workers == {"view": 2, "command": 2}
-    # Every query of the Grafana dashboard in docs/ runs on this server and finds data.
+    # Every query of the Grafana dashboard in docs/ runs on this server and finds data;
+    # but the host clocks' on SQLite, which has no server clock to compare with.
     dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana"
                             / "djqueue.json").read_text())
+    one_clock = connection.vendor == "sqlite"
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
             expression = (target["expr"].replace("$__rate_interval", "1m")
                           .replace('"$queue"', '".*"'))
-            assert query(port, expression), f"no data for {panel['title']!r}: {expression}"
+            found = query(port, expression)
+            if one_clock and "clock_offset" in expression:
+                assert found == {}, f"clock offsets on SQLite: {found}"
+            else:
+                assert found, f"no data for {panel['title']!r}: {expression}"
