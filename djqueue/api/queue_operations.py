@@ -6,14 +6,21 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Case, F, QuerySet, Value, When
-from django.utils import timezone
 
 from djqueue import durations, signals
 from djqueue.api import ready_wakeups
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State
-from djqueue.storage import dialects, history_copy, ordered_groups, partitions, placement, trace
+from djqueue.storage import (
+    dialects,
+    history_copy,
+    host_clock,
+    ordered_groups,
+    partitions,
+    placement,
+    trace,
+)
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.claim_resume import ready_again
 from djqueue.storage.claims import attach_bodies
@@ -68,7 +75,7 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
             ready_again(
                 Message.objects.using(db).filter(pk__in=ids),
                 queue=destination, state=State.READY, attempts=0, owner="", lease_token="",
-                visible_at=timezone.now())
+                visible_at=host_clock.database_now(db))
             ordered_groups.rejoin(db, ids)
             moved_rows = list(Message.objects.using(db).filter(pk__in=ids)
                               .only("pk", "queue_id", "attempts", "owner"))
@@ -118,7 +125,7 @@ def retry_now(ids: list[int], *, queue: QueueRef | None = None) -> int:
         ready = _lock_ids(messages.filter(
             pk__in=_check_ids(ids), state=State.SCHEDULED), len(ids))
         now_ready = Message.objects.using(db).filter(pk__in=ready)
-        ready_again(now_ready, state=State.READY, visible_at=timezone.now())
+        ready_again(now_ready, state=State.READY, visible_at=host_clock.database_now(db))
         if ready:
             ready_wakeups.wake_on_commit(db, now_ready.values_list("queue_id", flat=True))
     return len(ready)
@@ -133,7 +140,7 @@ def change_visibility(ids: list[int], seconds: float, *, queue: QueueRef | None 
         raise InvalidMessage(
             f"Visibility must be 0 to {MAX_VISIBILITY:g} seconds, got {seconds!r}.")
     db, in_queue = _messages(queue)
-    until = timezone.now() + timedelta(seconds=seconds)
+    until = host_clock.database_now(db) + timedelta(seconds=seconds)
     with transaction.atomic(using=db):
         ids = _lock_ids(in_queue.filter(
             pk__in=_check_ids(ids), state__in=[State.READY, State.SCHEDULED, State.CLAIMED]),
@@ -214,7 +221,7 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
                                       positive=False)
         except ValueError as exc:
             raise InvalidMessage(str(exc)) from None
-        query = query.filter(sent_at__lte=timezone.now() - timedelta(seconds=seconds))
+        query = query.filter(sent_at__lte=host_clock.database_now(db) - timedelta(seconds=seconds))
     return _as_shown(db, read_rows(query, limit))
 
 
@@ -284,7 +291,7 @@ def _delete_rows(db: str, rows: list[Message]) -> None:
     """In the caller's transaction, with ``rows`` locked: record each as deleted in
     history and the trace, remove them, and let their ordered groups move on."""
     ids = [row.pk for row in rows]
-    history_copy.archive(db, ids, Outcome.DELETED, timezone.now())
+    history_copy.archive(db, ids, Outcome.DELETED, host_clock.database_now(db))
     Message.objects.using(db).filter(pk__in=ids).delete()
     ordered_groups.hand_on(db, rows)
     trace.record(db, rows, Event.DELETED)

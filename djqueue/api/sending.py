@@ -30,6 +30,7 @@ from djqueue.storage import (
     dialects,
     expiry,
     fastpath,
+    host_clock,
     ordered_groups,
     partitions,
     placement,
@@ -201,7 +202,7 @@ def _build(queue: Queue, payloads: list[Any], group_keys: list[Any], *, delay: A
     """Validate and build unsaved messages; the shared options are checked once."""
     validate_priority(priority)
     headers = check_headers(headers)
-    now = timezone.now()
+    now = host_clock.database_now(placement.database_of(queue))
     visible_at = _visible_at(delay, now)
     if expires is not None or (headers and expiry.EXPIRES_HEADER in headers):
         headers = expiry.with_expiry(headers, expires, visible_at)

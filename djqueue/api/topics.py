@@ -20,7 +20,6 @@ from typing import Any, TypeVar, cast
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
-from django.utils import timezone
 
 from djqueue.api.flow_control import reserve_depth
 from djqueue.api.message_checks import (
@@ -43,7 +42,7 @@ from djqueue.models import (
     Topic,
 )
 from djqueue.models.queue import validate_queue_name
-from djqueue.storage import dialects, expiry, ordered_groups, placement, trace
+from djqueue.storage import dialects, expiry, host_clock, ordered_groups, placement, trace
 from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import get_queue_by_id
 from djqueue.storage.statements.message_inserts import insert_messages
@@ -122,7 +121,7 @@ def publish_batch(topic: str | Topic, payloads: Iterable[Any], *,
     validate_group_key(group_key)
     check_payloads(payloads)
     headers = check_headers(headers)
-    now = timezone.now()
+    now = host_clock.database_now(dialects.alias())
     if expires is not None or (headers and expiry.EXPIRES_HEADER in headers):
         headers = expiry.with_expiry(headers, expires, now)
     extra = len(json.dumps(headers, ensure_ascii=False).encode()) if headers else 0
@@ -173,7 +172,7 @@ def deliver(db: str, queue: Queue, bodies: Sequence[Body]) -> list[Message]:
     """Insert one delivery of each body into ``queue`` (in the caller's transaction). A
     body replayed whose publication time a hand edit left unreadable (read as None,
     djqueue.storage.unreadable_rows) is sent now."""
-    now = timezone.now()
+    now = host_clock.database_now(db)
     messages = [Message(queue=queue, body="", stored_body=b, headers=_with_ttl(queue, b, now),
                         priority=b.priority, group_key=b.group_key, state=State.READY,
                         visible_at=now, sent_at=b.published_at or now) for b in bodies]
@@ -189,7 +188,7 @@ def deliver(db: str, queue: Queue, bodies: Sequence[Body]) -> list[Message]:
 def collect_bodies(now: datetime | None = None, batch: int = 5000) -> int:
     """Delete bodies past their topic's retention that no delivery references."""
     db = dialects.alias()
-    now = now or timezone.now()
+    now = now or host_clock.database_now(db)
     removed = 0
     for topic_id, retention in Topic.objects.using(db).values_list("pk", "retention"):
         cutoff = now - timedelta(seconds=Topic(retention=retention).retention_seconds())

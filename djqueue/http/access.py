@@ -37,11 +37,10 @@ from django.conf import settings
 from django.contrib.auth import get_user
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.utils import timezone
 
 from djqueue.models import ApiClient, ApiGrant, ApiPermission, ApiToken
 from djqueue.models.api_access import PATTERN_RE
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.statements import api_statements
 
 if TYPE_CHECKING:
@@ -133,8 +132,9 @@ def issue_token(client: ApiClient, *, expires_in: float | timedelta | None = Non
     key = "".join(secrets.choice(_KEY_ALPHABET) for _ in range(KEY_CHARS))
     secret = secrets.token_urlsafe(32)
     assert len(secret) == SECRET_CHARS
-    now = timezone.now()
-    ApiToken.objects.using(dialects.alias()).create(
+    db = dialects.alias()
+    now = host_clock.database_now(db)
+    ApiToken.objects.using(db).create(
         client=client, key=key, digest=_digest(secret), created_at=now,
         expires_at=None if expires_in is None else now + expires_in)
     return f"{PREFIX}{key}_{secret}"
@@ -148,7 +148,7 @@ def rotate_tokens(client: ApiClient, *, overlap: float | timedelta = 3600,
         overlap = timedelta(seconds=overlap)
     db = dialects.alias()
     with transaction.atomic(using=db):
-        until = timezone.now() + overlap
+        until = host_clock.database_now(db) + overlap
         old = ApiToken.objects.using(db).filter(client=client, revoked_at__isnull=True)
         old.filter(expires_at__isnull=True).update(expires_at=until)
         old.filter(expires_at__gt=until).update(expires_at=until)
@@ -159,8 +159,9 @@ def revoke_token(token_or_key: str) -> bool:
     """Revoke a token, given as its text, its key, or ``djq_<key>`` (as the admin and the
     list show it); False if there was none to revoke."""
     key = token_or_key.removeprefix(PREFIX)[:KEY_CHARS]
-    return bool(ApiToken.objects.using(dialects.alias()).filter(
-        key=key, revoked_at__isnull=True).update(revoked_at=timezone.now()))
+    db = dialects.alias()
+    return bool(ApiToken.objects.using(db).filter(
+        key=key, revoked_at__isnull=True).update(revoked_at=host_clock.database_now(db)))
 
 
 def check_pattern(pattern: object) -> str:
@@ -218,7 +219,7 @@ def _from_token(token: str) -> Caller:
         raise Unauthenticated("That is not a djqueue API token.")
     key, secret = match.groups()
     db = dialects.alias()
-    now = timezone.now()
+    now = host_clock.database_now(db)
     row = api_statements.usable_token(db, key, now)
     if row is None or not hmac.compare_digest(row.digest, _digest(secret)):
         raise Unauthenticated("The token is unknown, revoked or expired, or its client is "

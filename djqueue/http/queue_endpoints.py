@@ -10,7 +10,6 @@ from typing import Any
 
 from django.db.models import Count, Min, QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 
 from djqueue.api import peeked_messages, queue_operations
 from djqueue.api.queues import get_queue, set_paused
@@ -22,7 +21,7 @@ from djqueue.models import ApiPermission, Message, Period, Queue, QueueStat, Sta
 from djqueue.models.queue import QUEUE_NAME_RE
 from djqueue.models.shown_times import iso_or_null
 from djqueue.monitoring import queue_listing
-from djqueue.storage import placement
+from djqueue.storage import host_clock, placement
 from djqueue.storage.queue_lookup import get_queue_by_id
 from djqueue.storage.unreadable_rows import values_of
 
@@ -101,7 +100,7 @@ def _attributes(q: Queue) -> dict[str, Any]:
         "rate_limit": q.rate_limit or None, "concurrency_limit": q.concurrency_limit,
         "statistics": {"messages": counts, "pending": sum(counts.values()) - counts["dead"],
                        "oldest_age": None if oldest is None else
-                       round((timezone.now() - oldest).total_seconds(), 3),
+                       round((host_clock.database_now(db) - oldest).total_seconds(), 3),
                        "finished": sum(finished) if finished else 0},
     }
 

@@ -26,10 +26,9 @@ import os
 import socket
 import time
 
-from django.utils import timezone
-
 from djqueue.conf import get_settings
 from djqueue.models import Worker as WorkerRecord
+from djqueue.storage import host_clock
 from djqueue.storage.registration import pid_namespace
 from djqueue.storage.session_locks import session_lock_free
 from djqueue.storage.unreadable_rows import read_rows
@@ -103,7 +102,7 @@ class DeadWorkerFinder:
                 return f"its heartbeat unreadable for {unread_for:.1f} s"
             return None
         self._for(db, pk, "unreadable", False)
-        silent = (timezone.now() - row.heartbeat_at).total_seconds()
+        silent = (host_clock.database_now(db) - row.heartbeat_at).total_seconds()
         if silent > settings.WORKER_TIMEOUT:
             return (f"its last heartbeat {silent:.1f} s ago, past WORKER_TIMEOUT "
                     f"({settings.WORKER_TIMEOUT:g} s)")

@@ -34,14 +34,13 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, transaction
-from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from djqueue.conf import get_settings
 from djqueue.cron import Cron, parse_time_zone
 from djqueue.exceptions import ConfigurationError
 from djqueue.models import PeriodicSchedule, PeriodicTick
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.unreadable_rows import UNREADABLE, times_of
 
 logger = logging.getLogger("djqueue.periodic")
@@ -135,7 +134,7 @@ class Scheduler:
 
     def tick(self, now: datetime | None = None) -> int:
         """Enqueue what is due now; returns how many runs this scheduler enqueued."""
-        minute = (now or timezone.now()).replace(second=0, microsecond=0)
+        minute = (now or host_clock.database_now(dialects.alias())).replace(second=0, microsecond=0)
         if minute != self._stored_read_at:
             self._stored, self._stored_read_at = self._read_stored(), minute
             gone = minute - timedelta(minutes=MAX_CATCH_UP + 1)

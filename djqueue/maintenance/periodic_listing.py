@@ -13,20 +13,19 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Max
-from django.utils import timezone
 
 from djqueue.exceptions import ConfigurationError
 from djqueue.maintenance.periodic import Schedule, schedules
 from djqueue.models import PeriodicSchedule, PeriodicTick
 from djqueue.models.shown_times import iso_or_null
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.unreadable_rows import ReadableTime, times_of
 
 
 def schedule_rows(now: datetime | None = None) -> list[dict[str, Any]]:
     """One row a schedule: the settings' in their order, then the stored ones by name."""
-    now = now or timezone.now()
     db = dialects.alias()
+    now = now or host_clock.database_now(db)
     last_runs = _last_runs(db)
     rows = [{"name": schedule.name, "source": "settings", "task": schedule.task_path,
              "cron": schedule.cron.expression, "time_zone": str(schedule.time_zone),

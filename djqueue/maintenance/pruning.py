@@ -11,7 +11,6 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
-from django.utils import timezone
 
 from djqueue.api.topics import collect_bodies
 from djqueue.conf import get_settings
@@ -34,7 +33,7 @@ from djqueue.models import (
     WorkflowStep,
 )
 from djqueue.monitoring import rollups
-from djqueue.storage import dedup, dialects, queue_lookup
+from djqueue.storage import dedup, dialects, host_clock, queue_lookup
 
 logger = logging.getLogger("djqueue.reaper")
 
@@ -45,7 +44,7 @@ def prune_history(now: datetime | None = None) -> int:
     workflows, periodic ticks and export watermarks (RESULT_RETENTION), fired alarms
     (ALARM_RETENTION)."""
     db = dialects.alias()
-    now = now or timezone.now()
+    now = now or host_clock.database_now(db)
     removed = 0
     for queue in Queue.objects.using(db).only("pk", "name", "retention"):
         try:

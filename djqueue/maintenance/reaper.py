@@ -20,7 +20,6 @@ from datetime import timedelta
 
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Q, QuerySet
-from django.utils import timezone
 
 from djqueue.conf import get_settings
 from djqueue.maintenance.dead_workers import DeadWorkerFinder
@@ -35,6 +34,7 @@ from djqueue.processes.base import ProcessBase
 from djqueue.storage import (
     dialects,
     expiry,
+    host_clock,
     ordered_groups,
     partition_layout,
     partitions,
@@ -178,7 +178,7 @@ class Reaper(ProcessBase):
             return report
         self._present_on(db)
         report.expired = self._drain(
-            Message.objects.expired(timezone.now()), "lease expired (held by {owner})")
+            Message.objects.expired(host_clock.database_now(db)), "lease expired (held by {owner})")
         report.promoted = self._step("promotion", promote_due)
         if stats_due:  # the expired go first, so the depths sampled leave them out
             report.past_expiry = self._step("expiry", self.sweep_expired)
@@ -241,7 +241,8 @@ class Reaper(ProcessBase):
         A queue whose workers keep up is left to its claims, which set expired
         messages aside as they reach them, and costs nothing here. An error in one
         queue is counted on it and the others are still served."""
-        db, now, total = dialects.alias(), timezone.now(), 0
+        db, total = dialects.alias(), 0
+        now = host_clock.database_now(db)
         stood_still = now - timedelta(seconds=get_settings().STATS_INTERVAL)
         for queue_id in Queue.objects.using(db).filter(
                 Q(message_ttl__isnull=False) | Q(depth__oldest_ready_at__lt=stood_still)

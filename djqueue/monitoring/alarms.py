@@ -17,11 +17,10 @@ from datetime import datetime, timedelta
 
 from django.core.mail import mail_admins
 from django.db import transaction
-from django.utils import timezone
 
 from djqueue import signals
 from djqueue.models import Alarm, AlarmPolicy, Metric, QueueDepth, QueueLimiter, Subscription
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.unreadable_rows import read_rows, without_times
 
@@ -37,7 +36,7 @@ class Reading:
 def evaluate(now: datetime | None = None) -> list[Alarm]:
     """Check every enabled policy once; returns the alarms fired."""
     db = dialects.alias()
-    now = now or timezone.now()
+    now = now or host_clock.database_now(db)
     # Not the queues' creation times, which no metric reads: one a hand edit left
     # unreadable failed every policy at every pass.
     depths = list(QueueDepth.objects.using(db).select_related("queue")

@@ -8,12 +8,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.utils import timezone
-
 from djqueue import histograms
 from djqueue.models import Period, Queue, QueueStat
 from djqueue.monitoring import rollups
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 
 
 @dataclass
@@ -38,7 +36,7 @@ class Charts:
 def load(queue: Queue | None = None, now: datetime | None = None) -> Charts:
     """Two indexed reads of the roll-ups: the last hour's minutes and the last day's hours."""
     db = dialects.alias()
-    now = now or timezone.now()
+    now = now or host_clock.database_now(db)
     rows = QueueStat.objects.using(db)
     if queue is not None:
         rows = rows.filter(queue_id=queue.pk)

@@ -22,7 +22,6 @@ from datetime import datetime, timedelta
 
 from django.db import models, transaction
 from django.db.models import Count, Min, Q, QuerySet
-from django.utils import timezone
 
 from djqueue import histograms
 from djqueue.models import (
@@ -37,7 +36,7 @@ from djqueue.models import (
 )
 from djqueue.models.stats import TOTAL_START
 from djqueue.monitoring.minute_counts import Minute, count_finished, count_published, count_sends
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.statements import vendor_sql
 from djqueue.storage.statements.stat_counters import (
@@ -70,7 +69,7 @@ def roll_up(now: datetime | None = None) -> int:
     of reapers may call it: one holds the cursor, the others return 0.
     """
     db = dialects.alias()
-    now = now or timezone.now()
+    now = now or host_clock.database_now(db)
     StatsCursor.objects.using(db).get_or_create(
         name="stats", defaults={"until": now - FIRST_LOOKBACK})
     with transaction.atomic(using=db):
@@ -168,7 +167,7 @@ def sample_depth(queue_ids: list[int] | None = None) -> int:
     message, and one range read of the claimed messages on the due index.
     """
     db = dialects.alias()
-    now = timezone.now()
+    now = host_clock.database_now(db)
     queues = Queue.objects.using(db)
     messages = Message.objects.using(db)
     if queue_ids is not None:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db.models import Count, Q
-from django.utils import timezone
 
 from djqueue.models import (
     Alarm,
@@ -31,7 +30,7 @@ from djqueue.models import (
     Worker,
 )
 from djqueue.monitoring import rollups
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.unreadable_rows import read_rows, without_times
 
 RECENT_ALARMS = 10
@@ -139,7 +138,7 @@ class DashboardSnapshot:
 
 def load(now: datetime | None = None) -> DashboardSnapshot:
     db = dialects.alias()
-    now = now or timezone.now()
+    now = now or host_clock.database_now(db)
     rows = {}
     for queue in rollups.with_depths(Queue.objects.using(db)).order_by("name"):
         row = rows[queue.pk] = QueueSummary(queue)

@@ -15,12 +15,11 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from django.db.models import Q
-from django.utils import timezone
 
 from djqueue import signals
 from djqueue.models import Body, Event, Message, Queue, State
 from djqueue.rates import LimitWait
-from djqueue.storage import dialects, fastpath, trace, unreadable_messages
+from djqueue.storage import dialects, fastpath, host_clock, trace, unreadable_messages
 from djqueue.storage.claim_engines import ROW_LOCKING, ClaimEngine, Stamp, engine_for
 from djqueue.storage.claim_limits import claim_limited
 from djqueue.storage.claim_resume import ResumePoint, resume_points
@@ -56,7 +55,7 @@ def ack_and_claim(
     conn = dialects.connection()
     engine = engine_for(conn)
     token = new_lease_token()
-    now = timezone.now()
+    now = host_clock.database_now(db)
 
     ends: list[_ClaimEnd] = []
 

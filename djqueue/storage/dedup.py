@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db.models import Q
-from django.utils import timezone
 
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import PENDING_STATES, DedupKey, History, Message, Queue
+from djqueue.storage import host_clock
 from djqueue.storage.statements import vendor_sql
 from djqueue.storage.unreadable_rows import UNREADABLE, first_row
 
@@ -52,7 +52,7 @@ def take(db: str, queue: Queue, key: str) -> Message | History | None:
     # An original whose time a hand edit left unreadable is the duplicate's answer all
     # the same, that time None.
     if expires_at is not None:
-        if expires_at <= timezone.now():
+        if expires_at <= host_clock.database_now(db):
             return None
         return (first_row(Message.objects.using(db).filter(pk=message_id))
                 or first_row(History.objects.using(db).filter(pk=message_id)))
@@ -60,7 +60,7 @@ def take(db: str, queue: Queue, key: str) -> Message | History | None:
 
 
 def assign(db: str, queue: Queue, key: str, message: Message) -> None:
-    now = timezone.now()
+    now = host_clock.database_now(db)
     window = queue.dedup_seconds()
     expires = now + timedelta(seconds=window) if window is not None else None
     DedupKey.objects.using(db).filter(queue=queue, key=key).update(
@@ -70,7 +70,7 @@ def assign(db: str, queue: Queue, key: str, message: Message) -> None:
 def prune(db: str, now: datetime | None = None, batch: int = 5000) -> int:
     """Delete keys that no longer hold: expired windows, and (without a window) keys
     whose message is no longer pending."""
-    now = now or timezone.now()
+    now = now or host_clock.database_now(db)
     removed = 0
     expired = list(DedupKey.objects.using(db).filter(expires_at__lte=now)
                    .values_list("pk", flat=True)[:batch])

@@ -29,12 +29,11 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 
 from django.db import DatabaseError, transaction
-from django.utils import timezone
 
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidProgress, NotOwner
 from djqueue.models import Message, MessageLog, MessageProgress, State
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.unreadable_rows import first_row, read_rows
 
 logger = logging.getLogger("djqueue.worker")
@@ -201,7 +200,7 @@ def _write_progress(message: Message, fraction: float, note: str) -> None:
         if held is None:
             raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
         values = {"queue_id": message.queue_id, "attempt": held, "fraction": fraction,
-                  "note": note, "updated_at": timezone.now()}
+                  "note": note, "updated_at": host_clock.database_now(db)}
         if not MessageProgress.objects.using(db).filter(message_id=message.pk).update(**values):
             MessageProgress.objects.using(db).create(message_id=message.pk, **values)
 

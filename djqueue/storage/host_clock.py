@@ -1,21 +1,24 @@
-"""How far this host's clock is from a database server's, and a warning when it is far.
+"""How far this host's clock is from a database server's; times by the server's clock.
 
-Why it matters: a lease's end, a delay, a retry's time and an expiry are written from
-the clock of the process that writes them (a claim stamps its lease's end; a failure,
-its retry's time) and judged by the clock of the process that reads them (the reaper
-returns a claim whose lease end has passed on its own clock, and makes a delayed
-message ready when its time has come on its own clock). Hosts whose clocks differ by
-more than a lease return claims still being worked on: a second delivery, never a loss,
-as at-least-once allows, but avoidable. Delays run early or late by the difference.
+Why it matters: a lease's end, a delay, a retry's time, an expiry and a heartbeat are
+written by one process (a claim stamps its lease's end; a failure, its retry's time)
+and judged by another (the reaper returns a claim whose lease end has passed, makes a
+delayed message ready when its time has come, and counts a worker whose heartbeat is
+too old as dead). Stamped and judged by hosts' clocks that differ by more than a
+lease, claims still being worked on would come back: a second delivery, never a loss,
+as at-least-once allows, but avoidable; and delays would run early or late.
 
-Rate limits read the database's clock in their statements (docs/limits.md); the other
-times are the hosts'. So each process that writes or judges them (worker, reaper,
-HTTP API server) compares its clock with every database server's as it starts and every
-CLOCK_CHECK_INTERVAL seconds after (``ClockChecks``: a clock can be set wrong, or stop
-being set, while a process runs), and warns when they are further apart than
-synchronised hosts ever are. A registered process writes its latest offset on its row
-at each heartbeat (``latest_offset``), for the metrics and the workers' listing: a
-fleet's clocks seen in one place.
+So each process that writes or judges them (worker, reaper, HTTP API server) compares
+its clock with every database server's as it starts and every CLOCK_CHECK_INTERVAL
+seconds after (``ClockChecks``: a clock can be set wrong, or stop being set, while a
+process runs), warns when they are further apart than synchronised hosts ever are,
+and stamps and judges those times by the server's clock (``database_now``: the
+server's time at the latest comparison, carried on by a clock no one sets). Rate
+limits read the database's clock in their statements (docs/limits.md). A registered
+process writes its latest offset on its row at each heartbeat (``latest_offset``),
+for the metrics and the workers' listing: a fleet's clocks seen in one place. A process that never
+compares (a web process that only sends) stamps by its host's clock, so its delays
+run off by its offset: the warning still asks for the host's clock to be set.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+from datetime import UTC, datetime
+from typing import NamedTuple
 
+from django.conf import settings
 from django.db import DatabaseError, connections
 
 from djqueue.conf import get_settings
@@ -34,10 +40,26 @@ from djqueue.storage.statements.vendor_sql import clock_sql
 #: second apart means a host whose clock nothing sets.
 WARN_PAST = 1.0
 
-#: This process's latest comparison with each database: (offset, whether it was far,
-#: time.monotonic() when read). One host, one clock: every comparison the process makes
-#: (its start's, its heartbeat's, its API server's) reads and adds to the same record.
-_latest: dict[str, tuple[float, bool, float]] = {}
+#: The clock the database's time is carried on between comparisons: one no one sets, so
+#: a step of the time of day (a hand, NTP correcting a far clock) does not move it. The
+#: boot clock counts a suspended host's sleep; the monotonic clock, where it is missing,
+#: does not.
+_STEADY = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
+class Comparison(NamedTuple):
+    """This process's latest comparison with a database."""
+
+    offset: float  #: this host's clock minus the database's, in seconds
+    far: bool  #: whether that was past WARN_PAST (and half the read's round trip)
+    at: float  #: time.monotonic() when read
+    base: float  #: the database's clock minus the steady clock, then
+
+
+#: This process's latest comparison with each database. One host, one clock: every
+#: comparison the process makes (its start's, its heartbeat's, its API server's) reads
+#: and adds to the same record.
+_latest: dict[str, Comparison] = {}
 
 
 def offset_from(db: str) -> tuple[float, float]:
@@ -73,23 +95,49 @@ def _compare(logger: logging.Logger, process: str) -> dict[str, tuple[float, boo
             continue
         far = abs(offset) > WARN_PAST + round_trip / 2
         offsets[db] = offset, far
-        _latest[db] = offset, far, time.monotonic()
+        _latest[db] = Comparison(offset, far, time.monotonic(),
+                                 time.time() - offset - time.clock_gettime(_STEADY))
         if far:
             logger.warning(
-                "%s: this host's clock is %.1f s %s database %s's. Leases, delays and retry "
-                "times are written and judged by the hosts' clocks, so claims may come back "
-                "while still being worked on and delayed messages run off time: set this "
-                "host's clock (NTP, chrony).", process, abs(offset),
+                "%s: this host's clock is %.1f s %s database %s's. This process stamps and "
+                "judges leases, delays and retry times by the database's clock, but one "
+                "that only sends (a web process) uses its host's, so its delays run off "
+                "time: set this host's clock (NTP, chrony).", process, abs(offset),
                 "ahead of" if offset > 0 else "behind", db,
                 extra={"database": db, "clock_offset": offset})
     return offsets
+
+
+def database_now(db: str) -> datetime:
+    """Now, by database ``db``'s clock: what a lease's end, a delay, a retry's time, an
+    expiry and a heartbeat are stamped and judged by, so that a host whose clock is far
+    neither returns claims still being worked on, nor counts a live worker dead, nor
+    runs delays off time. Returned as ``timezone.now()`` returns it.
+
+    The database's time is carried from the latest comparison on a steady clock (the
+    comparison's reading plus the time passed since): the read costs no round trip,
+    and a clock set apart between two comparisons is followed at once, as is one set
+    right again (whose latest comparison still says far). The steady clock drifts from
+    the database's by NTP's few parts a million, some milliseconds between comparisons.
+
+    Why the host's own time whenever the two are within WARN_PAST: a near host's offset
+    is NTP's milliseconds plus the comparison's own noise, and moving its times by that
+    would change nothing but make them jitter. A process that never compares (a web
+    process that only sends) uses its host's time."""
+    now = time.time()
+    latest = _latest.get(db)
+    if latest is not None:
+        carried = time.clock_gettime(_STEADY) + latest.base
+        if abs(now - carried) > WARN_PAST:
+            now = carried
+    return datetime.fromtimestamp(now, tz=UTC if settings.USE_TZ else None)
 
 
 def latest_offset(db: str) -> float | None:
     """This host's clock minus database ``db``'s at this process's latest comparison,
     in seconds; None before the first (and always on SQLite)."""
     latest = _latest.get(db)
-    return None if latest is None else latest[0]
+    return None if latest is None else latest.offset
 
 
 class ClockChecks:
@@ -103,9 +151,9 @@ class ClockChecks:
 
     def __init__(self, logger: logging.Logger, process: str) -> None:
         self.logger, self.process = logger, process
-        self._due = max((at for *_, at in _latest.values()), default=-math.inf)
+        self._due = max((c.at for c in _latest.values()), default=-math.inf)
         self._due += get_settings().CLOCK_CHECK_INTERVAL
-        self._far = {db for db, (_, far, _) in _latest.items() if far}
+        self._far = {db for db, c in _latest.items() if c.far}
 
     @property
     def due(self) -> bool:

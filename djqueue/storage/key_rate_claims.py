@@ -30,11 +30,11 @@ from __future__ import annotations
 from django.db import connections
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
-from django.utils import timezone
 
 from djqueue import rates
 from djqueue.models import Message, MessageGroup, Queue, State
 from djqueue.rates import LimitWait
+from djqueue.storage import host_clock
 from djqueue.storage.claim_engines import ClaimEngine, Stamp
 from djqueue.storage.ordered_groups import lock_groups
 from djqueue.storage.statements import vendor_sql
@@ -155,7 +155,7 @@ def _mark_keys(db: str, groups: dict[str, MessageGroup], buckets: dict[str, rate
     """Store the keys' buckets, marking the keys without a token until their next one."""
     if not groups:
         return
-    now = timezone.now()
+    now = host_clock.database_now(db)
     for key, group in groups.items():
         bucket = buckets[key]
         group.tokens, group.refilled_at = bucket

@@ -26,11 +26,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from django.db import transaction
-from django.utils import timezone
 
 from djqueue.models import GROUP_HOLDING_STATES, Message, MessageGroup, State
 from djqueue.polling import local_wakeup
-from djqueue.storage import dialects, fastpath
+from djqueue.storage import dialects, fastpath, host_clock
 from djqueue.storage.queue_lookup import get_queue_by_id
 from djqueue.storage.statements import group_statements
 
@@ -71,7 +70,7 @@ def lock_groups(db: str, groups: Iterable[GroupId]) -> None:
     group_statements.lock_rows)."""
     keys = sorted(set(groups))
     if keys:
-        group_statements.lock_rows(db, keys, timezone.now())
+        group_statements.lock_rows(db, keys, host_clock.database_now(db))
 
 
 def holders(db: str, groups: Iterable[GroupId]) -> dict[GroupId, int]:
@@ -153,7 +152,7 @@ def _promote_next(db: str, free: dict[GroupId, int]) -> int:
         heads += group_statements.waiting_heads(db, queue_id, sorted(keys))
     if not heads:
         return 0
-    promoted = group_statements.promote(db, heads, timezone.now())
+    promoted = group_statements.promote(db, heads, host_clock.database_now(db))
     if promoted:
         # Receivers in this process that found the group busy look again at once.
         transaction.on_commit(local_wakeup.notify, using=db)

@@ -17,13 +17,12 @@ from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError
 from django.db.models import Exists, OuterRef, Q
-from django.utils import timezone
 
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidCondition
 from djqueue.models import Message, Queue, State
 from djqueue.rates import LimitWait
-from djqueue.storage import dialects, expiry, partitions
+from djqueue.storage import dialects, expiry, host_clock, partitions
 from djqueue.storage.claims import ack_and_claim, by_database
 from djqueue.storage.requeueing import promote_due
 from djqueue.types import AckHook
@@ -167,16 +166,16 @@ def _live(claimed: list[Message], active: Sequence[Queue], limit: int,
     a run of thousands of them, on a queue no reaper sweeps (no ``message_ttl``),
     costs a few reads of the head instead of a claim each."""
     db = dialects.alias()
-    messages = expiry.set_aside_expired(db, claimed, timezone.now())
+    messages = expiry.set_aside_expired(db, claimed, host_clock.database_now(db))
     want, rounds = limit, 0
     while len(claimed) == want and len(messages) < limit and rounds < EXPIRED_ROUNDS:
         rounds += 1
         if rounds == 1 and not messages:
             for queue_id in {m.queue_id for m in claimed}:
-                expiry.sweep_head(db, queue_id, timezone.now())
+                expiry.sweep_head(db, queue_id, host_clock.database_now(db))
         want = limit - len(messages)
         claimed = ack_and_claim([], active, want, **claiming)[1]
-        messages += expiry.set_aside_expired(db, claimed, timezone.now())
+        messages += expiry.set_aside_expired(db, claimed, host_clock.database_now(db))
     return messages
 
 

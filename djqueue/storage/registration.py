@@ -24,7 +24,6 @@ import threading
 from collections.abc import Callable, Sequence
 
 from django.db import DatabaseError, connections
-from django.utils import timezone
 
 from djqueue.exceptions import DjqueueError
 from djqueue.models import ProcessKind
@@ -106,7 +105,7 @@ class Registration:
                 "hostname": socket.gethostname()[:255], "pid": os.getpid(),
                 "pid_namespace": pid_namespace(),
                 "lock_key": self.lock_key, "queues": self.queues,
-                "concurrency": self.concurrency, "heartbeat_at": timezone.now(),
+                "concurrency": self.concurrency, "heartbeat_at": host_clock.database_now(db),
                 "wake_address": self.wake_address, "kind": self.kind,
                 "clock_offset": host_clock.latest_offset(db)})
 
@@ -164,7 +163,7 @@ class Registration:
                                    "each heartbeat tries again", self.lock_key, db,
                                    extra={"worker": self.worker_id})
             beat = WorkerRecord.objects.using(db).filter(pk=self.worker_id).update(
-                heartbeat_at=timezone.now(), clock_offset=host_clock.latest_offset(db),
+                heartbeat_at=host_clock.database_now(db), clock_offset=host_clock.latest_offset(db),
                 **holding)
             if not beat:
                 with self._registration:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from django.db import transaction
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from djqueue.models import Message, State
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.claim_engines import SERIAL, engine_for
 from djqueue.storage.claim_resume import ready_again
 from djqueue.storage.transitions import record_failure
@@ -31,7 +30,7 @@ def return_claims(rows_query: QuerySet[Message], error: str, limit: int) -> int:
     db = dialects.alias()
 
     def returning() -> int:
-        now = timezone.now()
+        now = host_clock.database_now(db)
         with dialects.claim_isolation(), transaction.atomic(using=db):
             query = engine_for().skipping_locked(rows_query.using(db).order_by("visible_at"))
             rows = list(query[:limit])
@@ -55,7 +54,7 @@ def return_claims(rows_query: QuerySet[Message], error: str, limit: int) -> int:
 def promote_due(queue_ids: list[int] | None = None, limit: int = 1000) -> int:
     """Make scheduled messages whose time has come ready; returns how many."""
     db = dialects.alias()
-    due = Message.objects.using(db).due(timezone.now())
+    due = Message.objects.using(db).due(host_clock.database_now(db))
     if queue_ids is not None:
         due = due.filter(queue_id__in=queue_ids)
     if engine_for() is SERIAL:  # one UPDATE: nothing to lock, no one to skip

@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.utils import timezone
-
 from djqueue.models import Event, Message, TraceEvent
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.queue_lookup import get_queue_by_id
 from djqueue.storage.unreadable_rows import read_rows
 
@@ -39,7 +37,7 @@ def record(db: str, messages: Iterable[Message], event: Event, *, detail: str = 
         if qid not in tracing:
             tracing[qid] = also or traced(qid, db)
         if tracing[qid]:
-            at = at or timezone.now()
+            at = at or host_clock.database_now(db)
             rows.append(TraceEvent(
                 message_id=message.pk, queue_id=qid, event=event, at=at,
                 attempt=message.attempts or 0, worker=(message.owner or "")[:100],

@@ -13,12 +13,11 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F
-from django.utils import timezone
 
 from djqueue import durations, signals
 from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter
 from djqueue.models import Event, History, Message, Outcome, Queue, State
-from djqueue.storage import dialects, fastpath, handler_reports, ordered_groups, trace
+from djqueue.storage import dialects, fastpath, handler_reports, host_clock, ordered_groups, trace
 from djqueue.storage.claim_resume import ready_again, row_ready_again
 from djqueue.storage.history_copy import archive, archive_leased
 from djqueue.storage.queue_lookup import get_queue_by_id
@@ -41,7 +40,7 @@ def ack_many(messages: Iterable[Message]) -> list[Message]:
     if len(by_database) > 1:
         return [m for group in by_database.values() for m in ack_many(group)]
     db = _database(messages[0])
-    now = timezone.now()
+    now = host_clock.database_now(db)
 
     def acking() -> list[Message]:
         with dialects.short_transaction(db):
@@ -102,7 +101,7 @@ def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
         return sum(release(group, delay=delay) for group in by_database.values())
     by_id = {m.pk: m for m in messages}
     db = _database(messages[0])
-    now = timezone.now()
+    now = host_clock.database_now(db)
 
     def releasing() -> int:
         with transaction.atomic(using=db):
@@ -142,7 +141,7 @@ def fail(message: Message, error: str, *, delay: float | None = None,
                      .first())
             if found is None:
                 raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
-            record_failure(found, error, timezone.now(), retry_delay=delay, give_up=dead_letter)
+            record_failure(found, error, host_clock.database_now(db), retry_delay=delay, give_up=dead_letter)
         return found
 
     with dialects.using(db):
@@ -203,8 +202,9 @@ def extend(message: Message, seconds: float) -> None:
         raise InvalidMessage(
             f"extend() needs a number of seconds above 0 and at most {MAX_LEASE:g}, "
             f"got {seconds!r}.")
-    until = timezone.now() + timedelta(seconds=seconds)
-    updated = Message.objects.using(_database(message)).filter(
+    db = _database(message)
+    until = host_clock.database_now(db) + timedelta(seconds=seconds)
+    updated = Message.objects.using(db).filter(
         pk=message.pk, state=State.CLAIMED, lease_token=message.lease_token,
     ).update(visible_at=until)
     if not updated:
@@ -248,7 +248,7 @@ def run_and_ack(message: Message, call: Callable[[], object]) -> None:
         if not locked or (locked[0][1], locked[0][2]) != (State.CLAIMED, message.lease_token):
             raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
         call()
-        owned = ack_locked(db, [message], timezone.now())
+        owned = ack_locked(db, [message], host_clock.database_now(db))
         if owned:
             transaction.on_commit(
                 lambda: signals.messages_acked.send(sender=Message, messages=owned), using=db)

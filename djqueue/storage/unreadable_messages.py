@@ -21,10 +21,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from django.utils import timezone
-
 from djqueue.models import Message, Queue, State
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.statements import claim_statements
 from djqueue.storage.transitions import record_failure
 from djqueue.storage.unreadable_rows import UNREADABLE, times_of
@@ -69,7 +67,7 @@ def dead_letter_unreadable(db: str, ids: Iterable[int], state: State) -> int:
 
 
 def _dead_letter(db: str, message_id: int, state: State, exc: Exception) -> int:
-    now = timezone.now()
+    now = host_clock.database_now(db)
     with dialects.short_transaction(db):
         rows = Message.objects.using(db).select_for_update(skip_locked=True).filter(
             pk=message_id, state=state)

@@ -29,7 +29,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from djqueue import durations
@@ -44,7 +43,7 @@ from djqueue.models import (
     TaskRecord,
 )
 from djqueue.models.queue import stepped_delay, validate_backoff
-from djqueue.storage import fastpath, placement
+from djqueue.storage import fastpath, host_clock, placement
 from djqueue.storage.queue_lookup import get_queue, get_queue_by_id
 from djqueue.storage.unreadable_rows import first_row
 from djqueue.tasks import known_tasks, workflow_joins
@@ -171,11 +170,11 @@ class QueueBackend(BaseTaskBackend):
             payload["result_id"] = str(uuid.uuid4())
             transaction.on_commit(lambda: self._send(queue, task, payload, key, group_key),
                                   using=self.enqueue_on_commit)
+            enqueued_at = host_clock.database_now(placement.database_of(queue))
             return to_task_result(TaskRecord(
                 id=payload["result_id"], task_path=task.module_path, backend=self.alias,
                 queue_name=task.queue_name, priority=task.priority, run_after=task.run_after,
-                args=payload["args"], kwargs=payload["kwargs"], enqueued_at=timezone.now()),
-                task)
+                args=payload["args"], kwargs=payload["kwargs"], enqueued_at=enqueued_at), task)
         return self._send(queue, task, payload, key, group_key)
 
     def group_key_for(self, task: Task, args: Any, kwargs: Any) -> str | None:

@@ -13,11 +13,9 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from django.utils import timezone
-
 from djqueue.exceptions import TaskDeadLettered, UntrustedTask
 from djqueue.models import Message, State, TaskRecord, TaskStatus
-from djqueue.storage import dialects, fastpath, placement
+from djqueue.storage import dialects, fastpath, host_clock, placement
 from djqueue.storage.statements import message_inserts
 from djqueue.tasks import known_tasks
 from djqueue.tasks.compat import Task, TaskError, TaskResult
@@ -147,7 +145,7 @@ def finish(record: TaskRecord, status: str, *, value: Any = None,
         record.errors = [*record.errors, error_entry(error, tb)]
     record.status = status
     record.return_value = value
-    record.finished_at = timezone.now()
+    record.finished_at = host_clock.database_now(placement.database_of(record))
     record.unique_key = None
     if save:
         message_inserts.upsert(dialects.alias(), [record], FINISHED_FIELDS)

@@ -22,12 +22,11 @@ from typing import Any, NamedTuple
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.utils import timezone
 
 from djqueue.exceptions import InvalidMessage, Postpone, RetryAfter, TaskCancelled, UntrustedTask
 from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskStatus
 from djqueue.models.message import exception_line
-from djqueue.storage import dialects
+from djqueue.storage import dialects, host_clock
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
 from djqueue.storage.transitions import validate_delay
@@ -208,7 +207,7 @@ def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, A
         _failed(conn, message, record, True, task, error)
         _send_finished(sender, finished_values(values or first_run_values(message, task), record))
         return
-    run = task_record_copy.RunEnd(message.id, timezone.now(), value)
+    run = task_record_copy.RunEnd(message.id, host_clock.database_now(conn.alias), value)
     with _lock:
         _finished[message.id] = Finished(copied=run)
     if unheard or values is None:  # (values is None only when unheard)

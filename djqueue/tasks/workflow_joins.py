@@ -25,7 +25,6 @@ from datetime import datetime
 from typing import Any
 
 from django.dispatch import receiver
-from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
 from djqueue import signals
@@ -44,7 +43,7 @@ from djqueue.models import (
     WorkflowState,
     WorkflowStep,
 )
-from djqueue.storage import dialects, fastpath
+from djqueue.storage import dialects, fastpath, host_clock
 from djqueue.storage.statements import workflow_statements
 from djqueue.storage.unreadable_rows import read_rows
 from djqueue.tasks import known_tasks, workflow_edges
@@ -161,11 +160,12 @@ def settle_dead_lettered_step(sender: Any, message: Message, **kwargs: Any) -> N
     ref = _step_ref(message)
     if ref is None:
         return
-    settle(fastpath.database_of(message) or dialects.alias(), [Settled(
+    db = fastpath.database_of(message) or dialects.alias()
+    settle(db, [Settled(
         message.pk, *ref, state=StepState.FAILED, result=None,
         error=str(TaskDeadLettered.of_message(message.pk, message.attempts, message.errors)),
         error_class=DEAD_LETTERED_CLASS, attempts=message.attempts,
-        started_at=message.claimed_at, finished_at=timezone.now())])
+        started_at=message.claimed_at, finished_at=host_clock.database_now(db))])
 
 
 def _step_ref(message: Message) -> tuple[int, int, str] | None:
@@ -231,7 +231,7 @@ def start(db: str, workflow: Workflow, steps: list[WorkflowStep]) -> list[int]:
             workflow_id=workflow.pk, position__in=list(parents),
             state=StepState.FAILED).exists()
         (run if failed == (step.run_if == RunIf.ANY_FAILED) else skip).append(step)
-    now = timezone.now()
+    now = host_clock.database_now(db)
     for chunk in chunks([s.pk for s in skip]):
         WorkflowStep.objects.using(db).filter(pk__in=chunk).update(
             state=StepState.SKIPPED, finished_at=now)
@@ -249,7 +249,7 @@ def cancel_unstarted(db: str, workflow: Workflow) -> int:
     ones whose message no worker holds yet (withdrawn from their queue). A queued step
     a worker has just taken settles as cancelled before its task starts (before_run).
     Returns how many were cancelled."""
-    now = timezone.now()
+    now = host_clock.database_now(db)
     cancelled = WorkflowStep.objects.using(db).filter(
         workflow_id=workflow.pk, state=StepState.WAITING).update(
         state=StepState.CANCELLED, finished_at=now)
@@ -277,7 +277,7 @@ def save_workflow(db: str, workflow: Workflow, *, reopened: bool = False) -> Non
                 WorkflowState.FAILED)
             if workflow.failed and not workflow.error:
                 workflow.error = f"{workflow.failed} step(s) failed"
-        workflow.finished_at = timezone.now()
+        workflow.finished_at = host_clock.database_now(db)
         fields.append("finished_at")
     workflow.steps_left = max(0, workflow.steps_left)
     workflow_statements.save_counters(db, workflow, fields)

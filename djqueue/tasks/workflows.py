@@ -16,7 +16,6 @@ import sys
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from djqueue.api.message_checks import encode_payload
 from djqueue.exceptions import InvalidMessage, InvalidWorkflow
@@ -27,7 +26,7 @@ from djqueue.models import (
     Workflow,
     WorkflowStep,
 )
-from djqueue.storage import dialects, placement
+from djqueue.storage import dialects, host_clock, placement
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.storage.statements import row_inserts, workflow_statements
 from djqueue.tasks import workflow_joins
@@ -55,7 +54,7 @@ def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> Wor
     with dialects.using(db), transaction.atomic(using=db):
         workflow = Workflow.objects.using(db).create(
             name=_name(name), policy=POLICIES[policy], token=workflow_joins.new_token(),
-            steps_total=len(rows), steps_left=len(rows), created_at=timezone.now())
+            steps_total=len(rows), steps_left=len(rows), created_at=host_clock.database_now(db))
         workflow_joins.send_steps(workflow, [r for r in rows if r.state == StepState.READY])
         for row in rows:
             row.workflow_id = workflow.pk
@@ -164,7 +163,7 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
             self.workflow = Workflow.objects.using(self.db).create(
                 name=self.name, policy=FailurePolicy.CONTINUE,
                 token=workflow_joins.new_token(), steps_total=0, steps_left=0,
-                created_at=timezone.now())
+                created_at=host_clock.database_now(self.db))
         except BaseException:
             self._atomic.__exit__(*sys.exc_info())
             raise

@@ -1,6 +1,6 @@
 """A worker or reaper whose host's clock is far from the database server's says so as it
-starts, and when its clock is set apart while it runs (djqueue.storage.host_clock): lease
-ends, delays and retry times are written and judged by the hosts' clocks. Real
+starts, and when its clock is set apart while it runs, and stamps and judges lease ends,
+delays and heartbeats by the server's clock (djqueue.storage.host_clock). Real
 processes, their clocks set apart by libfaketime."""
 
 import glob
@@ -15,13 +15,16 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
+from django.utils import timezone
 
 import djqueue
 from djqueue.http import access
-from djqueue.models import ApiClient, ApiPermission, ProcessKind, Worker
+from djqueue.maintenance.reaper import Reaper
+from djqueue.models import ApiClient, ApiPermission, Message, ProcessKind, State, Worker
 from djqueue.storage import host_clock
 from tests.conftest import wait_until
 from tests.http.conftest import start_api_server
+from tests.models import Effect
 from tests.monitoring.test_metrics import scrape
 from tests.servers import free_port
 
@@ -62,8 +65,8 @@ def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
     behind = spawn("djqueue_reaper", "--once", env=CLOCK_ENV, prefix=("faketime", "-f", "-90s"))
     assert behind.wait(60) == 0, behind.output()
     assert re.search(r"Reaper: this host's clock is (89\.9|90\.0|90\.1) s behind database "
-                     r"default's\. Leases, delays and retry times are written and judged by "
-                     r"the hosts' clocks", behind.output()), behind.output()
+                     r"default's\. This process stamps and judges leases, delays and retry "
+                     r"times by the database's clock", behind.output()), behind.output()
     wait_until(lambda: "started on f.poison" in ahead.output(), 60, "the worker's start")
     assert re.search(r"Worker: this host's clock is (89\.9|90\.0|90\.1) s ahead of database "
                      r"default's", ahead.output()), ahead.output()
@@ -151,10 +154,12 @@ def test_a_clock_set_apart_while_running_is_warned_of_and_its_return_told(spawn,
         far = re.compile(rf"{name}: this host's clock is (89\.9|90\.0|90\.1) s ahead of "
                          r"database default's")
         wait_until(lambda p=process, f=far: f.search(p.output()), 60, f"the {name}'s warning")
-    # Its heartbeat writes the offset it read on its row.
+    # Its heartbeat writes the offset it read on its row, and its time by the database's
+    # clock (by its own, 90 s ahead, the reaper would find the worker's beats 90 s old).
     for kind in (ProcessKind.WORKER, ProcessKind.REAPER):
         wait_until(lambda k=kind: 89.5 < (Worker.objects.get(kind=k).clock_offset or 0) < 90.5,
                    30, f"the {kind} row showing its clock ahead")
+        assert beat_age(kind) < 5, beat_age(kind)
     offset.write_text("+0s\n")
     for name, process in processes.items():
         wait_until(lambda p=process, n=name: f"{n}: this host's clock is back within 1.0 s "
@@ -165,6 +170,12 @@ def test_a_clock_set_apart_while_running_is_warned_of_and_its_return_told(spawn,
     for kind in (ProcessKind.WORKER, ProcessKind.REAPER):
         wait_until(lambda k=kind: abs(Worker.objects.get(kind=k).clock_offset or 99)
                    < host_clock.WARN_PAST, 30, f"the {kind} row showing its clock back")
+        assert beat_age(kind) < 5, beat_age(kind)
+
+
+def beat_age(kind: ProcessKind) -> float:
+    """Seconds from the process's last heartbeat to now, by this (true) clock."""
+    return abs((timezone.now() - Worker.objects.get(kind=kind).heartbeat_at).total_seconds())
 
 
 def test_an_http_api_servers_heartbeat_compares_the_clocks_again(spawn, tmp_path):
@@ -190,3 +201,42 @@ def test_an_http_api_servers_heartbeat_compares_the_clocks_again(spawn, tmp_path
     # Its heartbeat writes the offset it read on its row, as a worker's does.
     wait_until(lambda: abs(Worker.objects.get(kind=ProcessKind.HTTP).clock_offset or 99)
                < host_clock.WARN_PAST, 30, "its row showing its clock")
+
+
+def test_a_worker_behind_keeps_its_claim_and_its_row_through_a_reaper_pass(spawn):
+    """A worker 90 s behind stamps its lease's end and its heartbeats by the database's
+    clock, so a reaper on the true clock neither returns its claim (a 30 s lease) nor
+    counts it dead (WORKER_TIMEOUT 5 s): by the worker's own clock both would be 90 s
+    old, and its message delivered a second time."""
+    djqueue.create_queue("t.slow", visibility_timeout=30)
+    sent = djqueue.send("t.slow", {"n": 1, "sleep": 600})  # held until the test ends
+    behind = spawn("djqueue_worker", "t.slow", env=CLOCK_ENV, prefix=("faketime", "-f", "-90s"))
+    worker_id = wait_until(lambda: re.search(r"Worker (\S+) started on t\.slow",
+                                             behind.output()), 60, "its start").group(1)
+    wait_until(lambda: Effect.objects.filter(key=-1).exists(), 60, "the handler's start")
+    claimed = Message.objects.get(pk=sent.pk)
+    assert claimed.state == State.CLAIMED and claimed.owner == worker_id
+    lease_left = (claimed.visible_at - timezone.now()).total_seconds()
+    assert 20 < lease_left < 31, lease_left
+    beat = Worker.objects.get(pk=worker_id).heartbeat_at
+    assert abs((timezone.now() - beat).total_seconds()) < 5, beat
+
+    report = Reaper().once()
+    assert (report.dead_workers, report.expired, report.returned_from_dead) == (0, 0, 0), report
+    again = Message.objects.get(pk=sent.pk)
+    assert (again.state, again.attempts, again.owner) == (State.CLAIMED, 1, worker_id)
+    assert Worker.objects.filter(pk=worker_id).exists()
+
+
+def test_a_reaper_ahead_makes_delayed_messages_ready_by_the_databases_clock(spawn):
+    """A reaper 90 s ahead makes ready the message whose delay has passed, and leaves the
+    one with a minute to go: by its own clock that one's time would have come."""
+    djqueue.create_queue("t.record")
+    due = djqueue.send("t.record", {"n": 1}, delay=0.2)
+    later = djqueue.send("t.record", {"n": 2}, delay=60)
+    wait_until(lambda: timezone.now() > due.visible_at, 10, "the first delay to pass")
+    ahead = spawn("djqueue_reaper", "--once", env=CLOCK_ENV, prefix=("faketime", "-f", "+90s"))
+    assert ahead.wait(60) == 0, ahead.output()
+    assert "s ahead of database default's" in ahead.output(), ahead.output()
+    states = dict(Message.objects.filter(pk__in=[due.pk, later.pk]).values_list("pk", "state"))
+    assert states == {due.pk: State.READY, later.pk: State.SCHEDULED}, states
