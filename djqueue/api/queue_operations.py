@@ -12,15 +12,7 @@ from djqueue.api import ready_wakeups
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State
-from djqueue.storage import (
-    dialects,
-    history_copy,
-    host_clock,
-    ordered_groups,
-    partitions,
-    placement,
-    trace,
-)
+from djqueue.storage import dialects, history_copy, host_clock, ordered_groups, partitions, placement, trace
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.claim_resume import ready_again
 from djqueue.storage.claims import attach_bodies
