@@ -5,7 +5,9 @@ process that waits in ``receive(wait=...)`` or ``consume(wait=...)`` is found th
 same way. On its first wait it starts one thread, ``djqueue-receive-wakeups``,
 which binds a UDP socket on ``WAKE_HOST`` and registers the process in
 ``djqueue_worker`` as a receiver (a row, a session lock and a heartbeat:
-djqueue.storage.registration) naming the queues its receives wait on. A
+djqueue.storage.registration) naming the queues its receives wait on; it compares
+the host's clock with the databases' first, and again every CLOCK_CHECK_INTERVAL, as
+a worker does, so the process's receives stamp lease ends by the database's clock. A
 datagram bumps the process's local wake-up, which ends the pause of every waiting
 receive; each claims at once. Without this, a receive waiting in another process
 than the sender's found a message only at its next poll, up to ``POLL_MAX``
@@ -38,7 +40,7 @@ from django.db import DatabaseError, connections
 from djqueue.api.worker_wakeups import WakeSocket
 from djqueue.conf import get_settings
 from djqueue.models import ProcessKind
-from djqueue.storage import placement
+from djqueue.storage import host_clock, placement
 from djqueue.storage.registration import Registration
 
 logger = logging.getLogger("djqueue.api")
@@ -142,7 +144,11 @@ class ReceiveWakeups:
             concurrency=0, held=list, wake_address=sock.address,
             databases=placement.databases(), kind=ProcessKind.RECEIVE)
         written: list[str] = []
+        # Its receives stamp lease ends, as a worker's claims do: by the database's clock
+        # from this comparison on (djqueue.storage.host_clock), on this thread's connection.
+        clock_checks = host_clock.ClockChecks(logger, "Receiver")
         try:
+            clock_checks.check()
             # A row the database refuses now is written by a later heartbeat; meanwhile
             # the receives find other processes' sends by polling.
             registration.register(retried_by_heartbeat=True)
@@ -154,6 +160,7 @@ class ReceiveWakeups:
                         registration.set_queues(names)
                         written = names
                     if time.monotonic() >= next_beat:
+                        clock_checks.check_when_due()
                         registration.beat()
                         next_beat = time.monotonic() + get_settings().HEARTBEAT_INTERVAL
                 except Exception:  # a database error: the receives poll meanwhile

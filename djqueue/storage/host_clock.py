@@ -8,17 +8,18 @@ too old as dead). Stamped and judged by hosts' clocks that differ by more than a
 lease, claims still being worked on would come back: a second delivery, never a loss,
 as at-least-once allows, but avoidable; and delays would run early or late.
 
-So each process that writes or judges them (worker, reaper, HTTP API server) compares
-its clock with every database server's as it starts and every CLOCK_CHECK_INTERVAL
-seconds after (``ClockChecks``: a clock can be set wrong, or stop being set, while a
-process runs), warns when they are further apart than synchronised hosts ever are,
-and stamps and judges those times by the server's clock (``database_now``: the
-server's time at the latest comparison, carried on by a clock no one sets). Rate
-limits read the database's clock in their statements (docs/limits.md). A registered
-process writes its latest offset on its row at each heartbeat (``latest_offset``),
-for the metrics and the workers' listing: a fleet's clocks seen in one place. A process that never
-compares (a web process that only sends) stamps by its host's clock, so its delays
-run off by its offset: the warning still asks for the host's clock to be set.
+So each process that writes or judges them (worker, reaper, HTTP API server, a process
+waiting in receive) compares its clock with every database server's as it starts and
+every CLOCK_CHECK_INTERVAL seconds after (``ClockChecks``: a clock can be set wrong,
+or stop being set, while a process runs), warns when they are further apart than
+synchronised hosts ever are, and stamps and judges those times by the server's clock
+(``database_now``: the server's time at the latest comparison, carried on by a clock
+no one sets). Rate limits read the database's clock in their statements
+(docs/limits.md). A registered process writes its latest offset on its row at each
+heartbeat (``latest_offset``), for the metrics and the workers' listing: a fleet's
+clocks seen in one place. A process that never compares (a web process that only
+sends) stamps by its host's clock, so its delays run off by its offset: the warning
+still asks for the host's clock to be set.
 """
 
 from __future__ import annotations

@@ -240,3 +240,23 @@ def test_a_reaper_ahead_makes_delayed_messages_ready_by_the_databases_clock(spaw
     assert "s ahead of database default's" in ahead.output(), ahead.output()
     states = dict(Message.objects.filter(pk__in=[due.pk, later.pk]).values_list("pk", "state"))
     assert states == {due.pk: State.READY, later.pk: State.SCHEDULED}, states
+
+
+def test_a_waiting_receive_behind_stamps_its_lease_by_the_databases_clock(spawn):
+    """A process that waits in ``receive()`` compares the clocks as its receiver row is
+    written, so the lease of what it then receives ends by the database's clock: 30 s on,
+    not 60 s past as its own clock, 90 s behind, would have it."""
+    djqueue.create_queue("t.record", visibility_timeout=30)
+    code = ("import djqueue; [m] = djqueue.receive('t.record', wait=60); "
+            "print('received', m.id, flush=True)")
+    behind = spawn("shell", "-c", code, env=CLOCK_ENV, prefix=("faketime", "-f", "-90s"))
+    row = wait_until(lambda: Worker.objects.filter(
+        kind=ProcessKind.RECEIVE, queues=["t.record"]).exclude(clock_offset=None).first(), 60,
+        "the receiver's row, naming its queue, with its clock")
+    assert -90.5 < row.clock_offset < -89.5, row.clock_offset
+    sent = djqueue.send("t.record", {"n": 1})
+    assert behind.wait(60) == 0, behind.output()
+    assert f"received {sent.pk}" in behind.output(), behind.output()
+    assert "Receiver: this host's clock is" in behind.output(), behind.output()
+    lease_left = (Message.objects.get(pk=sent.pk).visible_at - timezone.now()).total_seconds()
+    assert 20 < lease_left < 31, lease_left
