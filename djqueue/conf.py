@@ -57,8 +57,9 @@ class Settings:
     #: Worker heartbeat period; a worker silent for WORKER_TIMEOUT is dead.
     HEARTBEAT_INTERVAL: float = 2.0
     WORKER_TIMEOUT: float = 10.0
-    #: Seconds between a long-running process's comparisons of its host's clock with the
-    #: database servers' (djqueue.storage.host_clock); it compares as it starts too.
+    #: Seconds between a process's comparisons of its host's clock with the database
+    #: servers' (djqueue.storage.host_clock); it compares as it starts, or first needs
+    #: their time, too.
     CLOCK_CHECK_INTERVAL: float = 600.0
     #: Idle polling backs off from POLL_MIN to POLL_MAX seconds.
     POLL_MIN: float = 0.01

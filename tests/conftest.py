@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
 from djqueue.api.receive_wakeups import receive_wakeups
+from djqueue.storage import host_clock
 from djqueue.storage.queue_lookup import forget_cached
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,6 +115,21 @@ def _processes_behind_pgbouncer(request: pytest.FixtureRequest) -> Iterator[None
             yield
         finally:
             del os.environ[PORT_VARIABLE]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clocks_compared_as_the_session_starts(request: pytest.FixtureRequest,
+                                           django_db_blocker: Any) -> None:
+    """The test process compares its clock with the databases' once, before any test,
+    on a schedule it never runs again (djqueue.storage.host_clock): without one,
+    ``database_now`` would compare by itself, as a web process does, at a test's first
+    need and every CLOCK_CHECK_INTERVAL after, and a test that counts its queries would
+    count that one too."""
+    if not any(item.get_closest_marker("django_db") for item in request.session.items):
+        return
+    request.getfixturevalue("django_db_setup")
+    with django_db_blocker.unblock():
+        host_clock.ClockChecks(logging.getLogger("tests"), "Test process").check()
 
 
 @pytest.fixture(autouse=True)

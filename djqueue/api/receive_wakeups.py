@@ -6,8 +6,8 @@ same way. On its first wait it starts one thread, ``djqueue-receive-wakeups``,
 which binds a UDP socket on ``WAKE_HOST`` and registers the process in
 ``djqueue_worker`` as a receiver (a row, a session lock and a heartbeat:
 djqueue.storage.registration) naming the queues its receives wait on; it compares
-the host's clock with the databases' first, and again every CLOCK_CHECK_INTERVAL, as
-a worker does, so the process's receives stamp lease ends by the database's clock. A
+the host's clock with the databases' every CLOCK_CHECK_INTERVAL, as a worker does,
+and its row shows the offset (the first receive compared as it claimed). A
 datagram bumps the process's local wake-up, which ends the pause of every waiting
 receive; each claims at once. Without this, a receive waiting in another process
 than the sender's found a message only at its next poll, up to ``POLL_MAX``
@@ -144,11 +144,12 @@ class ReceiveWakeups:
             concurrency=0, held=list, wake_address=sock.address,
             databases=placement.databases(), kind=ProcessKind.RECEIVE)
         written: list[str] = []
-        # Its receives stamp lease ends, as a worker's claims do: by the database's clock
-        # from this comparison on (djqueue.storage.host_clock), on this thread's connection.
+        # Its receives stamp lease ends by the database's clock (djqueue.storage.host_clock),
+        # as a worker's claims do: the first receive compared the clocks (unless this
+        # process had already); from here on this thread compares them, on its connection.
         clock_checks = host_clock.ClockChecks(logger, "Receiver")
         try:
-            clock_checks.check()
+            clock_checks.check_when_due()
             # A row the database refuses now is written by a later heartbeat; meanwhile
             # the receives find other processes' sends by polling.
             registration.register(retried_by_heartbeat=True)

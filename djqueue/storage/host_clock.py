@@ -8,24 +8,26 @@ too old as dead). Stamped and judged by hosts' clocks that differ by more than a
 lease, claims still being worked on would come back: a second delivery, never a loss,
 as at-least-once allows, but avoidable; and delays would run early or late.
 
-So each process that writes or judges them (worker, reaper, HTTP API server, a process
-waiting in receive) compares its clock with every database server's as it starts and
-every CLOCK_CHECK_INTERVAL seconds after (``ClockChecks``: a clock can be set wrong,
-or stop being set, while a process runs), warns when they are further apart than
-synchronised hosts ever are, and stamps and judges those times by the server's clock
-(``database_now``: the server's time at the latest comparison, carried on by a clock
-no one sets). Rate limits read the database's clock in their statements
+So each long-running process that writes or judges them (worker, reaper, HTTP API
+server, a process waiting in receive) compares its clock with every database server's
+as it starts and every CLOCK_CHECK_INTERVAL seconds after (``ClockChecks``: a clock can
+be set wrong, or stop being set, while a process runs), warns when they are further
+apart than synchronised hosts ever are, and stamps and judges those times by the
+server's clock (``database_now``: the server's time at the latest comparison, carried
+on by a clock no one sets). Any other process (a web process that sends, or receives
+without waiting) compares as it first needs the time of a database, and again once
+CLOCK_CHECK_INTERVAL has passed: one query, once in ten minutes by default, on the
+caller's connection. Rate limits read the database's clock in their statements
 (docs/limits.md). A registered process writes its latest offset on its row at each
 heartbeat (``latest_offset``), for the metrics and the workers' listing: a fleet's
-clocks seen in one place. A process that never compares (a web process that only
-sends) stamps by its host's clock, so its delays run off by its offset: the warning
-still asks for the host's clock to be set.
+clocks seen in one place.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -62,6 +64,20 @@ class Comparison(NamedTuple):
 #: and adds to the same record.
 _latest: dict[str, Comparison] = {}
 
+#: Whether a ClockChecks was made in this process: then it compares on that schedule,
+#: and ``database_now`` compares by itself only a database not compared with yet.
+_scheduled = False
+
+#: When ``database_now`` may next compare each database by itself (time.monotonic()).
+_compare_due: dict[str, float] = {}
+
+#: Seconds before a comparison ``database_now`` made, and the database did not answer,
+#: is tried again: soon, as the caller's own statement is about to find the database
+#: back or fail; not at each call, so an outage does not double the failed queries.
+RETRY_UNANSWERED = 1.0
+
+_logger = logging.getLogger("djqueue")
+
 
 def offset_from(db: str) -> tuple[float, float]:
     """(this host's clock minus database ``db``'s, in seconds; the read's round trip).
@@ -83,11 +99,12 @@ def warn_if_far(logger: logging.Logger, process: str) -> dict[str, float]:
     return {db: offset for db, (offset, _) in _compare(logger, process).items()}
 
 
-def _compare(logger: logging.Logger, process: str) -> dict[str, tuple[float, bool]]:
-    """{database: (offset, whether it is far)} for each server database that answered;
-    a WARNING logged for each far one."""
+def _compare(logger: logging.Logger, process: str,
+             databases: list[str] | None = None) -> dict[str, tuple[float, bool]]:
+    """{database: (offset, whether it is far)} for each server database (of
+    ``databases``, all by default) that answered; a WARNING logged for each far one."""
     offsets = {}
-    for db in placement.databases():
+    for db in placement.databases() if databases is None else databases:
         if connections[db].vendor == "sqlite":
             continue
         try:
@@ -100,10 +117,10 @@ def _compare(logger: logging.Logger, process: str) -> dict[str, tuple[float, boo
                                  time.time() - offset - time.clock_gettime(_STEADY))
         if far:
             logger.warning(
-                "%s: this host's clock is %.1f s %s database %s's. This process stamps and "
-                "judges leases, delays and retry times by the database's clock, but one "
-                "that only sends (a web process) uses its host's, so its delays run off "
-                "time: set this host's clock (NTP, chrony).", process, abs(offset),
+                "%s: this host's clock is %.1f s %s database %s's. djqueue stamps and "
+                "judges leases, delays and retry times by the database's clock, but this "
+                "host's logs and its other software read its own: set this host's clock "
+                "(NTP, chrony).", process, abs(offset),
                 "ahead of" if offset > 0 else "behind", db,
                 extra={"database": db, "clock_offset": offset})
     return offsets
@@ -123,15 +140,35 @@ def database_now(db: str) -> datetime:
 
     Why the host's own time whenever the two are within WARN_PAST: a near host's offset
     is NTP's milliseconds plus the comparison's own noise, and moving its times by that
-    would change nothing but make them jitter. A process that never compares (a web
-    process that only sends) uses its host's time."""
-    now = time.time()
+    would change nothing but make them jitter.
+
+    A process that runs no ``ClockChecks`` (a web process) compares here, on the
+    caller's connection, as it first needs database ``db``'s time and again once
+    CLOCK_CHECK_INTERVAL has passed; one that runs them, only for a database they have
+    not compared yet."""
     latest = _latest.get(db)
+    if latest is None or not _scheduled:
+        latest = _compared_when_due(db)
+    now = time.time()
     if latest is not None:
         carried = time.clock_gettime(_STEADY) + latest.base
         if abs(now - carried) > WARN_PAST:
             now = carried
     return datetime.fromtimestamp(now, tz=UTC if settings.USE_TZ else None)
+
+
+def _compared_when_due(db: str) -> Comparison | None:
+    """The latest comparison with database ``db``, made first if one is due (for
+    ``database_now``)."""
+    at = time.monotonic()
+    if at >= _compare_due.get(db, -math.inf):
+        if connections[db].vendor == "sqlite":  # a file on this host: its clock is this one
+            _compare_due[db] = math.inf
+        else:  # set first, so other threads do not compare it too meanwhile
+            _compare_due[db] = at + RETRY_UNANSWERED
+            if _compare(_logger, f"Process {os.getpid()}", [db]):
+                _compare_due[db] = at + get_settings().CLOCK_CHECK_INTERVAL
+    return _latest.get(db)
 
 
 def latest_offset(db: str) -> float | None:
@@ -151,6 +188,8 @@ class ClockChecks:
     after the latest of them, and a database found far then is told of when it is back."""
 
     def __init__(self, logger: logging.Logger, process: str) -> None:
+        global _scheduled
+        _scheduled = True
         self.logger, self.process = logger, process
         self._due = max((c.at for c in _latest.values()), default=-math.inf)
         self._due += get_settings().CLOCK_CHECK_INTERVAL

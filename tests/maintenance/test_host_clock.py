@@ -65,7 +65,7 @@ def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
     behind = spawn("djqueue_reaper", "--once", env=CLOCK_ENV, prefix=("faketime", "-f", "-90s"))
     assert behind.wait(60) == 0, behind.output()
     assert re.search(r"Reaper: this host's clock is (89\.9|90\.0|90\.1) s behind database "
-                     r"default's\. This process stamps and judges leases, delays and retry "
+                     r"default's\. djqueue stamps and judges leases, delays and retry "
                      r"times by the database's clock", behind.output()), behind.output()
     wait_until(lambda: "started on f.poison" in ahead.output(), 60, "the worker's start")
     assert re.search(r"Worker: this host's clock is (89\.9|90\.0|90\.1) s ahead of database "
@@ -257,6 +257,29 @@ def test_a_waiting_receive_behind_stamps_its_lease_by_the_databases_clock(spawn)
     sent = djqueue.send("t.record", {"n": 1})
     assert behind.wait(60) == 0, behind.output()
     assert f"received {sent.pk}" in behind.output(), behind.output()
-    assert "Receiver: this host's clock is" in behind.output(), behind.output()
+    assert behind.output().count("s behind database default's") == 1, behind.output()
     lease_left = (Message.objects.get(pk=sent.pk).visible_at - timezone.now()).total_seconds()
     assert 20 < lease_left < 31, lease_left
+
+
+def test_a_process_that_sends_and_receives_without_waiting_goes_by_the_databases_clock(spawn):
+    """A process that runs no worker, reaper or waiting receive (a web process) compares
+    the clocks as it first needs the database's time: a shell 90 s behind delays its
+    send by a minute of the database's clock, not 30 s into the past, and the lease of
+    what it receives without waiting ends 30 s on, not 60 s past. It warns once."""
+    djqueue.create_queue("t.record", visibility_timeout=30)
+    waiting = djqueue.send("t.record", {"n": 1})
+    code = ("import djqueue; [m] = djqueue.receive('t.record'); "
+            "s = djqueue.send('t.record', {'n': 2}, delay=60); print('ids', m.id, s.id)")
+    behind = spawn("shell", "-c", code, env=CLOCK_ENV, prefix=("faketime", "-f", "-90s"))
+    assert behind.wait(60) == 0, behind.output()
+    received, delayed = map(int, re.search(r"ids (\d+) (\d+)", behind.output()).groups())
+    assert received == waiting.pk, behind.output()
+    times = dict(Message.objects.filter(pk__in=[received, delayed]).values_list(
+        "pk", "visible_at"))
+    lease_left = (times[received] - timezone.now()).total_seconds()
+    delay_left = (times[delayed] - timezone.now()).total_seconds()
+    assert 20 < lease_left < 31 and 50 < delay_left < 61, (lease_left, delay_left)
+    assert re.search(r"Process \d+: this host's clock is (89\.9|90\.0|90\.1) s behind "
+                     r"database default's", behind.output()), behind.output()
+    assert behind.output().count("this host's clock is") == 1, behind.output()
