@@ -214,3 +214,9 @@ if os.environ.get("DJQUEUE_TEST_PERIODIC"):
 if os.environ.get("DJQUEUE_TEST_GC_THRESHOLD"):  # tests/worker/test_garbage_collection.py
     _threshold = os.environ["DJQUEUE_TEST_GC_THRESHOLD"]
     DJQUEUE["WORKER_GC_THRESHOLD"] = None if _threshold == "none" else int(_threshold)
+
+# A deploy that fails to start (tests/worker/test_reloads.py): processes started while
+# the file this names exists fail as they load their settings.
+if os.environ.get("DJQUEUE_TEST_BROKEN_DEPLOY") and os.path.exists(
+        os.environ["DJQUEUE_TEST_BROKEN_DEPLOY"]):
+    raise ImportError("the deploy is broken (DJQUEUE_TEST_BROKEN_DEPLOY exists)")

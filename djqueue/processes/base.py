@@ -8,6 +8,11 @@ A periodic process (the reaper) only writes ``tick()``: the base repeats it
 every ``interval`` seconds, sleeping in a way a stop signal ends at once, and
 survives database errors by closing its connection and trying again.
 
+SIGHUP reloads a process: it stops gracefully, as on SIGTERM, and its command then
+calls ``run_anew()`` (a supervisor instead replaces its workers one by one). The same
+pid and arguments run the code deployed since, as a Gunicorn or Celery reload does,
+without a service manager's restart.
+
 Solid Queue's processes (runnable, interruptible, registrable) are the model;
 here the hooks are plain methods with no-op defaults, so each process class
 reads top to bottom.
@@ -17,9 +22,11 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from django.db import DatabaseError, connections
 
@@ -41,6 +48,8 @@ class ProcessBase:
     #: passes, every CLOCK_CHECK_INTERVAL seconds (djqueue.storage.host_clock). The
     #: supervisor and the metrics server do neither.
     judges_times: bool = True
+    #: SIGHUP stops it, to be run anew (``reloading``); a supervisor only counts them.
+    stops_on_reload: bool = True
     #: A file whose modification time the main loop refreshes, at most once a second,
     #: for a liveness probe to read (``--alive-file``); removed as the process ends.
     #: Written by the loop itself, so a loop that hangs lets it go stale.
@@ -49,7 +58,7 @@ class ProcessBase:
     _alive_failed: bool = False
 
     def __init__(self) -> None:
-        self.stop_signals = StopSignals()
+        self.stop_signals = StopSignals(stop_on_reload=self.stops_on_reload)
         self.clock_checks = host_clock.ClockChecks(self.logger, type(self).__name__)
 
     # What a process runs
@@ -154,6 +163,11 @@ class ProcessBase:
     def stopping(self) -> bool:
         return self.stop_signals.stop.is_set()
 
+    @property
+    def reloading(self) -> bool:
+        """A SIGHUP stopped it (and no stop signal came after): its command runs it anew."""
+        return self.stop_signals.reloading
+
     def stop(self) -> None:
         """Ask the process to stop gracefully (from another thread, or a test)."""
         self.stop_signals.request()
@@ -182,3 +196,12 @@ class ProcessBase:
                 self.logger.exception("%s: a heartbeat failed; the next tries again",
                                       type(self).__name__)
         connections.close_all()  # the heartbeat thread's own connections
+
+
+def run_anew() -> NoReturn:
+    """Replace this process with a fresh copy of itself: the same pid and arguments,
+    the code on disk now (after a reload, or to be rid of handler threads stuck past
+    their time limit). Logs are flushed and connections closed first."""
+    logging.shutdown()
+    connections.close_all()
+    os.execv(sys.executable, [sys.executable, *sys.argv])

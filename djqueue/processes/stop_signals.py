@@ -14,6 +14,13 @@ tested "already stopping?" could see "no" twice and never force the stop
 (a worker given SIGTERM then SIGINT at once waited out its whole grace
 period about one run in fifteen). The handler takes no lock, and the thread
 counts the signals in order.
+
+SIGHUP asks for a reload (as Gunicorn's and Celery's do): a process stops
+gracefully, as on a first stop signal, with ``reloading`` set, and its command then
+runs a fresh copy of itself (``run_anew``: the same pid and arguments, the code
+deployed now); a supervisor, made with ``stop_on_reload=False``, only counts it and
+replaces its workers one by one. A stop signal after a reload cancels the reload and
+does not force the stop: it is the first stop asked for.
 """
 
 from __future__ import annotations
@@ -28,10 +35,20 @@ from types import FrameType
 from djqueue.polling import local_wakeup
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RELOAD_SIGNAL = signal.SIGHUP
+#: What the handler writes to the watcher's pipe for each kind of signal.
+_STOP_BYTE, _RELOAD_BYTE = 0, 1
 
 
 class StopSignals:
-    def __init__(self) -> None:
+    def __init__(self, *, stop_on_reload: bool = True) -> None:
+        #: Whether SIGHUP stops this process gracefully (to be run anew), or is only
+        #: counted in ``reloads`` (a supervisor's reload: it replaces its workers).
+        self.stop_on_reload = stop_on_reload
+        #: SIGHUPs received.
+        self.reloads = 0
+        #: A SIGHUP stopped the process, and no stop signal came after it: run it anew.
+        self.reloading = False
         #: Set by the first stop signal (or a call to ``request``): stop gracefully.
         self.stop = threading.Event()
         #: Set by the second: stop at once.
@@ -49,17 +66,31 @@ class StopSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # list.append and os.write take no lock a nested or interrupted caller may hold.
-        self.received.append(signum)
+        # Both are counted here, on the main thread, before a select it interrupted
+        # returns: a loop that looks after its select sees them.
+        if signum == RELOAD_SIGNAL:
+            self.reloads += 1
+        else:
+            self.received.append(signum)
         if self._pipe is not None:
             with contextlib.suppress(OSError):
-                os.write(self._pipe[1], b"\0")
+                os.write(self._pipe[1], bytes([_RELOAD_BYTE if signum == RELOAD_SIGNAL
+                                               else _STOP_BYTE]))
 
-    def _apply_signals(self, count: int) -> None:
-        """``count`` more stop signals arrived (on the watcher thread, in order): one
-        stops, one more (or one after ``request``) forces."""
-        if count > 1 or self.stop.is_set():
-            self.force.set()
-        self.request()
+    def _apply_signals(self, kinds: bytes) -> None:
+        """More signals arrived (on the watcher thread, in order): a stop signal stops,
+        one more (or one after ``request``) forces; a reload stops, unless one was asked
+        for already or this process only counts reloads."""
+        for kind in kinds:
+            if kind == _RELOAD_BYTE:
+                if self.stop_on_reload and not self.stop.is_set():
+                    self.reloading = True
+                    self.request()
+                continue
+            if self.stop.is_set() and not self.reloading:
+                self.force.set()
+            self.reloading = False
+            self.request()
 
     def _watch(self, read_end: int) -> None:
         while True:
@@ -69,7 +100,7 @@ class StopSignals:
                 return
             if not data:  # the write end was closed: the handlers are gone
                 return
-            self._apply_signals(len(data))
+            self._apply_signals(data)
 
     @contextlib.contextmanager
     def installed(self, *, wakeup_fd: bool = False) -> Iterator[StopSignals]:
@@ -84,7 +115,8 @@ class StopSignals:
         watcher = threading.Thread(target=self._watch, args=(self._pipe[0],), daemon=True,
                                    name="djqueue-stop-signals")
         watcher.start()
-        previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        previous = {sig: signal.signal(sig, self._handle)
+                    for sig in (*STOP_SIGNALS, RELOAD_SIGNAL)}
         pipe: tuple[int, int] | None = None
         previous_fd = -1
         if wakeup_fd:

@@ -44,6 +44,7 @@ from djqueue.worker.held_messages import HeldMessages
 from djqueue.worker.options import WorkerOptions
 from djqueue.worker.prefetch import Prefetch
 from djqueue.worker.run_limits import RunLimits
+from djqueue.worker.supervised import is_supervised, report_started
 
 logger = logging.getLogger("djqueue.worker")
 
@@ -52,6 +53,7 @@ class Worker(ProcessBase):
     logger = logger
 
     def __init__(self, options: WorkerOptions) -> None:
+        self.stops_on_reload = not is_supervised()  # its supervisor replaces it instead
         super().__init__()
         self.options = options
         self.settings = get_settings()
@@ -111,6 +113,7 @@ class Worker(ProcessBase):
                              daemon=True, args=(self.stop_signals.stop,)).start()
         self._threads.start()
         signals.worker_started.send(sender=Worker, worker=self)
+        report_started()  # to its supervisor, if any (a reload waits for it)
 
     def heartbeat(self) -> None:
         self.registration.beat()

@@ -19,18 +19,28 @@ the second asks each worker to stop at once), and the supervisor exits when
 the children have. Children live in their own process group, so a
 Ctrl-C in a terminal reaches them through the supervisor only, and once; on
 Linux a child also receives SIGTERM if the supervisor itself dies.
+
+SIGHUP reloads (after a deploy): the supervisor starts a fresh worker, and once it has
+started work (it reports so through a pipe, ``STARTED_FD``) asks one of the old ones to
+stop gracefully, and so on until every worker runs the code deployed now. So no more
+than one worker more than N runs at a time, and no fewer than N serve, as Gunicorn's
+reload and a rolling deploy's surge of one do. A fresh worker that fails to start (a
+broken deploy) is retried with the growing pause, while the old workers keep working;
+a later SIGHUP starts the reload over. A child still starting when a SIGHUP comes runs
+the code being replaced: it is stopped at once. With ``--burst`` a SIGHUP is ignored.
+
+What a child reads from its supervisor, and reports to it, is in
+djqueue.worker.supervised.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -38,39 +48,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from djqueue.processes.base import ProcessBase
+from djqueue.worker.supervised import ALIVE_FOLDER, STARTED_FD, SUPERVISED, die_with, load_libc
 
 logger = logging.getLogger("djqueue.supervisor")
 
-#: Set in a child's environment: the command runs as a worker, not as a supervisor.
-SUPERVISED = "DJQUEUE_SUPERVISED"
 #: A child that fails sooner than this after its start counts as failing at start.
 QUICK_FAILURE = 10.0
 #: The longest pause before replacing a child that keeps failing at start.
 MAX_PAUSE = 30.0
-_PR_SET_PDEATHSIG = 1
-
-
-#: Set in a child's environment when the supervisor keeps an alive file: the folder
-#: where each child keeps its own, named by its pid.
-ALIVE_FOLDER = "DJQUEUE_SUPERVISED_ALIVE_FOLDER"
-
-
-def is_supervised() -> bool:
-    return os.environ.get(SUPERVISED) == "1"
-
-
-def supervised_alive_file() -> Path | None:
-    """This supervised worker's own alive file, if its supervisor keeps one."""
-    folder = os.environ.get(ALIVE_FOLDER)
-    return Path(folder) / str(os.getpid()) if folder else None
 
 
 @dataclass
 class Child:
     popen: subprocess.Popen
     started: float
-    #: How many of the supervisor's stop signals it has been sent.
+    #: The reload it was started in (the supervisor's ``generation`` then).
+    generation: int
+    #: The read end of its STARTED_FD pipe, until it reports or ends.
+    started_fd: int | None
+    #: How many of the supervisor's stop signals it has been sent (a reload's stop counts).
     signalled: int = 0
+    #: It has reported that it started work.
+    working: bool = False
 
 
 @dataclass(eq=False)
@@ -90,8 +89,13 @@ class Supervisor(ProcessBase):
     clean: bool = True
     #: Where the children keep their alive files (with ``alive_file`` only).
     children_alive: Path | None = None
+    #: Reloads taken (SIGHUPs); children of an earlier one are being replaced.
+    generation: int = 0
+    #: Fresh children still to start for the reload in progress, one at a time.
+    to_reload: int = 0
 
     logger = logger
+    stops_on_reload = False  # it replaces its workers instead
     #: The loop blocks in ``select`` on the stop signals' wake-up descriptor.
     signal_fd = True
 
@@ -114,12 +118,15 @@ class Supervisor(ProcessBase):
         try:
             for _ in range(self.processes):
                 self._start()
-            while self.children or (self.due and not self.stops):
+            while self.children or ((self.due or self.to_reload) and not self.stops):
                 self.show_alive()
                 self._wait()
                 self._forward_stops()
+                self._take_reload()
                 self._reap()
                 self._start_due()
+                self._reload_next()
+                self._retire_replaced()
         finally:
             signal.signal(signal.SIGCHLD, previous)
             if self.children_alive is not None:
@@ -148,17 +155,37 @@ class Supervisor(ProcessBase):
             timeout = 0.5 if timeout is None else min(timeout, 0.5)
         if self.alive_file is not None:  # refreshed each second, by this loop
             timeout = 1.0 if timeout is None else min(timeout, 1.0)
-        select.select([wake] if wake is not None else [], [], [], timeout)
+        reports = {c.started_fd: c for c in self.children.values() if c.started_fd is not None}
+        readable, _, _ = select.select([*reports, *([wake] if wake is not None else [])],
+                                       [], [], timeout)
         self.stop_signals.drain_wakeup_fd()
+        for fd in set(readable) & set(reports):
+            child = reports[fd]
+            child.working = bool(os.read(fd, 1))  # nothing: it ended without starting
+            self._close_started_fd(child)
+
+    @staticmethod
+    def _close_started_fd(child: Child) -> None:
+        if child.started_fd is not None:
+            os.close(child.started_fd)
+            child.started_fd = None
 
     def _start(self) -> None:
-        parent, libc = os.getpid(), _libc()
-        env = {**os.environ, SUPERVISED: "1"}
+        parent, libc = os.getpid(), load_libc()
+        report_end, write_end = os.pipe()
+        env = {**os.environ, SUPERVISED: "1", STARTED_FD: str(write_end)}
         if self.children_alive is not None:
             env[ALIVE_FOLDER] = str(self.children_alive)
-        popen = subprocess.Popen(list(self.argv), env=env,
-                                 process_group=0, preexec_fn=lambda: _die_with(libc, parent))
-        self.children[popen.pid] = Child(popen, time.monotonic())
+        try:
+            popen = subprocess.Popen(list(self.argv), env=env, pass_fds=(write_end,),
+                                     process_group=0,
+                                     preexec_fn=lambda: die_with(libc, parent))
+        except BaseException:
+            os.close(report_end)
+            raise
+        finally:
+            os.close(write_end)
+        self.children[popen.pid] = Child(popen, time.monotonic(), self.generation, report_end)
         logger.info("Started worker process %d (%d of %d)", popen.pid, len(self.children),
                     self.processes)
         self._forward_stops()  # a stop that came while it started
@@ -175,6 +202,7 @@ class Supervisor(ProcessBase):
             if code is None:
                 continue
             del self.children[pid]
+            self._close_started_fd(child)
             if self.children_alive is not None:  # a killed child leaves its file; a
                 # later child given the same pid must not be judged by it
                 (self.children_alive / str(pid)).unlink(missing_ok=True)
@@ -185,6 +213,11 @@ class Supervisor(ProcessBase):
                 self.clean = self.clean and ok
                 logger.log(logging.INFO if ok else logging.WARNING,
                            "Worker process %d exited with %s", pid, _describe(code))
+                continue
+            if child.generation < self.generation:  # replaced by a reload: not again
+                logger.log(logging.INFO if code in (0, -signal.SIGTERM) else logging.WARNING,
+                           "Worker process %d (replaced) exited with %s", pid,
+                           _describe(code))
                 continue
             pause = self._pause_after(code, time.monotonic() - child.started)
             logger.log(logging.INFO if code == 0 else logging.WARNING,
@@ -208,21 +241,53 @@ class Supervisor(ProcessBase):
             self.due.remove(at)
             self._start()
 
+    def _take_reload(self) -> None:
+        """After a SIGHUP: every child now running is to be replaced by a fresh one (a
+        child still starting is stopped at once: it runs the code being replaced)."""
+        if self.stop_signals.reloads == self.generation:
+            return
+        self.generation = self.stop_signals.reloads
+        if self.stops or not self.replace:  # stopping, or --burst: nothing is replaced
+            return
+        for child in self.children.values():
+            if not child.working:
+                self._ask_to_stop(child)
+        self.to_reload = self.processes - len(self.due)
+        logger.info("Reloading: replacing %d worker processes one by one", self.processes)
+
+    def _reload_next(self) -> None:
+        """Start the reload's next fresh child once the last one has started work and no
+        replacement waits out its pause."""
+        if not self.to_reload or self.stops or self.due or any(
+                not c.working for c in self.children.values()
+                if c.generation == self.generation):
+            return
+        self.to_reload -= 1
+        self._start()
+
+    def _retire_replaced(self) -> None:
+        """Ask the oldest children of earlier reloads to stop while, without them, N
+        would still work: one for each fresh child that has started work."""
+        fresh = sum(c.working for c in self.children.values()
+                    if c.generation == self.generation)
+        replaced = sorted((c for c in self.children.values()
+                           if c.generation < self.generation and not c.signalled),
+                          key=lambda c: c.started)
+        while replaced and fresh + len(replaced) > self.processes:
+            child = replaced.pop(0)
+            logger.info("Worker process %d is replaced; asking it to stop", child.popen.pid)
+            self._ask_to_stop(child)
+
+    @staticmethod
+    def _ask_to_stop(child: Child) -> None:
+        """A graceful stop, as a first stop signal passed on (so a later stop of the
+        supervisor passes on only the second, which forces it)."""
+        if not child.signalled:
+            child.popen.send_signal(signal.SIGTERM)
+            child.signalled = 1
+
 
 def _describe(code: int) -> str:
     if code < 0:
         return f"signal {signal.Signals(-code).name}"
     return f"code {code}"
-
-
-def _libc() -> ctypes.CDLL | None:
-    """The C library, for prctl (loaded before fork: dlopen in a forked child may hang)."""
-    return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-def _die_with(libc: ctypes.CDLL | None, parent: int) -> None:
-    """In the child before exec: receive SIGTERM when the supervisor dies (Linux)."""
-    if libc is not None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # it died before prctl took effect
-            os._exit(1)

@@ -4,6 +4,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.monitoring.metrics_server import MetricsServer
+from djqueue.processes.base import run_anew
 
 
 def port(text: str) -> int:
@@ -36,3 +37,5 @@ class Command(DatabaseReadyCommand):
         self.stdout.write(f"Serving djqueue metrics on http://{bound_host}:{bound_port}/metrics")
         self.stdout.flush()
         server.run()
+        if server.reloading:  # SIGHUP: the code deployed since
+            run_anew()

@@ -6,6 +6,7 @@ from djqueue import durations
 from djqueue.maintenance.reaper import Reaper
 from djqueue.management.arguments import alive_file, seconds
 from djqueue.management.database_ready import DatabaseReadyCommand
+from djqueue.processes.base import run_anew
 
 
 class Command(DatabaseReadyCommand):
@@ -37,3 +38,5 @@ class Command(DatabaseReadyCommand):
                               f"promoted {report.promoted}, pruned {report.pruned}")
             return
         reaper.run()
+        if reaper.reloading:  # SIGHUP: the code deployed since
+            run_anew()

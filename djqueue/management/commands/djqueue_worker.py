@@ -1,5 +1,3 @@
-import logging
-import os
 import socket
 import sys
 from types import ModuleType
@@ -14,11 +12,13 @@ from djqueue.api.consumer_groups import register_consumer
 from djqueue.exceptions import DjqueueError
 from djqueue.management.arguments import alive_file, seconds, whole_number
 from djqueue.management.database_ready import DatabaseReadyCommand
+from djqueue.processes.base import run_anew
 from djqueue.processes.memory_limit import limit_memory, resident_megabytes
 from djqueue.worker import registry
 from djqueue.worker.message_worker import Worker
 from djqueue.worker.options import WorkerOptions
-from djqueue.worker.supervisor import Supervisor, is_supervised, supervised_alive_file
+from djqueue.worker.supervised import is_supervised, supervised_alive_file
+from djqueue.worker.supervisor import Supervisor
 
 task_run_logs: ModuleType | None
 try:  # without a Tasks framework there are no task runs to log
@@ -40,7 +40,9 @@ class Command(DatabaseReadyCommand):
                             help="Worker processes, each with --concurrency threads "
                                  "(default 1). Above 1 this process supervises them: it "
                                  "replaces any that exits (one that reached --max-messages "
-                                 "or --max-seconds too) and passes SIGTERM/SIGINT on.")
+                                 "or --max-seconds too) and passes SIGTERM/SIGINT on; on "
+                                 "SIGHUP it replaces them one by one with fresh ones (a "
+                                 "reload: a single worker runs itself anew).")
         parser.add_argument("-b", "--batch-size", type=whole_number(1, 10_000), default=None,
                             help="Messages claimed per transaction; also the prefetch "
                                  "(default: adapted, from 1 to 500, to the backlog and "
@@ -134,8 +136,8 @@ class Command(DatabaseReadyCommand):
         finally:
             if task_run_logs is not None:
                 task_run_logs.stop_following()
-        if worker.limits.recycle:
-            self.restart()
+        if worker.limits.recycle or worker.reloading:
+            run_anew()
 
     @staticmethod
     def supervise(queues: list[str], options: dict[str, Any]) -> None:
@@ -152,14 +154,6 @@ class Command(DatabaseReadyCommand):
         supervisor.alive_file = options["alive_file"]
         if supervisor.run() != 0:
             raise CommandError("A worker process ended with an error (see its output above).")
-
-    @staticmethod
-    def restart() -> None:
-        """Replace this process with a fresh copy of itself (same pid, same arguments):
-        the only way to be rid of handler threads stuck past the time limit."""
-        logging.shutdown()
-        connections.close_all()
-        os.execv(sys.executable, [sys.executable, *sys.argv])
 
     @staticmethod
     def subscription_queue(spec: str, consumer: str | None) -> str:

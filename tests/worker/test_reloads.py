@@ -1,0 +1,153 @@
+"""SIGHUP reloads a process (after a deploy): a supervisor replaces its workers one by
+one, each old one asked to stop only once a fresh one has started work; a single
+worker, a reaper and a metrics server stop gracefully and run themselves anew, with the
+same pid. Real processes and real signals."""
+
+import os
+import re
+import signal
+
+import pytest
+
+import djqueue
+from djqueue.models import History, Worker
+from tests.conftest import wait_until
+from tests.models import Effect
+from tests.worker.test_processes import effects_per_key
+from tests.worker.test_supervisor import alive, children
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STARTED = re.compile(r"Worker [^:\s]+:(\d+):(\w+) started on")
+
+
+def started_pids(output: str) -> list[int]:
+    """The pid of each worker start logged, in order."""
+    return [int(pid) for pid, _ in STARTED.findall(output)]
+
+
+def test_a_sighup_replaces_the_workers_one_by_one_losing_nothing(spawn):
+    djqueue.create_queue("t.slow", visibility_timeout=300)
+    supervisor = spawn("djqueue_worker", "t.slow", "--processes", "2", "-b", "1",
+                       env={"DJQUEUE_TEST_LOG_INFO": "1"})
+    old = set(children(2))
+    djqueue.send_batch("t.slow", [{"n": 1, "sleep": 3}, {"n": 2, "sleep": 3}])
+    wait_until(lambda: Effect.objects.filter(key__in=[-1, -2]).count() == 2, 30,
+               "both slow handlers running")
+
+    supervisor.signal(signal.SIGHUP)
+    fresh = set(children(2, besides=old))
+    wait_until(lambda: not any(alive(pid) for pid in old), 60, "the old workers gone")
+    assert alive(supervisor.pid) and supervisor.pid not in fresh
+
+    # Each old worker was asked to stop only after one more fresh worker had started:
+    # two served throughout (the log is written in that order: a worker logs its start
+    # before it reports it, the supervisor asks after reading the report).
+    output = supervisor.output()
+    asks = [m.start() for m in re.finditer(r"is replaced; asking it to stop", output)]
+    assert len(asks) == 2, output
+    for number, at in enumerate(asks, 1):
+        assert len(set(started_pids(output[:at])) & fresh) >= number, output
+    assert "Reloading: replacing 2 worker processes one by one" in output, output
+
+    # The handlers running as the reload came were let finish, once each.
+    assert effects_per_key() == {1: 1, 2: 1}
+    assert set(Effect.objects.filter(key__in=[1, 2]).values_list("pid", flat=True)) <= old
+    djqueue.send_batch("t.slow", [{"n": i} for i in range(3, 103)])
+    wait_until(lambda: History.objects.count() == 102, 60, "the later messages done")
+    assert set(Effect.objects.filter(key__gte=3).values_list("pid", flat=True)) <= fresh
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(60) == 0, supervisor.output()
+    assert not Worker.objects.exists()
+
+
+def test_a_deploy_that_fails_to_start_leaves_the_old_workers_working(spawn, tmp_path):
+    djqueue.create_queue("t.record")
+    broken = tmp_path / "broken"
+    supervisor = spawn("djqueue_worker", "t.record", "--processes", "2",
+                       env={"DJQUEUE_TEST_BROKEN_DEPLOY": str(broken),
+                            "DJQUEUE_TEST_LOG_INFO": "1"})
+    old = set(children(2))
+    broken.touch()
+    supervisor.signal(signal.SIGHUP)
+    wait_until(lambda: supervisor.output().count("exited with code 1; starting another in")
+               >= 2, 60, "two fresh workers failing to start")
+    assert "the deploy is broken" in supervisor.output(), supervisor.output()
+    assert "is replaced" not in supervisor.output(), supervisor.output()
+    assert set(Worker.objects.values_list("pid", flat=True)) == old
+    djqueue.send_batch("t.record", [{"n": i} for i in range(50)])
+    wait_until(lambda: History.objects.count() == 50, 60, "messages done by the old workers")
+    assert set(Effect.objects.values_list("pid", flat=True)) <= old
+
+    broken.unlink()  # the deploy mended: the retried fresh worker starts, and the reload goes on
+    fresh = set(children(2, besides=old))
+    wait_until(lambda: not any(alive(pid) for pid in old), 60, "the old workers gone")
+    assert not fresh & old
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(60) == 0, supervisor.output()
+
+
+def test_a_single_worker_given_sighup_finishes_its_work_and_runs_itself_anew(spawn):
+    djqueue.create_queue("t.slow", visibility_timeout=300)
+    worker = spawn("djqueue_worker", "t.slow", env={"DJQUEUE_TEST_LOG_INFO": "1"})
+    wait_until(lambda: len(STARTED.findall(worker.output())) == 1, 60, "its start")
+    djqueue.send("t.slow", {"n": 1, "sleep": 2})
+    wait_until(lambda: Effect.objects.filter(key=-1).exists(), 30, "the handler running")
+    worker.signal(signal.SIGHUP)
+    starts = wait_until(lambda: len(found := STARTED.findall(worker.output())) == 2 and found,
+                        60, "its second start")
+    # The same process (pid), run anew: a new worker id.
+    assert {int(pid) for pid, _ in starts} == {worker.pid} and starts[0][1] != starts[1][1]
+    assert effects_per_key() == {1: 1}, "the handler was let finish, once"
+    assert list(Worker.objects.values_list("pid", flat=True)) == [worker.pid]
+    djqueue.send("t.slow", {"n": 2})
+    wait_until(lambda: History.objects.count() == 2, 30, "a message after the reload")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.output()
+
+
+def test_a_stop_signal_after_a_sighup_stops_the_worker_for_good_not_at_once(spawn):
+    """SIGTERM after SIGHUP is the first stop asked for: the worker finishes its handler
+    and exits, rather than being forced (a second stop) or run anew (the reload)."""
+    djqueue.create_queue("t.slow", visibility_timeout=300)
+    worker = spawn("djqueue_worker", "t.slow", env={"DJQUEUE_TEST_LOG_INFO": "1"})
+    wait_until(lambda: STARTED.search(worker.output()), 60, "its start")
+    djqueue.send("t.slow", {"n": 1, "sleep": 2})
+    wait_until(lambda: Effect.objects.filter(key=-1).exists(), 30, "the handler running")
+    worker.signal(signal.SIGHUP)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.output()
+    assert effects_per_key() == {1: 1} and History.objects.count() == 1
+    assert len(STARTED.findall(worker.output())) == 1, worker.output()
+
+
+def test_a_reaper_given_sighup_runs_itself_anew(spawn):
+    reaper = spawn("djqueue_reaper", "--interval", "0.2", env={"DJQUEUE_TEST_LOG_INFO": "1"})
+    wait_until(lambda: "Reaper started" in reaper.output(), 60, "its start")
+    reaper.signal(signal.SIGHUP)
+    wait_until(lambda: reaper.output().count("Reaper started") == 2, 60, "its second start")
+    assert reaper.output().count("Reaper stopped") == 1, reaper.output()
+    assert alive(reaper.pid)
+    reaper.signal(signal.SIGTERM)
+    assert reaper.wait(60) == 0, reaper.output()
+
+
+def test_a_supervised_worker_leaves_a_sighup_to_its_supervisor(spawn):
+    """``pkill -HUP -f djqueue_worker`` reaches the children too: a child neither stops
+    nor runs itself anew; its supervisor's reload replaces it."""
+    djqueue.create_queue("t.record")
+    supervisor = spawn("djqueue_worker", "t.record", "--processes", "2",
+                       env={"DJQUEUE_TEST_LOG_INFO": "1"})
+    old = children(2)
+    ids = set(Worker.objects.values_list("id", flat=True))
+    for pid in old:
+        os.kill(pid, signal.SIGHUP)
+    # A child that stopped on it would log so in the few milliseconds a stop takes, and
+    # a new start; these messages take longer than that to go round.
+    djqueue.send_batch("t.record", [{"n": i} for i in range(20)])
+    wait_until(lambda: History.objects.count() == 20, 60, "messages done")
+    assert set(Worker.objects.values_list("id", flat=True)) == ids
+    assert "stopped after" not in supervisor.output(), supervisor.output()
+    assert len(STARTED.findall(supervisor.output())) == 2, supervisor.output()
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(60) == 0, supervisor.output()
