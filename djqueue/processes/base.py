@@ -85,7 +85,8 @@ class ProcessBase:
                     if heartbeat is not None:
                         heartbeat.join(timeout=5)
                     self.deregister()
-                    if self.alive_file is not None:
+                    # Run anew, the process keeps its file, which a probe would miss.
+                    if self.alive_file is not None and not self.reloading:
                         self.alive_file.unlink(missing_ok=True)
 
     def main(self) -> int:

@@ -280,6 +280,7 @@ class Worker(ProcessBase):
             busy = len(self._held) - len(self._acks.unflushed)
             if busy <= 0 or self.stop_signals.force.is_set() or time.monotonic() >= deadline:
                 break
+            self.show_alive()  # a bounded wait, not a hang (a reload's drain: not stale)
             local_wakeup.wait(local_wakeup.generation, 0.05)
         self._release(_messages(self._threads.unstarted()))
         still_running = self._held.other_than([d.message for d in self._acks.unflushed])

@@ -6,6 +6,7 @@ same pid. Real processes and real signals."""
 import os
 import re
 import signal
+import time
 
 import pytest
 
@@ -104,6 +105,32 @@ def test_a_single_worker_given_sighup_finishes_its_work_and_runs_itself_anew(spa
     wait_until(lambda: History.objects.count() == 2, 30, "a message after the reload")
     worker.signal(signal.SIGTERM)
     assert worker.wait(60) == 0, worker.output()
+
+
+def test_a_reloading_workers_alive_file_stays_fresh_while_it_drains_and_is_kept(spawn,
+                                                                                 tmp_path):
+    """A probe that reads ``--alive-file`` does not restart a worker that is reloading:
+    its drain refreshes the file, and the file is not removed as the process runs
+    itself anew."""
+    djqueue.create_queue("t.slow", visibility_timeout=300)
+    path = tmp_path / "worker.alive"
+    worker = spawn("djqueue_worker", "t.slow", "--alive-file", str(path),
+                   env={"DJQUEUE_TEST_LOG_INFO": "1"})
+    wait_until(lambda: STARTED.search(worker.output()) and path.exists(), 60, "its start")
+    djqueue.send("t.slow", {"n": 1, "sleep": 6})
+    wait_until(lambda: Effect.objects.filter(key=-1).exists(), 30, "the handler running")
+    inode, reloaded_at = path.stat().st_ino, time.time()
+    worker.signal(signal.SIGHUP)
+    wait_until(lambda: time.time() - reloaded_at > 3, 30, "3 s of its drain")
+    assert not Effect.objects.filter(key=1).exists(), "the handler still running"
+    assert path.stat().st_mtime > reloaded_at + 1.5, time.time() - path.stat().st_mtime
+    wait_until(lambda: len(STARTED.findall(worker.output())) == 2, 60, "its second start")
+    assert effects_per_key() == {1: 1}
+    assert path.stat().st_ino == inode  # kept through the run anew (not made again)
+    wait_until(lambda: path.stat().st_mtime > time.time() - 1.5, 30, "a fresh refresh")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.output()
+    assert not path.exists()
 
 
 def test_a_stop_signal_after_a_sighup_stops_the_worker_for_good_not_at_once(spawn):
