@@ -123,8 +123,8 @@ def _clocks_compared_as_the_session_starts(request: pytest.FixtureRequest,
     """The test process compares its clock with the databases' once, before any test,
     on a schedule it never runs again (djqueue.storage.host_clock): without one,
     ``database_now`` would compare by itself, as a web process does, at a test's first
-    need and every CLOCK_CHECK_INTERVAL after, and a test that counts its queries would
-    count that one too."""
+    need and every CLOCK_CHECK_INTERVAL after, on a connection of its own that a test
+    counting the server's sessions would count too."""
     if not any(item.get_closest_marker("django_db") for item in request.session.items):
         return
     request.getfixturevalue("django_db_setup")

@@ -16,8 +16,8 @@ apart than synchronised hosts ever are, and stamps and judges those times by the
 server's clock (``database_now``: the server's time at the latest comparison, carried
 on by a clock no one sets). Any other process (a web process that sends, or receives
 without waiting) compares as it first needs the time of a database, and again once
-CLOCK_CHECK_INTERVAL has passed: one query, once in ten minutes by default, on the
-caller's connection. Rate limits read the database's clock in their statements
+CLOCK_CHECK_INTERVAL has passed: a connection and a query, once in ten minutes by
+default, on a thread of its own. Rate limits read the database's clock in their statements
 (docs/limits.md). A registered process writes its latest offset on its row at each
 heartbeat (``latest_offset``), for the metrics and the workers' listing: a fleet's
 clocks seen in one place.
@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -75,6 +76,11 @@ _compare_due: dict[str, float] = {}
 #: is tried again: soon, as the caller's own statement is about to find the database
 #: back or fail; not at each call, so an outage does not double the failed queries.
 RETRY_UNANSWERED = 1.0
+
+#: Seconds a caller of ``database_now`` waits for the comparison it started: a server
+#: answers a connection and a query in milliseconds; one slower than this is left to
+#: finish, and the caller goes on by its host's time meanwhile.
+COMPARE_WAIT = 1.0
 
 _logger = logging.getLogger("djqueue")
 
@@ -142,8 +148,8 @@ def database_now(db: str) -> datetime:
     is NTP's milliseconds plus the comparison's own noise, and moving its times by that
     would change nothing but make them jitter.
 
-    A process that runs no ``ClockChecks`` (a web process) compares here, on the
-    caller's connection, as it first needs database ``db``'s time and again once
+    A process that runs no ``ClockChecks`` (a web process) compares here, on a
+    connection of its own, as it first needs database ``db``'s time and again once
     CLOCK_CHECK_INTERVAL has passed; one that runs them, only for a database they have
     not compared yet."""
     latest = _latest.get(db)
@@ -159,16 +165,28 @@ def database_now(db: str) -> datetime:
 
 def _compared_when_due(db: str) -> Comparison | None:
     """The latest comparison with database ``db``, made first if one is due (for
-    ``database_now``)."""
+    ``database_now``), on a thread of its own: so on a connection of its own, neither
+    in the caller's transaction nor among its queries (a test counting them). The
+    caller waits up to COMPARE_WAIT for it; past that it goes on by its host's time."""
     at = time.monotonic()
     if at >= _compare_due.get(db, -math.inf):
         if connections[db].vendor == "sqlite":  # a file on this host: its clock is this one
             _compare_due[db] = math.inf
         else:  # set first, so other threads do not compare it too meanwhile
             _compare_due[db] = at + RETRY_UNANSWERED
-            if _compare(_logger, f"Process {os.getpid()}", [db]):
-                _compare_due[db] = at + get_settings().CLOCK_CHECK_INTERVAL
+            comparing = threading.Thread(target=_compare_apart, args=(db, at), daemon=True,
+                                         name="djqueue-clock-comparison")
+            comparing.start()
+            comparing.join(COMPARE_WAIT)
     return _latest.get(db)
+
+
+def _compare_apart(db: str, at: float) -> None:
+    try:
+        if _compare(_logger, f"Process {os.getpid()}", [db]):
+            _compare_due[db] = at + get_settings().CLOCK_CHECK_INTERVAL
+    finally:
+        connections.close_all()  # this thread's
 
 
 def latest_offset(db: str) -> float | None:

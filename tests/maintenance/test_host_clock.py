@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -56,6 +57,20 @@ def test_checks_made_after_a_comparison_start_from_it(settings):
     checks = host_clock.ClockChecks(logging.getLogger("tests"), "test")
     assert not checks.due and host_clock.latest_offset("default") == offsets["default"]
     assert host_clock.latest_offset("no-such-database") is None
+
+
+def test_a_process_that_compares_by_itself_does_so_beside_the_callers_connection(
+        monkeypatch):
+    """A web process's comparison (``database_now``'s own) is made on a connection of
+    its own: not among the caller's queries, nor in its transaction."""
+    for name, value in (("_scheduled", False), ("_latest", {}), ("_compare_due", {})):
+        monkeypatch.setattr(host_clock, name, value)
+    djqueue.create_queue("t.record")
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        djqueue.send("t.record", {"n": 1}, delay=60)
+    assert abs(host_clock.latest_offset("default")) < host_clock.WARN_PAST
+    assert not [q for q in queries.captured_queries if "UNIX_TIMESTAMP" in q["sql"]
+                or "clock_timestamp" in q["sql"]], queries.captured_queries
 
 
 def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
