@@ -93,9 +93,9 @@ class WaitingReceives:
         self._conditions: dict[str, Counter[LineKey]] = {}
         self._started = False
         self._registration: Registration | None = None
-        #: Its receives stamp lease ends on this host's clock: compared with the
-        #: databases' from the heartbeat (djqueue_http compares them as it starts; a
-        #: server run by another command, at its first beat).
+        #: Its receives stamp lease ends by the database's clock: this host's compared
+        #: with the databases' from the heartbeat (djqueue_http compares them as it
+        #: starts; a server run by another command, at its first claim).
         self._clock_checks = host_clock.ClockChecks(logger, "HTTP API server")
         #: Failed polls, logged as a streak (an outage is a line each 10 s).
         self._poll_failures = FailureStreak(logger, "Reading which queues have messages")

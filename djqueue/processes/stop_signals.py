@@ -1,4 +1,4 @@
-"""Two-stage SIGTERM/SIGINT handling for long-running processes.
+"""Two-stage SIGTERM/SIGINT handling, and SIGHUP's reload, for long-running processes.
 
 The first signal asks for a graceful stop, the second for an immediate one.
 The handler only records the signal and writes a byte to a pipe; a small
