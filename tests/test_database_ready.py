@@ -116,9 +116,6 @@ def test_a_database_that_refuses_the_connection_is_not_waited_for(spawn):
     for a server that does not answer yet."""
     if connection.vendor == "sqlite":
         pytest.skip("SQLite's file that cannot be opened is the test below")
-    if connection.settings_dict["OPTIONS"].get("pool"):
-        pytest.skip("Django's pool answers a refusal as its timeout, with no cause: waited "
-                    "for, as docs/operations.md says")
     worker = spawn("djqueue_worker", "t.record", env={"DJQUEUE_TEST_DB_NAME": "no_such_db"})
     assert worker.wait(60) == 1, worker.output()
     line = worker.output().strip().splitlines()[-1]

@@ -62,12 +62,16 @@ def reach_home_database(command: str, *, wait: bool) -> None:
     if db not in settings.DATABASES:
         return  # the system checks say so (djqueue.E002)
     for attempt in itertools.count():
+        probe = connection_refusals.probe_connection(db)
         try:
-            with connections[db].cursor():
+            with probe.cursor():
                 return
         except OperationalError as exc:
             error = " ".join(str(exc).split())
             refused = connection_refusals.is_refused(exc)
+        finally:
+            if probe is not connections[db]:  # under Django's pool: a connection of its own
+                probe.close()
         connections[db].close()
         if refused:  # its user, password or name: waiting mends nothing
             raise CommandError(f"Database {db!r} refuses the connection: {error}. Check "
