@@ -69,8 +69,10 @@ lane2() {
     # connecting through a PgBouncer in transaction mode (tests/pgbouncer.py).
     postgres_again "processes behind PgBouncer" BEHIND_PGBOUNCER \
       "tests/worker tests/maintenance tests/task_backend" "$@"
-    # The storage layer, the API and the workers through Django's own connection pool.
-    postgres_again "Django's connection pool" DJANGO_POOL "tests/storage tests/api tests/worker" "$@"
+    # The storage layer, the API and the workers through Django's own connection pool,
+    # and the start-up check (which connects without the pool, to see a refusal).
+    postgres_again "Django's connection pool" DJANGO_POOL \
+      "tests/storage tests/api tests/worker tests/test_database_ready.py" "$@"
   else
     echo "PostgreSQL is not reachable on 127.0.0.1:5432: its run is skipped."
   fi
