@@ -26,8 +26,7 @@ stop gracefully, and so on until every worker runs the code deployed now. So no 
 than one worker more than N runs at a time, and no fewer than N serve, as Gunicorn's
 reload and a rolling deploy's surge of one do. A fresh worker that fails to start (a
 broken deploy) is retried with the growing pause, while the old workers keep working;
-a later SIGHUP starts the reload over. A child still starting when a SIGHUP comes runs
-the code being replaced: it is stopped at once. With ``--burst`` a SIGHUP is ignored.
+a later SIGHUP starts the reload over. With ``--burst`` a SIGHUP is ignored.
 
 What a child reads from its supervisor, and reports to it, is in
 djqueue.worker.supervised.
@@ -242,16 +241,13 @@ class Supervisor(ProcessBase):
             self._start()
 
     def _take_reload(self) -> None:
-        """After a SIGHUP: every child now running is to be replaced by a fresh one (a
-        child still starting is stopped at once: it runs the code being replaced)."""
+        """After a SIGHUP: every child now running, or starting, is to be replaced by a
+        fresh one."""
         if self.stop_signals.reloads == self.generation:
             return
         self.generation = self.stop_signals.reloads
         if self.stops or not self.replace:  # stopping, or --burst: nothing is replaced
             return
-        for child in self.children.values():
-            if not child.working:
-                self._ask_to_stop(child)
         self.to_reload = self.processes - len(self.due)
         logger.info("Reloading: replacing %d worker processes one by one", self.processes)
 

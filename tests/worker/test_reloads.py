@@ -1,19 +1,22 @@
 """SIGHUP reloads a process (after a deploy): a supervisor replaces its workers one by
 one, each old one asked to stop only once a fresh one has started work; a single
-worker, a reaper and a metrics server stop gracefully and run themselves anew, with the
-same pid. Real processes and real signals."""
+worker, a reaper and a metrics server stop gracefully and run themselves anew, with
+the same pid, as does an HTTP API server. Real processes and real signals."""
 
 import os
 import re
 import signal
 import time
 
+import httpx
 import pytest
 
 import djqueue
 from djqueue.models import History, Worker
 from tests.conftest import wait_until
+from tests.http.conftest import start_api_server
 from tests.models import Effect
+from tests.servers import free_port
 from tests.worker.test_processes import effects_per_key
 from tests.worker.test_supervisor import alive, children
 
@@ -178,3 +181,36 @@ def test_a_supervised_worker_leaves_a_sighup_to_its_supervisor(spawn):
     assert len(STARTED.findall(supervisor.output())) == 2, supervisor.output()
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(60) == 0, supervisor.output()
+
+
+def test_an_http_api_server_given_sighup_runs_itself_anew(spawn):
+    server = start_api_server(spawn)
+    serving = "Serving the project and its djqueue HTTP API on "
+    wait_until(lambda: serving in server.output(), 30, "its start line")
+    os.kill(server.pid, signal.SIGHUP)
+    wait_until(lambda: server.output().count(serving) == 2, 60, "its second start")
+    assert alive(server.pid)
+    answer = wait_until(lambda: _answer(server.base + "openapi.json"), 30, "an answer again")
+    assert answer == 200
+    os.kill(server.pid, signal.SIGTERM)
+
+
+def _answer(url: str) -> int | None:
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.TransportError:
+        return None
+
+
+def test_a_metrics_server_given_sighup_runs_itself_anew(spawn):
+    port = free_port()
+    server = spawn("djqueue_metrics", "--port", str(port))
+    serving = "Serving djqueue metrics on "
+    wait_until(lambda: serving in server.output(), 60, "its start line")
+    server.signal(signal.SIGHUP)
+    wait_until(lambda: server.output().count(serving) == 2, 60, "its second start")
+    assert alive(server.pid)
+    url = f"http://127.0.0.1:{port}/metrics"
+    assert wait_until(lambda: _answer(url), 30, "an answer again") == 200
+    server.signal(signal.SIGTERM)
+    assert server.wait(60) == 0, server.output()

@@ -8,7 +8,9 @@ this command is the one that needs no module path: it serves ``ASGI_APPLICATION`
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +20,7 @@ from django.utils.module_loading import import_string
 from djqueue.conf import get_settings
 from djqueue.management.arguments import whole_number
 from djqueue.management.database_ready import DatabaseReadyCommand
+from djqueue.processes.base import run_anew
 from djqueue.storage import host_clock
 
 
@@ -55,7 +58,26 @@ class Command(DatabaseReadyCommand):
             # As in workers: the event loop and the database threads hand the GIL to each
             # other on every request; Python's 5 ms would let one wait that long.
             sys.setswitchinterval(switch)
+        host, port = str(options["host"]), int(options["port"])
         # No lifespan: Django's ASGI handler does not take lifespan events.
-        uvicorn.run(application, host=str(options["host"]), port=int(options["port"]),
-                    log_level=str(options["log_level"]), lifespan="off",
-                    timeout_graceful_shutdown=5)
+        server = uvicorn.Server(uvicorn.Config(
+            application, host=host, port=port, log_level=str(options["log_level"]),
+            lifespan="off", timeout_graceful_shutdown=5))
+        reloads: list[int] = []
+
+        def reload(signum: int, frame: FrameType | None) -> None:
+            """SIGHUP: stop as on SIGTERM (uvicorn's graceful shutdown), then run anew on
+            the code deployed since, as every djqueue process does (processes.base)."""
+            reloads.append(signum)
+            server.should_exit = True
+
+        previous = signal.signal(signal.SIGHUP, reload)
+        self.stdout.write(f"Serving the project and its djqueue HTTP API on "
+                          f"http://{host}:{port}/")
+        self.stdout.flush()
+        try:
+            server.run()
+        finally:
+            signal.signal(signal.SIGHUP, previous)
+        if reloads:
+            run_anew()
