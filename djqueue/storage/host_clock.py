@@ -65,8 +65,8 @@ class Comparison(NamedTuple):
 #: and adds to the same record.
 _latest: dict[str, Comparison] = {}
 
-#: Whether a ClockChecks was made in this process: then it compares on that schedule,
-#: and ``database_now`` compares by itself only a database not compared with yet.
+#: Whether a ClockChecks runs in this process: then it compares on that schedule, and
+#: ``database_now`` compares by itself only a database not compared with yet.
 _scheduled = False
 
 #: When ``database_now`` may next compare each database by itself (time.monotonic()).
@@ -189,6 +189,14 @@ def _compare_apart(db: str, at: float) -> None:
         connections.close_all()  # this thread's
 
 
+def _now_scheduled() -> None:
+    """A ClockChecks compares on its schedule from now on, so ``database_now`` leaves to it
+    the databases compared already. Set as one is first run, not made: a process that
+    makes one and never runs it (the supervisor, the metrics server) compares by itself."""
+    global _scheduled
+    _scheduled = True
+
+
 def latest_offset(db: str) -> float | None:
     """This host's clock minus database ``db``'s at this process's latest comparison,
     in seconds; None before the first (and always on SQLite)."""
@@ -206,8 +214,6 @@ class ClockChecks:
     after the latest of them, and a database found far then is told of when it is back."""
 
     def __init__(self, logger: logging.Logger, process: str) -> None:
-        global _scheduled
-        _scheduled = True
         self.logger, self.process = logger, process
         self._due = max((c.at for c in _latest.values()), default=-math.inf)
         self._due += get_settings().CLOCK_CHECK_INTERVAL
@@ -221,10 +227,12 @@ class ClockChecks:
         return time.monotonic() >= self._due
 
     def check_when_due(self) -> None:
+        _now_scheduled()
         if self.due:
             self.check()
 
     def check(self) -> None:
+        _now_scheduled()
         self._due = time.monotonic() + get_settings().CLOCK_CHECK_INTERVAL
         for db, (offset, far) in _compare(self.logger, self.process).items():
             if far:

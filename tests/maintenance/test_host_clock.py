@@ -73,6 +73,26 @@ def test_a_process_that_compares_by_itself_does_so_beside_the_callers_connection
                 or "clock_timestamp" in q["sql"]], queries.captured_queries
 
 
+def test_database_now_compares_again_unless_a_clock_check_runs(monkeypatch):
+    """A process that makes a ClockChecks and never runs it (the supervisor, the metrics
+    server) is compared for by ``database_now`` every CLOCK_CHECK_INTERVAL, as a web
+    process is; once one runs, ``database_now`` leaves the comparisons to it."""
+    for name, value in (("_scheduled", False), ("_latest", {}), ("_compare_due", {})):
+        monkeypatch.setattr(host_clock, name, value)
+    checks = host_clock.ClockChecks(logging.getLogger("tests"), "test")
+    host_clock.database_now("default")
+    first = host_clock._latest["default"].at
+    host_clock._compare_due["default"] = 0.0  # its interval passed
+    host_clock.database_now("default")
+    second = host_clock._latest["default"].at
+    assert second > first
+    checks.check()
+    third = host_clock._latest["default"].at
+    host_clock._compare_due["default"] = 0.0
+    host_clock.database_now("default")
+    assert host_clock._latest["default"].at == third > second
+
+
 def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
     djqueue.create_queue("f.poison")
     ahead = spawn("djqueue_worker", "f.poison", env=CLOCK_ENV,
