@@ -94,8 +94,10 @@ _kept: list[bytes] = []
 
 def leaking(message: Message) -> None:
     """Keeps ``mb`` MB written (so resident) for as long as its process lives, as a
-    handler caching without bound would; records an effect with the process's pid."""
+    handler caching without bound would, then works ``sleep`` seconds; records an
+    effect with the process's pid."""
     _kept.append(b"x" * (message.payload["mb"] << 20))
+    threading.Event().wait(message.payload.get("sleep", 0))
     record(message)
 
 

@@ -48,7 +48,7 @@ class ProcessBase:
     #: passes, every CLOCK_CHECK_INTERVAL seconds (djqueue.storage.host_clock). The
     #: supervisor and the metrics server do neither.
     judges_times: bool = True
-    #: SIGHUP stops it, to be run anew (``reloading``); a supervisor only counts them.
+    #: SIGHUP stops it, to be run anew (``runs_anew``); a supervisor only counts them.
     stops_on_reload: bool = True
     #: A file whose modification time the main loop refreshes, at most once a second,
     #: for a liveness probe to read (``--alive-file``); removed as the process ends.
@@ -86,7 +86,7 @@ class ProcessBase:
                         heartbeat.join(timeout=5)
                     self.deregister()
                     # Run anew, the process keeps its file, which a probe would miss.
-                    if self.alive_file is not None and not self.reloading:
+                    if self.alive_file is not None and not self.runs_anew:
                         self.alive_file.unlink(missing_ok=True)
 
     def main(self) -> int:
@@ -165,9 +165,10 @@ class ProcessBase:
         return self.stop_signals.stop.is_set()
 
     @property
-    def reloading(self) -> bool:
-        """A SIGHUP stopped it (and no stop signal came after): its command runs it anew."""
-        return self.stop_signals.reloading
+    def runs_anew(self) -> bool:
+        """A SIGHUP (or a worker's recycle) stopped it, and no stop signal came after: its
+        command runs it anew."""
+        return self.stop_signals.runs_anew
 
     def stop(self) -> None:
         """Ask the process to stop gracefully (from another thread, or a test)."""

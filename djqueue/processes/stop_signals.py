@@ -16,11 +16,13 @@ period about one run in fifteen). The handler takes no lock, and the thread
 counts the signals in order.
 
 SIGHUP asks for a reload (as Gunicorn's and Celery's do): a process stops
-gracefully, as on a first stop signal, with ``reloading`` set, and its command then
+gracefully, as on a first stop signal, with ``runs_anew`` set, and its command then
 runs a fresh copy of itself (``run_anew``: the same pid and arguments, the code
 deployed now); a supervisor, made with ``stop_on_reload=False``, only counts it and
-replaces its workers one by one. A stop signal after a reload cancels the reload and
-does not force the stop: it is the first stop asked for.
+replaces its workers one by one. A worker that recycles itself (stuck handler threads,
+``--max-rss``) asks for the same stop with ``stop_to_run_anew``. A stop signal after
+either cancels the run anew and does not force the stop: it is the first stop asked
+for, so a service manager's SIGTERM during a recycle's drain ends the process.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ class StopSignals:
         self.stop_on_reload = stop_on_reload
         #: SIGHUPs received.
         self.reloads = 0
-        #: A SIGHUP stopped the process, and no stop signal came after it: run it anew.
-        self.reloading = False
+        #: A SIGHUP or ``stop_to_run_anew`` stopped the process, and no stop signal came
+        #: after it: its command runs it anew.
+        self.runs_anew = False
         #: Set by the first stop signal (or a call to ``request``): stop gracefully.
         self.stop = threading.Event()
         #: Set by the second: stop at once.
@@ -58,11 +61,22 @@ class StopSignals:
         #: With ``installed(wakeup_fd=True)``: readable after each signal.
         self.wakeup_fd: int | None = None
         self._pipe: tuple[int, int] | None = None
+        # Between the watcher thread's signals and a worker loop's stop_to_run_anew: a
+        # SIGTERM applied between the latter's test and its setting would be undone.
+        self._deciding = threading.Lock()
 
     def request(self) -> None:
         """Ask for a graceful stop, as a first signal would (e.g. from another thread)."""
         self.stop.set()
         local_wakeup.notify()
+
+    def stop_to_run_anew(self) -> None:
+        """Ask for a graceful stop after which the process runs anew, as a SIGHUP does,
+        unless a stop was asked for already (a worker recycling itself)."""
+        with self._deciding:
+            if not self.stop.is_set():
+                self.runs_anew = True
+                self.request()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # list.append and os.write take no lock a nested or interrupted caller may hold.
@@ -81,16 +95,17 @@ class StopSignals:
         """More signals arrived (on the watcher thread, in order): a stop signal stops,
         one more (or one after ``request``) forces; a reload stops, unless one was asked
         for already or this process only counts reloads."""
-        for kind in kinds:
-            if kind == _RELOAD_BYTE:
-                if self.stop_on_reload and not self.stop.is_set():
-                    self.reloading = True
-                    self.request()
-                continue
-            if self.stop.is_set() and not self.reloading:
-                self.force.set()
-            self.reloading = False
-            self.request()
+        with self._deciding:
+            for kind in kinds:
+                if kind == _RELOAD_BYTE:
+                    if self.stop_on_reload and not self.stop.is_set():
+                        self.runs_anew = True
+                        self.request()
+                    continue
+                if self.stop.is_set() and not self.runs_anew:
+                    self.force.set()
+                self.runs_anew = False
+                self.request()
 
     def _watch(self, read_end: int) -> None:
         while True:

@@ -63,7 +63,7 @@ class Worker(ProcessBase):
         self.lock_key = uuid.uuid4().hex
         self.id = f"{socket.gethostname()[:60]}:{os.getpid()}:{self.lock_key[:8]}"
         self.stats = WorkerStats()
-        self.limits = RunLimits(options, self.id, self.stats)
+        self.limits = RunLimits(options, self.id, self.stats, self.stop_signals)
         self._held = HeldMessages(self.id)
         self._lookups = FailureStreak(logger, "Looking up the queues", {"worker": self.id})
         self._hook = ClaimHooks(self.handlers, options.queues).hook()
@@ -269,11 +269,12 @@ class Worker(ProcessBase):
 
     def shutdown(self) -> None:
         """Release unstarted work at once, let running handlers finish within the grace period."""
-        self._release(self._windows.take_all() + _messages(self._threads.unstarted()))
+        self._release(self._windows.take_all())
         grace = (self.options.shutdown_grace if self.options.shutdown_grace is not None
                  else self.settings.SHUTDOWN_GRACE)
         deadline = time.monotonic() + grace
         while True:
+            self._release(_messages(self._threads.unstarted()))  # set aside since, too
             with contextlib.suppress(Exception):
                 self._flush()
             self._give_up_overdue()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from djqueue.processes.memory_limit import ResidentMemoryWatch
 
 if TYPE_CHECKING:
+    from djqueue.processes.stop_signals import StopSignals
     from djqueue.worker.ack_batches import WorkerStats
     from djqueue.worker.handler_threads import HandlerThreads
     from djqueue.worker.options import WorkerOptions
@@ -24,14 +25,15 @@ logger = logging.getLogger("djqueue.worker")
 class RunLimits:
     """One worker's limits on how long it runs and how much it takes in."""
 
-    def __init__(self, options: WorkerOptions, worker_id: str, stats: WorkerStats) -> None:
+    def __init__(self, options: WorkerOptions, worker_id: str, stats: WorkerStats,
+                 stop_signals: StopSignals) -> None:
         self.max_messages, self.max_seconds = options.max_messages, options.max_seconds
         #: Handler threads past their time limit that make the worker start afresh.
         self.max_stuck = options.max_stuck or max(4, 2 * options.concurrency)
         self.worker_id, self.stats = worker_id, stats
         self._memory = ResidentMemoryWatch(options.max_rss, worker_id)
-        #: Set when stuck handler threads or --max-rss made it stop to be started afresh.
-        self.recycle = False
+        #: Told when stuck handler threads or --max-rss make it stop to be started afresh.
+        self._stop_signals = stop_signals
 
     def left(self, batch_size: int, held: int) -> int:
         """How many more messages ``--max-messages`` lets the worker claim (``batch_size``
@@ -41,8 +43,9 @@ class RunLimits:
         return self.max_messages - self.stats.processed - held
 
     def reached(self, threads: HandlerThreads) -> bool:
-        """Whether the loop should end now; sets ``recycle`` when the process should then
-        be started afresh (what it holds is finished first, within the shutdown's grace)."""
+        """Whether the loop should end now; asks for a stop to run anew when the process
+        should then be started afresh (what it holds is finished first, within the
+        shutdown's grace; a SIGTERM meanwhile makes it exit instead)."""
         if self.max_messages is not None and self.stats.processed >= self.max_messages:
             return True
         if (self.max_seconds is not None
@@ -52,9 +55,9 @@ class RunLimits:
             logger.error("%d handler thread(s) stuck past the time limit; stopping so the "
                          "process starts afresh", threads.stuck,
                          extra={"worker": self.worker_id})
-            self.recycle = True
+            self._stop_signals.stop_to_run_anew()
             return True
         if self._memory.outgrown():  # --max-rss
-            self.recycle = True
+            self._stop_signals.stop_to_run_anew()
             return True
         return False

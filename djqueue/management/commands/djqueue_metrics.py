@@ -37,5 +37,5 @@ class Command(DatabaseReadyCommand):
         self.stdout.write(f"Serving djqueue metrics on http://{bound_host}:{bound_port}/metrics")
         self.stdout.flush()
         server.run()
-        if server.reloading:  # SIGHUP: the code deployed since
+        if server.runs_anew:  # SIGHUP: the code deployed since
             run_anew()

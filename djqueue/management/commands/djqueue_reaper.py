@@ -38,5 +38,5 @@ class Command(DatabaseReadyCommand):
                               f"promoted {report.promoted}, pruned {report.pruned}")
             return
         reaper.run()
-        if reaper.reloading:  # SIGHUP: the code deployed since
+        if reaper.runs_anew:  # SIGHUP: the code deployed since
             run_anew()

@@ -136,7 +136,7 @@ class Command(DatabaseReadyCommand):
         finally:
             if task_run_logs is not None:
                 task_run_logs.stop_following()
-        if worker.limits.recycle or worker.reloading:
+        if worker.runs_anew:  # SIGHUP, stuck handler threads or --max-rss
             run_anew()
 
     @staticmethod
