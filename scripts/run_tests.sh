@@ -22,6 +22,12 @@ MARIADB_URL=${DJQUEUE_MARIADB_URL:-mysql://root@127.0.0.1:3306/test}
 POSTGRES_URL=${DJQUEUE_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
 
 scripts/ensure_system.sh mariadb postgres spark browser prometheus pgbouncer faketime mysql || exit 1
+# The suite starts many Python processes (workers, reapers, servers, commands). Where
+# the environment says not to write bytecode (as CI's and many Docker images' do), each
+# of them compiled djqueue's, the project's and the tests' modules from source again:
+# 0.18 s of CPU and about 0.4 s a start on the 2-core machine. Written once, as the
+# first process imports them, they are read from then on.
+unset PYTHONDONTWRITEBYTECODE
 
 failed=()
 step() {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from django.db import connections
@@ -21,10 +22,15 @@ class MetricsServer(ProcessBase):
     logger = logger
     judges_times = False
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int,
+                 on_serving: Callable[[str], None] | None = None) -> None:
         super().__init__()
         self.server = ThreadingHTTPServer((host, port), _MetricsRequest)
         self.server.daemon_threads = True
+        #: Told the metrics' URL once they are served, the stop signals installed by
+        #: then: a SIGHUP sent on seeing it reloads the server, where it would have
+        #: killed a process still starting (SIGHUP's default).
+        self.on_serving = on_serving
 
     @property
     def address(self) -> tuple[str, int]:
@@ -35,7 +41,10 @@ class MetricsServer(ProcessBase):
         serving = threading.Thread(target=self.server.serve_forever, name="djqueue-metrics",
                                    daemon=True)
         serving.start()
-        logger.info("Serving djqueue metrics on http://%s:%d/metrics", *self.address)
+        url = "http://{}:{}/metrics".format(*self.address)
+        logger.info("Serving djqueue metrics on %s", url)
+        if self.on_serving is not None:
+            self.on_serving(url)
         self.stop_signals.stop.wait()
         return 0
 

@@ -214,9 +214,10 @@ def test_an_http_api_server_given_sighup_runs_itself_anew_refusing_no_connection
     asker.join(40)
     assert alive(server.pid)
     assert [outcome for _, _, outcome in answers if outcome != 200] == []
-    # The requests made while neither code accepted (a new Python starting Django takes
-    # more than a second) waited in the listening socket's backlog for the new code.
-    assert max(ended - began for began, ended, _ in answers) > 0.5
+    # The requests made while neither code accepted waited in the listening socket's
+    # backlog for the new code: the first of them, at least as long as a new Python
+    # process takes to start Django and djqueue (0.4 s of CPU on the 2-core machine).
+    assert max(ended - began for began, ended, _ in answers) > 0.25
     os.kill(server.pid, signal.SIGTERM)
 
 

@@ -30,12 +30,14 @@ class Command(DatabaseReadyCommand):
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
         try:
-            server = MetricsServer(host, port)
+            server = MetricsServer(host, port, on_serving=self.say_serving)
         except OSError as exc:
             raise CommandError(f"Cannot listen on {host}:{port}: {exc.strerror}") from None
-        bound_host, bound_port = server.address
-        self.stdout.write(f"Serving djqueue metrics on http://{bound_host}:{bound_port}/metrics")
-        self.stdout.flush()
         server.run()
         if server.runs_anew:  # SIGHUP: the code deployed since
             run_anew()
+
+    def say_serving(self, url: str) -> None:
+        """The start line, once the server answers and its signals are handled."""
+        self.stdout.write(f"Serving djqueue metrics on {url}")
+        self.stdout.flush()
