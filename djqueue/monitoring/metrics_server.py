@@ -1,5 +1,6 @@
 """``manage.py djqueue_metrics``: the Prometheus metrics on a port of their own, for
-projects that do not serve them from their web server (see views.metrics)."""
+projects that do not serve them from their web server (see views.metrics). A SIGHUP
+reload keeps its listening socket, so no scrape is refused meanwhile."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from django.db import connections
 
 from djqueue.monitoring.views import authorized, exposition
 from djqueue.processes.base import ProcessBase
+from djqueue.processes.listening_sockets import listening_socket, url_host
 
 logger = logging.getLogger("djqueue.metrics")
 
@@ -25,23 +28,23 @@ class MetricsServer(ProcessBase):
     def __init__(self, host: str, port: int,
                  on_serving: Callable[[str], None] | None = None) -> None:
         super().__init__()
-        self.server = ThreadingHTTPServer((host, port), _MetricsRequest)
-        self.server.daemon_threads = True
+        #: Bound here, or kept open by a reload (processes.listening_sockets); the HTTP
+        #: server serves, and closes as it stops, a copy of it.
+        self.listener = listening_socket(host, port)
+        self.server = _MetricsHTTPServer(self.listener.getsockname()[:2], _MetricsRequest,
+                                         bind_and_activate=False)
+        self.server.socket.close()  # the one it made, unbound
+        self.server.socket = self.listener.dup()
         #: Told the metrics' URL once they are served, the stop signals installed by
         #: then: a SIGHUP sent on seeing it reloads the server, where it would have
         #: killed a process still starting (SIGHUP's default).
         self.on_serving = on_serving
 
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self.server.server_address[:2]
-        return str(host), int(port)
-
     def main(self) -> int:
         serving = threading.Thread(target=self.server.serve_forever, name="djqueue-metrics",
                                    daemon=True)
         serving.start()
-        url = "http://{}:{}/metrics".format(*self.address)
+        url = f"http://{url_host(self.listener)}/metrics"
         logger.info("Serving djqueue metrics on %s", url)
         if self.on_serving is not None:
             self.on_serving(url)
@@ -49,8 +52,45 @@ class MetricsServer(ProcessBase):
         return 0
 
     def shutdown(self) -> None:
+        """Stop accepting, answer the scrapes accepted (within ANSWER_GRACE seconds),
+        then close the copy: ``listener`` stays open until the exit or a reload's exec."""
         self.server.shutdown()
+        self.server.wait_answered(ANSWER_GRACE)
         self.server.server_close()
+
+
+#: Seconds a stopping server gives the scrapes it accepted (a database that does not
+#: answer would hold one for ever); uvicorn gives its requests 5 s too.
+ANSWER_GRACE = 5.0
+
+
+class _MetricsHTTPServer(ThreadingHTTPServer):
+    """A thread a request, counted, so a stop answers the requests it accepted rather
+    than cutting them (a reload's exec or the exit would reset their connections)."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.answering = 0
+        self._answered = threading.Condition()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._answered:  # counted before its thread starts, on the accepting thread
+            self.answering += 1
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._answered:
+                self.answering -= 1
+                self._answered.notify_all()
+
+    def wait_answered(self, seconds: float) -> None:
+        with self._answered:
+            self._answered.wait_for(lambda: self.answering <= 0, seconds)
 
 
 class _MetricsRequest(BaseHTTPRequestHandler):

@@ -1,7 +1,7 @@
 """SIGHUP reloads a process (after a deploy): a supervisor replaces its workers one by
 one, each old one asked to stop only once a fresh one has started work; a single
 worker, a reaper and a metrics server stop gracefully and run themselves anew, with
-the same pid, as does an HTTP API server, which refuses no connection meanwhile.
+the same pid; an HTTP API server and a metrics server refuse no connection meanwhile.
 Real processes and real signals."""
 
 import os
@@ -9,6 +9,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -188,10 +189,37 @@ def test_a_supervised_worker_leaves_a_sighup_to_its_supervisor(spawn):
 def test_an_http_api_server_given_sighup_runs_itself_anew_refusing_no_connection(spawn):
     server = start_api_server(spawn)
     serving = "Serving the project and its djqueue HTTP API on "
-    url = server.base + "openapi.json"
-    # (began, ended, status or the transport error), one request after another, from
-    # before the SIGHUP until after the new code's start.
-    answers: list[tuple[float, float, int | str]] = []
+    answers = asked_through_a_reload(
+        server.base + "openapi.json", lambda: os.kill(server.pid, signal.SIGHUP),
+        lambda: server.output().count(serving) == 2)
+    assert alive(server.pid)
+    assert_none_refused(answers)
+    os.kill(server.pid, signal.SIGTERM)
+
+
+def test_a_metrics_server_given_sighup_runs_itself_anew_refusing_no_scrape(spawn):
+    port = free_port()
+    server = spawn("djqueue_metrics", "--port", str(port))
+    serving = "Serving djqueue metrics on "
+    wait_until(lambda: serving in server.output(), 60, "its start line")
+    answers = asked_through_a_reload(
+        f"http://127.0.0.1:{port}/metrics", lambda: server.signal(signal.SIGHUP),
+        lambda: server.output().count(serving) == 2)
+    assert alive(server.pid)
+    assert_none_refused(answers)
+    server.signal(signal.SIGTERM)
+    assert server.wait(60) == 0, server.output()
+
+
+Answers = list[tuple[float, float, int | str]]
+
+
+def asked_through_a_reload(url: str, reload: Callable[[], object],
+                           started_again: Callable[[], bool]) -> Answers:
+    """``GET url``, one request after another, from before ``reload()`` until three
+    answers after ``started_again()``: each request's start, end, and status or
+    transport error."""
+    answers: Answers = []
     done = threading.Event()
 
     def ask_over_and_over() -> None:
@@ -206,37 +234,18 @@ def test_an_http_api_server_given_sighup_runs_itself_anew_refusing_no_connection
     asker = threading.Thread(target=ask_over_and_over, daemon=True)
     asker.start()
     wait_until(lambda: len(answers) >= 3, 30, "answers before the reload")
-    os.kill(server.pid, signal.SIGHUP)
-    wait_until(lambda: server.output().count(serving) == 2, 60, "its second start")
+    reload()
+    wait_until(started_again, 60, "its second start")
     answered = len(answers)
     wait_until(lambda: len(answers) >= answered + 3, 30, "answers after the reload")
     done.set()
     asker.join(40)
-    assert alive(server.pid)
+    return answers
+
+
+def assert_none_refused(answers: Answers) -> None:
     assert [outcome for _, _, outcome in answers if outcome != 200] == []
     # The requests made while neither code accepted waited in the listening socket's
     # backlog for the new code: the first of them, at least as long as a new Python
     # process takes to start Django and djqueue (0.4 s of CPU on the 2-core machine).
     assert max(ended - began for began, ended, _ in answers) > 0.25
-    os.kill(server.pid, signal.SIGTERM)
-
-
-def _answer(url: str) -> int | None:
-    try:
-        return httpx.get(url, timeout=2).status_code
-    except httpx.TransportError:
-        return None
-
-
-def test_a_metrics_server_given_sighup_runs_itself_anew(spawn):
-    port = free_port()
-    server = spawn("djqueue_metrics", "--port", str(port))
-    serving = "Serving djqueue metrics on "
-    wait_until(lambda: serving in server.output(), 60, "its start line")
-    server.signal(signal.SIGHUP)
-    wait_until(lambda: server.output().count(serving) == 2, 60, "its second start")
-    assert alive(server.pid)
-    url = f"http://127.0.0.1:{port}/metrics"
-    assert wait_until(lambda: _answer(url), 30, "an answer again") == 200
-    server.signal(signal.SIGTERM)
-    assert server.wait(60) == 0, server.output()

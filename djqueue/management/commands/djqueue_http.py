@@ -6,17 +6,14 @@ this command is the one that needs no module path: it serves ``ASGI_APPLICATION`
 
 SIGHUP reloads it without refusing a connection: the listening socket is this
 command's own, handed to uvicorn as a copy, and kept open across the ``exec`` of
-``run_anew``. Connections that come while the old code drains and the new code starts
-wait in the socket's backlog and are answered by the new code, as Gunicorn's reload
-does; uvicorn binding its own socket would close it, and refuse them, for those seconds.
+``run_anew`` (djqueue.processes.listening_sockets); uvicorn binding its own would close
+it, and refuse connections, for the seconds of the restart.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import socket
 import sys
 from types import FrameType
 from typing import Any
@@ -29,11 +26,8 @@ from djqueue.conf import get_settings
 from djqueue.management.arguments import whole_number
 from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.processes.base import run_anew
+from djqueue.processes.listening_sockets import keep_for_run_anew, listening_socket, url_host
 from djqueue.storage import host_clock
-
-#: Set across a reload's exec: the number of the listening socket's file descriptor,
-#: which the new code serves instead of binding anew (and removes from its environment).
-LISTENING_FD = "DJQUEUE_HTTP_LISTENING_FD"
 
 
 class Command(DatabaseReadyCommand):
@@ -70,7 +64,12 @@ class Command(DatabaseReadyCommand):
             # As in workers: the event loop and the database threads hand the GIL to each
             # other on every request; Python's 5 ms would let one wait that long.
             sys.setswitchinterval(switch)
-        listener = listening_socket(str(options["host"]), int(options["port"]))
+        host, port = str(options["host"]), int(options["port"])
+        try:
+            listener = listening_socket(host, port)
+        except OSError as error:
+            raise CommandError(f"Cannot listen on {host}:{port}: "
+                               f"{error.strerror or error}") from None
         # No lifespan: Django's ASGI handler does not take lifespan events.
         server = uvicorn.Server(uvicorn.Config(
             application, log_level=str(options["log_level"]), lifespan="off",
@@ -84,9 +83,8 @@ class Command(DatabaseReadyCommand):
             server.should_exit = True
 
         previous = signal.signal(signal.SIGHUP, reload)
-        host, port = listener.getsockname()[:2]
         self.stdout.write(f"Serving the project and its djqueue HTTP API on "
-                          f"http://{f'[{host}]' if ':' in host else host}:{port}/")
+                          f"http://{url_host(listener)}/")
         self.stdout.flush()
         try:
             # A copy: uvicorn closes the sockets it serves as it stops.
@@ -94,27 +92,6 @@ class Command(DatabaseReadyCommand):
         finally:
             signal.signal(signal.SIGHUP, previous)
         if reloads:
-            os.set_inheritable(listener.fileno(), True)
-            os.environ[LISTENING_FD] = str(listener.fileno())
+            keep_for_run_anew(listener)
             run_anew()
 
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The socket to serve: the one a reload kept open, or a new one bound to
-    ``host:port`` (a clear error if it cannot be)."""
-    inherited = os.environ.pop(LISTENING_FD, None)
-    if inherited is not None:
-        try:
-            listener = socket.socket(fileno=int(inherited))
-        except (ValueError, OSError) as error:
-            raise CommandError(f"{LISTENING_FD}={inherited!r} is not the listening "
-                               f"socket a reload keeps open: {error}") from None
-        listener.set_inheritable(False)
-        return listener
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        # uvicorn's own backlog, so a reload's seconds fill it no sooner than before.
-        return socket.create_server((host, port), family=family, backlog=2048)
-    except OSError as error:
-        raise CommandError(f"cannot listen on {host}:{port}: "
-                           f"{error.strerror or error}") from None

@@ -5,6 +5,7 @@ from django.core.management.base import CommandError, CommandParser
 from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.monitoring.metrics_server import MetricsServer
 from djqueue.processes.base import run_anew
+from djqueue.processes.listening_sockets import keep_for_run_anew
 
 
 def port(text: str) -> int:
@@ -32,9 +33,11 @@ class Command(DatabaseReadyCommand):
         try:
             server = MetricsServer(host, port, on_serving=self.say_serving)
         except OSError as exc:
-            raise CommandError(f"Cannot listen on {host}:{port}: {exc.strerror}") from None
+            raise CommandError(f"Cannot listen on {host}:{port}: "
+                               f"{exc.strerror or exc}") from None
         server.run()
-        if server.runs_anew:  # SIGHUP: the code deployed since
+        if server.runs_anew:  # SIGHUP: the code deployed since, on the same socket
+            keep_for_run_anew(server.listener)
             run_anew()
 
     def say_serving(self, url: str) -> None:
