@@ -439,3 +439,14 @@ def test_a_stop_signal_during_a_recycles_drain_ends_the_worker(spawn):
     assert worker.wait(60) == 0, worker.output()
     assert effects_per_key() == {1: 1, 2: 1}
     assert worker.output().count("started on t.slow") == 1, worker.output()
+
+
+def test_a_max_rss_below_the_workers_own_start_is_refused(spawn):
+    djqueue.create_queue("t.leak")
+    refused = spawn("djqueue_worker", "t.leak", "--max-rss", "5")
+    assert refused.wait(60) == 1
+    assert "--max-rss 5 MB is below the" in refused.output()
+    supervised = spawn("djqueue_worker", "t.leak", "--processes", "2", "--max-rss", "5")
+    assert supervised.wait(60) == 1
+    assert "--max-rss 5 MB is below the" in supervised.output()
+    assert spawn("djqueue_worker", "t.leak", "--max-rss", "0").wait(60) == 2

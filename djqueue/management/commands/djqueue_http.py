@@ -94,4 +94,3 @@ class Command(DatabaseReadyCommand):
         if reloads:
             keep_for_run_anew(listener)
             run_anew()
-
