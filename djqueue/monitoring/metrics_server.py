@@ -1,10 +1,11 @@
 """``manage.py djqueue_metrics``: the Prometheus metrics on a port of their own, for
 projects that do not serve them from their web server (see views.metrics). A SIGHUP
-reload keeps its listening socket, so no scrape is refused meanwhile."""
+reload keeps its listening sockets, so no scrape is refused meanwhile."""
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,13 +15,14 @@ from django.db import connections
 
 from djqueue.monitoring.views import authorized, exposition
 from djqueue.processes.base import ProcessBase
-from djqueue.processes.listening_sockets import listening_socket, url_host
+from djqueue.processes.listening_sockets import listening_sockets, urls
 
 logger = logging.getLogger("djqueue.metrics")
 
 
 class MetricsServer(ProcessBase):
-    """Answers ``GET /metrics`` on ``host:port`` until a stop signal."""
+    """Answers ``GET /metrics`` on ``host:port`` (each address ``host`` names) until a
+    stop signal."""
 
     logger = logger
     judges_times = False
@@ -28,23 +30,22 @@ class MetricsServer(ProcessBase):
     def __init__(self, host: str, port: int,
                  on_serving: Callable[[str], None] | None = None) -> None:
         super().__init__()
-        #: Bound here, or kept open by a reload (processes.listening_sockets); the HTTP
-        #: server serves, and closes as it stops, a copy of it.
-        self.listener = listening_socket(host, port)
-        self.server = _MetricsHTTPServer(self.listener.getsockname()[:2], _MetricsRequest,
-                                         bind_and_activate=False)
-        self.server.socket.close()  # the one it made, unbound
-        self.server.socket = self.listener.dup()
+        #: Bound here, or kept open by a reload (processes.listening_sockets); an HTTP
+        #: server for each serves, and closes as it stops, a copy of it.
+        self.listeners = listening_sockets(host, port)
+        self.answering = _RequestsAnswering()
+        self.servers = [_MetricsHTTPServer(listener.dup(), self.answering)
+                        for listener in self.listeners]
         #: Told the metrics' URL once they are served, the stop signals installed by
         #: then: a SIGHUP sent on seeing it reloads the server, where it would have
         #: killed a process still starting (SIGHUP's default).
         self.on_serving = on_serving
 
     def main(self) -> int:
-        serving = threading.Thread(target=self.server.serve_forever, name="djqueue-metrics",
-                                   daemon=True)
-        serving.start()
-        url = f"http://{url_host(self.listener)}/metrics"
+        for number, server in enumerate(self.servers):
+            threading.Thread(target=server.serve_forever, name=f"djqueue-metrics-{number}",
+                             daemon=True).start()
+        url = urls(self.listeners, "/metrics")
         logger.info("Serving djqueue metrics on %s", url)
         if self.on_serving is not None:
             self.on_serving(url)
@@ -53,10 +54,12 @@ class MetricsServer(ProcessBase):
 
     def shutdown(self) -> None:
         """Stop accepting, answer the scrapes accepted (within ANSWER_GRACE seconds),
-        then close the copy: ``listener`` stays open until the exit or a reload's exec."""
-        self.server.shutdown()
-        self.server.wait_answered(ANSWER_GRACE)
-        self.server.server_close()
+        then close the copies: ``listeners`` stay open until the exit or a reload's exec."""
+        for server in self.servers:
+            server.shutdown()
+        self.answering.wait_answered(ANSWER_GRACE)
+        for server in self.servers:
+            server.server_close()
 
 
 #: Seconds a stopping server gives the scrapes it accepted (a database that does not
@@ -64,33 +67,46 @@ class MetricsServer(ProcessBase):
 ANSWER_GRACE = 5.0
 
 
+class _RequestsAnswering:
+    """The requests accepted and not yet answered, on every socket, so a stop answers
+    them rather than cutting them (a reload's exec or the exit would reset their
+    connections)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._answered = threading.Condition()
+
+    def add(self, change: int) -> None:
+        with self._answered:
+            self.count += change
+            self._answered.notify_all()
+
+    def wait_answered(self, seconds: float) -> None:
+        with self._answered:
+            self._answered.wait_for(lambda: self.count <= 0, seconds)
+
+
 class _MetricsHTTPServer(ThreadingHTTPServer):
-    """A thread a request, counted, so a stop answers the requests it accepted rather
-    than cutting them (a reload's exec or the exit would reset their connections)."""
+    """Serves one listening socket, a thread a request, each counted in ``answering``."""
 
     daemon_threads = True
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.answering = 0
-        self._answered = threading.Condition()
+    def __init__(self, listener: socket.socket, answering: _RequestsAnswering) -> None:
+        super().__init__(listener.getsockname()[:2], _MetricsRequest,
+                         bind_and_activate=False)
+        self.socket.close()  # the one it made, unbound
+        self.socket = listener
+        self.answering = answering
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        with self._answered:  # counted before its thread starts, on the accepting thread
-            self.answering += 1
+        self.answering.add(1)  # counted before its thread starts, on the accepting thread
         super().process_request(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            with self._answered:
-                self.answering -= 1
-                self._answered.notify_all()
-
-    def wait_answered(self, seconds: float) -> None:
-        with self._answered:
-            self._answered.wait_for(lambda: self.answering <= 0, seconds)
+            self.answering.add(-1)
 
 
 class _MetricsRequest(BaseHTTPRequestHandler):

@@ -1,48 +1,113 @@
-"""The listening socket of a djqueue server (``djqueue_http``, ``djqueue_metrics``),
+"""The listening sockets of a djqueue server (``djqueue_http``, ``djqueue_metrics``),
 kept open across a SIGHUP's run anew, so a reload refuses no connection.
 
-A server binds its socket once, and serves a copy of it (its HTTP library closes what
-it serves as it stops). Before ``run_anew``'s exec the original is made inheritable and
-its descriptor's number put in the environment; the new code serves that socket
+A server binds its sockets once, one for each address its ``--host`` names (as
+uvicorn and asyncio do: ``localhost`` may be 127.0.0.1 and ::1, and ``""`` every
+interface, IPv4 and IPv6), and serves copies of them (its HTTP library closes what it
+serves as it stops). Before ``run_anew``'s exec the originals are made inheritable and
+their descriptors' numbers put in the environment; the new code serves those sockets
 instead of binding again. Connections that come while the old code drains and the new
-code starts wait in the socket's backlog, as under Gunicorn's reload, rather than
+code starts wait in the sockets' backlogs, as under Gunicorn's reload, rather than
 being refused for those seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 
-#: Set across a reload's exec: the number of the listening socket's file descriptor.
-#: Read, and removed from the environment, as the new code starts.
-LISTENING_FD = "DJQUEUE_LISTENING_FD"
+#: Set across a reload's exec: the numbers of the listening sockets' file descriptors,
+#: comma-separated. Read, and removed from the environment, as the new code starts.
+LISTENING_FDS = "DJQUEUE_LISTENING_FDS"
+
+#: uvicorn's and the standard library's servers' backlog, at least.
+BACKLOG = 2048
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The socket to serve: the one a reload kept open, or a new one bound to
-    ``host:port`` (an ``OSError`` naming the address if it cannot be)."""
-    inherited = os.environ.pop(LISTENING_FD, None)
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """The sockets to serve: those a reload kept open, or new ones bound to each of
+    ``host``'s addresses on ``port`` (port 0: one free port, the same on every address).
+    An address that cannot be listened on is a ``CannotListen`` naming it."""
+    inherited = os.environ.pop(LISTENING_FDS, None)
     if inherited is not None:
+        return _inherited(inherited)
+    where = f"{host}:{port}" if host else f"every interface's port {port}"
+    try:
+        addresses = _addresses(host, port)
+    except OSError as error:
+        raise CannotListen(f"Cannot listen on {where}: {error.strerror or error}") from None
+    listeners: list[socket.socket] = []
+    for family, address in addresses:
+        if port == 0 and listeners:
+            address = (address[0], listeners[0].getsockname()[1], *address[2:])
         try:
-            listener = socket.socket(fileno=int(inherited))
-        except (ValueError, OSError) as error:
-            raise OSError(f"{LISTENING_FD}={inherited!r} is not the listening socket a "
-                          f"reload keeps open: {error}") from None
-        listener.set_inheritable(False)
-        return listener
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # uvicorn's and the standard library's servers' backlog, at least.
-    return socket.create_server((host, port), family=family, backlog=2048)
+            listeners.append(socket.create_server(address, family=family, backlog=BACKLOG))
+        except OSError as error:
+            for listener in listeners:
+                listener.close()
+            which = f" (on {_url_host(address)})" if address[0] != host else ""
+            # create_server's own message repeats the address, as a tuple.
+            reason = os.strerror(error.errno) if error.errno else str(error)
+            raise CannotListen(f"Cannot listen on {where}: {reason}{which}") from None
+    return listeners
 
 
-def keep_for_run_anew(listener: socket.socket) -> None:
-    """Let ``listener`` outlive the exec of ``run_anew``, for the new code to serve."""
-    os.set_inheritable(listener.fileno(), True)
-    os.environ[LISTENING_FD] = str(listener.fileno())
+class CannotListen(OSError):
+    """A server's address it cannot listen on (in use, not this machine's, a host name
+    that does not resolve), or inherited descriptors that are not listening sockets:
+    the message says which, in one line."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
-def url_host(listener: socket.socket) -> str:
-    """``listener``'s address and port as a URL writes them (an IPv6 one bracketed)."""
-    host, port = listener.getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+def keep_for_run_anew(listeners: list[socket.socket]) -> None:
+    """Let ``listeners`` outlive the exec of ``run_anew``, for the new code to serve."""
+    for listener in listeners:
+        os.set_inheritable(listener.fileno(), True)
+    os.environ[LISTENING_FDS] = ",".join(str(listener.fileno()) for listener in listeners)
+
+
+def urls(listeners: list[socket.socket], path: str = "/") -> str:
+    """The servers' URLs, for a start line: ``http://127.0.0.1:8001/ and
+    http://[::1]:8001/``."""
+    return " and ".join(f"http://{_url_host(listener.getsockname())}{path}"
+                        for listener in listeners)
+
+
+def _addresses(host: str, port: int) -> list[tuple[int, tuple[object, ...]]]:
+    """Each address ``host`` names, once, in the resolver's order (``""``: every
+    interface's)."""
+    infos = socket.getaddrinfo(host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM,
+                               0, socket.AI_PASSIVE)
+    addresses: list[tuple[int, tuple[object, ...]]] = []
+    for family, _, _, _, address in infos:
+        if family in (socket.AF_INET, socket.AF_INET6) and \
+                (family, tuple(address)) not in addresses:
+            addresses.append((family, tuple(address)))
+    if not addresses:
+        raise OSError(f"{host!r} names no IPv4 or IPv6 address")
+    return addresses
+
+
+def _inherited(numbers: str) -> list[socket.socket]:
+    listeners: list[socket.socket] = []
+    try:
+        for number in numbers.split(","):
+            listener = socket.socket(fileno=int(number))
+            listener.set_inheritable(False)
+            listeners.append(listener)
+    except (ValueError, OSError) as error:
+        for listener in listeners:
+            with contextlib.suppress(OSError):
+                listener.close()
+        raise CannotListen(f"{LISTENING_FDS}={numbers!r} is not the listening sockets "
+                           f"a reload keeps open: {error}") from None
+    return listeners
+
+
+def _url_host(address: tuple[object, ...]) -> str:
+    """An address and port as a URL writes them (an IPv6 one bracketed)."""
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"

@@ -17,7 +17,7 @@ import pytest
 import djqueue
 from djqueue.models import History, Worker
 from tests.conftest import wait_until
-from tests.http.conftest import start_api_server
+from tests.http.conftest import MOUNT, start_api_server
 from tests.models import Effect
 from tests.servers import free_port
 from tests.worker.test_processes import effects_per_key
@@ -209,6 +209,46 @@ def test_a_metrics_server_given_sighup_runs_itself_anew_refusing_no_scrape(spawn
     assert_none_refused(answers)
     server.signal(signal.SIGTERM)
     assert server.wait(60) == 0, server.output()
+
+
+SERVING_EVERYWHERE = re.compile(
+    r"^Serving .* on http://0\.0\.0\.0:(\d+)/\S* and http://\[::\]:(\d+)/\S*$", re.M)
+
+
+@pytest.mark.parametrize("command, path", [("djqueue_http", MOUNT + "openapi.json"),
+                                           ("djqueue_metrics", "/metrics")])
+def test_a_server_on_every_interface_answers_on_ipv4_and_ipv6_through_a_reload(
+        spawn, command, path):
+    """``--host ""`` is each address it names, IPv4's and IPv6's, as uvicorn binds them;
+    port 0 is one free port on both; a reload keeps both sockets."""
+    server = spawn(command, "--host", "", "--port", "0")
+    wait_until(lambda: SERVING_EVERYWHERE.search(server.output()), 60, "its start line")
+    ports = SERVING_EVERYWHERE.findall(server.output())
+    assert len(ports) == 1 and ports[0][0] == ports[0][1], server.output()
+    port = ports[0][0]
+
+    def statuses() -> list[int]:
+        return [httpx.get(f"http://{host}:{port}{path}", timeout=30).status_code
+                for host in ("127.0.0.1", "[::1]")]
+
+    assert statuses() == [200, 200]
+    server.signal(signal.SIGHUP)
+    wait_until(lambda: len(SERVING_EVERYWHERE.findall(server.output())) == 2, 60,
+               "its second start")
+    assert SERVING_EVERYWHERE.findall(server.output()) == [(port, port)] * 2
+    assert statuses() == [200, 200]
+    server.signal(signal.SIGTERM)
+    assert server.wait(60) == 0, server.output()
+
+
+def test_an_http_api_server_given_a_stop_signal_after_a_sighup_stops_for_good(spawn):
+    """As a worker: SIGTERM after SIGHUP is the stop asked for, and the exit is 0."""
+    server = spawn("djqueue_http", "--port", str(free_port()))
+    wait_until(lambda: "Serving the project" in server.output(), 60, "its start line")
+    server.signal(signal.SIGHUP)
+    server.signal(signal.SIGTERM)
+    assert server.wait(60) == 0, server.output()
+    assert server.output().count("Serving the project") == 1, server.output()
 
 
 Answers = list[tuple[float, float, int | str]]

@@ -4,16 +4,18 @@ of the project's URLs): ``manage.py djqueue_http --port 8001``.
 Any ASGI server will do (``uvicorn project.asgi:application``, daphne, hypercorn);
 this command is the one that needs no module path: it serves ``ASGI_APPLICATION``.
 
-SIGHUP reloads it without refusing a connection: the listening socket is this
-command's own, handed to uvicorn as a copy, and kept open across the ``exec`` of
-``run_anew`` (djqueue.processes.listening_sockets); uvicorn binding its own would close
-it, and refuse connections, for the seconds of the restart.
+SIGHUP reloads it without refusing a connection: the listening sockets (one for each
+address ``--host`` names) are this command's own, handed to uvicorn as copies, and
+kept open across the ``exec`` of ``run_anew`` (djqueue.processes.listening_sockets);
+uvicorn binding its own would close them, and refuse connections, for the seconds of
+the restart.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import socket
 import sys
 from types import FrameType
 from typing import Any
@@ -26,7 +28,12 @@ from djqueue.conf import get_settings
 from djqueue.management.arguments import whole_number
 from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.processes.base import run_anew
-from djqueue.processes.listening_sockets import keep_for_run_anew, listening_socket, url_host
+from djqueue.processes.listening_sockets import (
+    CannotListen,
+    keep_for_run_anew,
+    listening_sockets,
+    urls,
+)
 from djqueue.storage import host_clock
 
 
@@ -34,7 +41,9 @@ class Command(DatabaseReadyCommand):
     help = "Serve the project (and its djqueue HTTP API) over ASGI with uvicorn."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--host", default="127.0.0.1",
+                            help="Address or host name to listen on, each of its addresses "
+                                 "(default 127.0.0.1; \"\": every interface).")
         parser.add_argument("--port", type=whole_number(0, 65535), default=8001)
         parser.add_argument("--log-level", default="warning",
                             choices=["critical", "error", "warning", "info", "debug"])
@@ -66,31 +75,46 @@ class Command(DatabaseReadyCommand):
             sys.setswitchinterval(switch)
         host, port = str(options["host"]), int(options["port"])
         try:
-            listener = listening_socket(host, port)
-        except OSError as error:
-            raise CommandError(f"Cannot listen on {host}:{port}: "
-                               f"{error.strerror or error}") from None
+            listeners = listening_sockets(host, port)
+        except CannotListen as error:
+            raise CommandError(str(error)) from None
+        def say_serving() -> None:
+            self.stdout.write(f"Serving the project and its djqueue HTTP API on "
+                              f"{urls(listeners)}")
+            self.stdout.flush()
+
+        class Server(uvicorn.Server):
+            """Says it serves once it does."""
+
+            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                await super().startup(sockets)
+                if self.started:
+                    say_serving()
+
         # No lifespan: Django's ASGI handler does not take lifespan events.
-        server = uvicorn.Server(uvicorn.Config(
+        server = Server(uvicorn.Config(
             application, log_level=str(options["log_level"]), lifespan="off",
             timeout_graceful_shutdown=5))
-        reloads: list[int] = []
+        asked: list[int] = []
 
-        def reload(signum: int, frame: FrameType | None) -> None:
-            """SIGHUP: stop as on SIGTERM (uvicorn's graceful shutdown), then run anew on
-            the code deployed since, as every djqueue process does (processes.base)."""
-            reloads.append(signum)
+        def stop(signum: int, frame: FrameType | None) -> None:
+            """Stop as uvicorn's graceful shutdown does (its own handlers replace this one
+            for SIGTERM and SIGINT while it serves, and call it after). SIGHUP alone:
+            then run anew on the code deployed since, as every djqueue process does
+            (processes.base). Handled from the start, a stop signal sent on seeing the
+            start line, or before it, stops the server gracefully rather than killing
+            it, and the command exits 0 as the other djqueue processes do."""
+            asked.append(signum)
             server.should_exit = True
 
-        previous = signal.signal(signal.SIGHUP, reload)
-        self.stdout.write(f"Serving the project and its djqueue HTTP API on "
-                          f"http://{url_host(listener)}/")
-        self.stdout.flush()
+        previous = {number: signal.signal(number, stop)
+                    for number in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
         try:
-            # A copy: uvicorn closes the sockets it serves as it stops.
-            server.run(sockets=[listener.dup()])
+            # Copies: uvicorn closes the sockets it serves as it stops.
+            server.run(sockets=[listener.dup() for listener in listeners])
         finally:
-            signal.signal(signal.SIGHUP, previous)
-        if reloads:
-            keep_for_run_anew(listener)
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+        if asked and set(asked) == {signal.SIGHUP}:  # a stop signal after it: for good
+            keep_for_run_anew(listeners)
             run_anew()

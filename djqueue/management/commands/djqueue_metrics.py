@@ -1,18 +1,18 @@
+"""``manage.py djqueue_metrics``: serve djqueue's Prometheus metrics on a port of their
+own (djqueue.monitoring.metrics_server) until a stop signal; SIGHUP runs it anew on the
+code deployed since, on the same listening sockets."""
+
+from __future__ import annotations
+
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from djqueue.management.arguments import whole_number
 from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.monitoring.metrics_server import MetricsServer
 from djqueue.processes.base import run_anew
-from djqueue.processes.listening_sockets import keep_for_run_anew
-
-
-def port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise ValueError(text)
-    return value
+from djqueue.processes.listening_sockets import CannotListen, keep_for_run_anew
 
 
 class Command(DatabaseReadyCommand):
@@ -21,8 +21,9 @@ class Command(DatabaseReadyCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1",
-                            help="Address to listen on (default 127.0.0.1).")
-        parser.add_argument("--port", type=port, default=9808,
+                            help="Address or host name to listen on, each of its addresses "
+                                 "(default 127.0.0.1; \"\": every interface).")
+        parser.add_argument("--port", type=whole_number(0, 65535), default=9808,
                             help="Port to listen on (default 9808; 0: any free port, printed).")
 
     def waits_for_database(self, options: dict[str, Any]) -> bool:
@@ -32,12 +33,11 @@ class Command(DatabaseReadyCommand):
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
         try:
             server = MetricsServer(host, port, on_serving=self.say_serving)
-        except OSError as exc:
-            raise CommandError(f"Cannot listen on {host}:{port}: "
-                               f"{exc.strerror or exc}") from None
+        except CannotListen as error:
+            raise CommandError(str(error)) from None
         server.run()
         if server.runs_anew:  # SIGHUP: the code deployed since, on the same socket
-            keep_for_run_anew(server.listener)
+            keep_for_run_anew(server.listeners)
             run_anew()
 
     def say_serving(self, url: str) -> None:
