@@ -78,11 +78,17 @@ os.environ["DJQUEUE_BENCH_NO_PARTITIONS"] = "1"
 
 #: The peers measured on each database (bench/peers/run.py, from .venv-bench), and the
 #: factor djqueue's django.tasks worker at its defaults is to reach against each (issue
-#: #28); None: the ratio is reported, with no target (Oban for Python, measured since).
+#: #28); None: the ratio is reported, with no target (Oban for Python and PgQueuer,
+#: measured since).
 PEERS = {"mariadb": ("tasks-db", "dj-queue", "django-ox"),
-         "postgresql": ("tasks-db", "dj-queue", "django-ox", "procrastinate", "oban")}
+         "postgresql": ("tasks-db", "dj-queue", "django-ox", "procrastinate", "oban",
+                        "pgqueuer")}
 PEER_FACTORS: dict[str, float | None] = {"tasks-db": 25, "dj-queue": 10, "django-ox": 25,
-                                         "procrastinate": 10, "oban": None}
+                                         "procrastinate": 10, "oban": None,
+                                         "pgqueuer": None}
+#: Peers that drain --peer-messages in well under a second drain this many times as
+#: many, so that their rate is not a few batches' (PgQueuer: 5,000 in 0.3 s).
+PEER_SCALES = {"pgqueuer": 10}
 PEER_URLS = {"mariadb": "mysql://root@127.0.0.1:3306/djq_bench_peers",
              "postgresql": "postgres://postgres@127.0.0.1:5432/djq_bench_peers"}
 PEER_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
@@ -160,7 +166,8 @@ def main() -> None:
         if not (args.quick or args.no_peers):
             for peer in PEERS.get(name, ()):
                 print(f"{name}: {peer} ...", flush=True)
-                measured = run_peer(peer, PEER_URLS[name], args.peer_messages)
+                measured = run_peer(peer, PEER_URLS[name],
+                                    args.peer_messages * PEER_SCALES.get(peer, 1))
                 for run in found[name]:
                     run.update(measured)
     summary = {name: summarise(runs) for name, runs in found.items()}
@@ -216,6 +223,11 @@ def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str,
                   "raw_insert_1_unprepared", 0.8)
             ratio(db, "send, OPTIONS prepare_threshold, vs raw insert", "send_1_prepared",
                   "raw_insert_1", 0.8)
+            # PgQueuer is a plain job queue (a name and bytes a job), as djqueue's
+            # messages are: its rates beside the plain worker's and send's too.
+            ratio(db, "worker (defaults) vs pgqueuer", "worker_defaults",
+                  "peer_pgqueuer_drain_1", None)
+            ratio(db, "send vs pgqueuer's enqueue", "send_1", "peer_pgqueuer_enqueue", None)
         for key, limit in (("pickup_p50_ms", 5.0), ("pickup_p95_ms", 20.0),
                            ("tasks_pickup_p50_ms", 5.0),
                            ("idle_per_s", 20.0), ("admin_p95_ms", 200.0),
@@ -286,6 +298,8 @@ LABELS = {
     **{f"peer_{peer}_{key}": f"{peer}: {label}" for peer in PEER_FACTORS
        for key, label in (("drain_defaults", "drain, its defaults, tasks/s"),
                           ("drain_tuned", "drain, its fastest documented settings, tasks/s"),
+                          ("drain_tuned_pool", "drain, the same with a connection pool, "
+                                               "tasks/s"),
                           ("drain_1", "drain, the fastest of its settings, tasks/s"),
                           ("enqueue", "enqueue, 1 per call, tasks/s"),
                           ("pickup_p50_ms", "pickup p50 (tuned), ms"))},

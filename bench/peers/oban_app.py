@@ -1,15 +1,10 @@
 """Oban for Python's no-op worker, on the PostgreSQL database of ``DATABASE_URL``."""
 
-import os
-
-import dj_database_url
 from oban import worker
 
+from bench.peers import postgresql_url as dsn
 
-def dsn() -> str:
-    cfg = dj_database_url.parse(os.environ["DATABASE_URL"])
-    return (f"postgresql://{cfg['USER'] or 'postgres'}@{cfg['HOST']}:{cfg['PORT'] or 5432}/"
-            f"{cfg['NAME']}")
+__all__ = ["Noop", "dsn"]
 
 
 @worker(queue="default")

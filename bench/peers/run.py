@@ -3,7 +3,8 @@
     .venv-bench/bin/python -m bench.peers.run PEER --messages N --url URL
 
 PEER: tasks-db, dj-queue, django-ox (django.tasks backends; MariaDB or PostgreSQL by
-URL), procrastinate and oban (Oban for Python; PostgreSQL), celery (the local Redis).
+URL), procrastinate, oban (Oban for Python) and pgqueuer (PostgreSQL), celery (the
+local Redis).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +53,15 @@ def stop(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def enqueue_paced(enqueue_one: Callable[[], object]) -> None:
+    """Pickup's enqueues: once the worker has started and gone idle (3 s), PICKUPS
+    jobs one by one, 0.25 to 0.35 s apart, so each finds the worker idle."""
+    time.sleep(3)
+    for _ in range(PICKUPS):
+        enqueue_one()
+        time.sleep(0.25 + (time.time() % 0.1))
 
 
 # The django.tasks peers: django-tasks-db, dj-queue, django-ox
@@ -149,10 +160,7 @@ def django_peer(peer: str, messages: int, url: str) -> dict:
     model.objects.all().delete()
     idle = spawn([*manage, *spec.idle], f"peer-{peer}",
                  {"PEER_OPTIONS": json.dumps(spec.idle_options)})
-    time.sleep(3)  # let it start and go idle: pickup is measured from an idle worker
-    for _ in range(PICKUPS):
-        noop.enqueue(PAYLOAD)
-        time.sleep(0.25 + (time.time() % 0.1))
+    enqueue_paced(lambda: noop.enqueue(PAYLOAD))
     _wait_finished(model, spec, PICKUPS, idle, timeout=30)
     stop(idle)
     result["pickup_ms"] = [
@@ -223,10 +231,7 @@ def procrastinate(messages: int, url: str) -> dict:
         result["drain_1"] = max(result[f"drain_{name}"] for name, _b, _o in variants)
         _procrastinate_sql("TRUNCATE procrastinate_jobs CASCADE")
         idle = spawn([*command, *quiet, "worker"], "peer-procrastinate")
-        time.sleep(3)
-        for _ in range(PICKUPS):
-            noop.defer(payload=PAYLOAD)
-            time.sleep(0.25 + (time.time() % 0.1))
+        enqueue_paced(lambda: noop.defer(payload=PAYLOAD))
         deadline = time.monotonic() + 30
         while (_procrastinate_sql("SELECT count(*) FROM procrastinate_jobs WHERE status = "
                                   "'succeeded'")[0][0] < PICKUPS
@@ -293,10 +298,7 @@ def oban(messages: int, url: str) -> dict:
     result["drain_1"] = max(result[f"drain_{name}"] for name, _o in OBAN_VARIANTS)
     _oban_sql("TRUNCATE oban_jobs")
     idle = spawn([*command, *OBAN_VARIANTS[1][1]], "peer-oban")
-    time.sleep(3)  # started and idle
-    for _ in range(PICKUPS):
-        asyncio.run(_oban_backlog(1))
-        time.sleep(0.25 + (time.time() % 0.1))
+    enqueue_paced(lambda: asyncio.run(_oban_backlog(1)))
     _wait_rows("completed jobs", _oban_completed, PICKUPS, idle, timeout=30)
     stop(idle)
     result["pickup_ms"] = [row[0] * 1000 for row in _oban_sql(
@@ -350,6 +352,94 @@ def _oban_completed() -> int:
     return _oban_sql("SELECT count(*) FROM oban_jobs WHERE state = 'completed'")[0][0]
 
 
+# PgQueuer (PostgreSQL)
+
+#: PgQueuer's worker (``bench.peers.pgqueuer_app``, one process, asyncpg) at its CLI's
+#: defaults (a batch of 10, one connection), and at its performance guide's advice for
+#: short jobs: a larger batch (100 drained fastest of 10, 50, 100 and 250 here), and
+#: that with a pool of connections.
+PGQUEUER_VARIANTS = (("defaults", ()), ("tuned", ("--batch-size", "100")),
+                     ("tuned_pool", ("--batch-size", "100", "--pool")))
+
+
+def pgqueuer(messages: int, url: str) -> dict:
+    """PgQueuer's worker at each of PGQUEUER_VARIANTS, draining until the queue is
+    empty (its ``drain`` mode); rates and pickup from its log table, which holds a row
+    for each job's queueing, pick and success."""
+    import asyncio
+
+    fresh_database(url)
+    os.environ["DATABASE_URL"] = url
+    from bench.peers import postgresql_url
+
+    subprocess.run([sys.executable, "-m", "pgqueuer", "--pg-dsn", postgresql_url(),
+                    "install"], check=True, capture_output=True)
+    command = [sys.executable, "-m", "bench.peers.pgqueuer_app"]
+    result: dict = {"enqueue": asyncio.run(_pgqueuer_enqueue(min(messages, 2000), 1))}
+    for name, options in PGQUEUER_VARIANTS:
+        _pgqueuer_sql("TRUNCATE pgqueuer, pgqueuer_log")
+        asyncio.run(_pgqueuer_enqueue(messages, 1000))
+        # Its claim's plan needs the table's statistics: on this server (autovacuum
+        # off) 50,000 jobs drained at 5,164/s without and 8,588/s with (100 a batch),
+        # and at 8,628 and 10,776/s with autovacuum on. ANALYZE is what autovacuum
+        # would run after so many inserts.
+        _pgqueuer_sql("ANALYZE pgqueuer")
+        worker = spawn([*command, "--drain", *options], "peer-pgqueuer")
+        if worker.wait(900) != 0:
+            raise RuntimeError("PgQueuer's worker failed (bench/results/peer-pgqueuer.log)")
+        count, first, last = _pgqueuer_sql(
+            "SELECT count(*) FILTER (WHERE status = 'successful'), "
+            "min(created) FILTER (WHERE status = 'picked'), "
+            "max(created) FILTER (WHERE status = 'successful') FROM pgqueuer_log")[0]
+        if count != messages:
+            raise RuntimeError(f"PgQueuer ran {count} of {messages} jobs")
+        result[f"drain_{name}"] = count / (last - first).total_seconds()
+    result["drain_1"] = max(result[f"drain_{name}"] for name, _o in PGQUEUER_VARIANTS)
+    _pgqueuer_sql("TRUNCATE pgqueuer, pgqueuer_log")
+    idle = spawn([*command, "--log-level", "WARNING"], "peer-pgqueuer")
+    enqueue_paced(lambda: asyncio.run(_pgqueuer_enqueue(1, 1)))
+    _wait_rows("successful jobs", lambda: _pgqueuer_sql(
+        "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")[0][0],
+        PICKUPS, idle, timeout=30)
+    stop(idle)
+    result["pickup_ms"] = [row[0] * 1000 for row in _pgqueuer_sql(
+        "SELECT EXTRACT(EPOCH FROM p.created - q.created)::float FROM pgqueuer_log q "
+        "JOIN pgqueuer_log p ON p.job_id = q.job_id AND p.status = 'picked' "
+        "WHERE q.status = 'queued'")]
+    return result
+
+
+async def _pgqueuer_enqueue(count: int, per_call: int) -> float:
+    """Enqueue ``count`` jobs, ``per_call`` a call (1: as a web request makes them);
+    the rate."""
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Queries
+
+    from bench.peers import postgresql_url
+    from bench.peers.pgqueuer_app import ENTRYPOINT
+
+    payload = json.dumps(PAYLOAD).encode()
+    connection = await asyncpg.connect(postgresql_url())
+    try:
+        queries = Queries(AsyncpgDriver(connection))
+        started = time.perf_counter()
+        for start in range(0, count, per_call):
+            if per_call == 1:
+                await queries.enqueue(ENTRYPOINT, payload)
+            else:
+                size = min(per_call, count - start)
+                await queries.enqueue([ENTRYPOINT] * size, [payload] * size, [0] * size)
+        return count / (time.perf_counter() - started)
+    finally:
+        await connection.close()
+
+
+def _pgqueuer_sql(sql: str) -> list[tuple]:
+    from bench.peers import postgresql_url
+
+    return _postgresql_rows(postgresql_url(), sql)
+
+
 # Celery with the local Redis
 
 def celery(messages: int) -> dict:
@@ -375,10 +465,7 @@ def celery(messages: int) -> dict:
             stop(process)
     client.flushdb()
     idle = spawn([*worker, "-n", "idle@%h"], "peer-celery")
-    time.sleep(3)  # started and idle
-    for _ in range(PICKUPS):
-        noop.delay({**PAYLOAD, "sent": time.time()})
-        time.sleep(0.25 + (time.time() % 0.1))
+    enqueue_paced(lambda: noop.delay({**PAYLOAD, "sent": time.time()}))
     _count_rate(client, DONE_KEY, PICKUPS, [idle])
     stop(idle)
     result["pickup_ms"] = [float(v) * 1000 for v in client.lrange(PICKUP_KEY, 0, -1)]
@@ -407,7 +494,8 @@ def _count_rate(client, key: str, target: int, workers: list[subprocess.Popen],
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("peer", choices=[*DJANGO_PEERS, "procrastinate", "oban", "celery"])
+    parser.add_argument("peer", choices=[*DJANGO_PEERS, "procrastinate", "oban", "pgqueuer",
+                                         "celery"])
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--url", default="mysql://root@127.0.0.1:3306/djq_bench_peers")
     args = parser.parse_args()
@@ -417,6 +505,8 @@ def main() -> None:
         result = procrastinate(args.messages, args.url)
     elif args.peer == "oban":
         result = oban(args.messages, args.url)
+    elif args.peer == "pgqueuer":
+        result = pgqueuer(args.messages, args.url)
     else:
         result = django_peer(args.peer, args.messages, args.url)
     print(json.dumps(result, default=str))
