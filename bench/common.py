@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -127,6 +128,17 @@ def raw_connection(url: str):
     return MySQLdb.connect(host=cfg["HOST"], port=int(cfg["PORT"] or 3306), user=cfg["USER"],
                            passwd=cfg["PASSWORD"] or "", db=cfg["NAME"], charset="utf8mb4",
                            autocommit=True)
+
+
+def peer_python() -> Path:
+    """The peers' venv's Python (.venv-bench), made or brought up to date first: by
+    scripts/bench_venv.sh, when its stamp is older than bench/peers/requirements.txt
+    (a peer added since the venv was made would not import)."""
+    stamp = ROOT / ".venv-bench" / ".installed"
+    wanted = ROOT / "bench" / "peers" / "requirements.txt"
+    if not stamp.exists() or stamp.stat().st_mtime < wanted.stat().st_mtime:
+        subprocess.run([str(ROOT / "scripts" / "bench_venv.sh")], check=True)
+    return ROOT / ".venv-bench" / "bin" / "python"
 
 
 def rate(count: int, seconds: float) -> float:

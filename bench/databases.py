@@ -57,7 +57,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from common import percentile, summarise, write_results  # noqa: E402
+from common import peer_python, percentile, summarise, write_results  # noqa: E402
 from limit_use import limit_use  # noqa: E402
 from long_polls import long_poll_latencies  # noqa: E402
 
@@ -91,14 +91,11 @@ PEER_FACTORS: dict[str, float | None] = {"tasks-db": 25, "dj-queue": 10, "django
 PEER_SCALES = {"pgqueuer": 10}
 PEER_URLS = {"mariadb": "mysql://root@127.0.0.1:3306/djq_bench_peers",
              "postgresql": "postgres://postgres@127.0.0.1:5432/djq_bench_peers"}
-PEER_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
 
 
 def run_peer(peer: str, url: str, messages: int) -> dict[str, float]:
     """One peer's drain (the best of its variants), enqueue and pickup, as measures."""
-    if not PEER_PYTHON.exists():
-        subprocess.run([str(ROOT / "scripts" / "bench_venv.sh")], check=True)
-    done = subprocess.run([str(PEER_PYTHON), "-m", "bench.peers.run", peer, "--messages",
+    done = subprocess.run([str(peer_python()), "-m", "bench.peers.run", peer, "--messages",
                            str(messages), "--url", url], cwd=ROOT, check=True,
                           capture_output=True, text=True)
     found = json.loads(done.stdout.strip().splitlines()[-1])

@@ -32,12 +32,11 @@ import measures  # noqa: E402
 from common import (  # noqa: E402
     buffer_pool,
     fresh_database,
+    peer_python,
     percentile,
     summarise,
     write_results,
 )
-
-PEER_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
 
 #: (name, measured, baseline, factor): a target holds when measured >= factor x baseline.
 TARGETS = [
@@ -60,9 +59,7 @@ TARGETS = [
 
 
 def run_peer(peer: str, messages: int) -> dict:
-    if not PEER_PYTHON.exists():
-        subprocess.run([str(ROOT / "scripts" / "bench_venv.sh")], check=True)
-    done = subprocess.run([str(PEER_PYTHON), "-m", "bench.peers.run", peer, "--messages",
+    done = subprocess.run([str(peer_python()), "-m", "bench.peers.run", peer, "--messages",
                            str(messages)], cwd=ROOT, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
