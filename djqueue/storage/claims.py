@@ -69,9 +69,9 @@ def ack_and_claim(
                 want = limit - len(claimed)
                 if want <= 0:
                     break
-                def take(queue: Queue, n: int) -> list[Message]:
+                def take(queue: Queue, n: int, at: datetime = now) -> list[Message]:
                     return _claim_queue(db, queue, n, engine=engine, owner=owner, token=token,
-                                        now=now, where=where,
+                                        now=at, where=where,
                                         visibility_timeout=visibility_timeout, ends=ends)
 
                 if queue.limits_claims:
@@ -82,7 +82,7 @@ def ack_and_claim(
                     limiters_locked += 1
                 else:
                     rows = take(queue, want)
-                _claimed_from(db, queue, rows, now)
+                _claimed_from(db, queue, rows, (rows[0].claimed_at if rows else None) or now)
                 claimed += rows
         return acked, claimed
 

@@ -4,8 +4,11 @@ claimers (threads on separate connections), on each database."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+from django.db import connections, transaction
+from django.db.models import F
 
 import djqueue
 from djqueue import rates
@@ -106,6 +109,38 @@ def test_concurrent_claimers_take_no_more_than_the_buckets_tokens() -> None:
     djqueue.send_batch(queue, [{"n": i} for i in range(50)])
     counts = in_threads(lambda slot: len(djqueue.receive("l.rate", max_messages=3)), 8)
     assert sum(counts) == 4  # a full bucket, and a token every six minutes after it
+
+
+def test_a_claim_that_waited_for_the_limiter_is_stamped_when_it_took_its_tokens() -> None:
+    """The claim time is the limiter's clock reading, not the claim's start: a claim
+    stamped before its wait would make claim times bunch past the rate's N + B - 1 in
+    a window (56 of 50/s with a burst of 5 in a CI run). A transaction of another
+    connection holds the limiter row (its write lock on SQLite) for half a second."""
+    djqueue.create_queue("l.stamp", rate_limit="50/s")
+    djqueue.send("l.stamp", {"n": 1})
+    holding, released = threading.Event(), []
+
+    def hold_the_limiter() -> None:
+        try:
+            with transaction.atomic():
+                QueueLimiter.objects.filter(queue__name="l.stamp").update(tokens=F("tokens"))
+                holding.set()
+                time.sleep(0.5)
+                released.append(time.time())
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_limiter)
+    holder.start()
+    assert holding.wait(30)
+    began = time.time()
+    [message] = djqueue.receive("l.stamp")
+    holder.join(30)
+    assert message.claimed_at is not None and released
+    assert message.claimed_at.timestamp() >= released[0] - 0.05, (
+        message.claimed_at.timestamp() - began, released[0] - began)
+    stored = Message.objects.get(pk=message.pk).claimed_at
+    assert stored == message.claimed_at
 
 
 def test_a_key_over_its_rate_is_passed_over_for_the_keys_behind_it() -> None:

@@ -106,12 +106,15 @@ def clock_sql(vendor_name: str) -> str:
 
     Why the database's clock: limits are shared by workers on several hosts, whose
     clocks differ; the server's is the one they all read. Why per vendor: each
-    names it differently. MySQL's NOW(6) is the statement's start, PostgreSQL's
-    clock_timestamp() the moment it is read; SQLite's 'now' is fixed for a
-    statement, to the millisecond (its writers are serialised, so that is enough).
+    names it differently. MySQL's SYSDATE(6) and PostgreSQL's clock_timestamp() are
+    the moment they are read: in a ``SELECT ... FOR UPDATE`` that waited for its row,
+    after the wait, when the row's tokens are taken (MySQL's NOW(6) is the
+    statement's start, before it; a claim stamped so would seem to start before the
+    claims it waited for). SQLite's 'now' is fixed for a statement, to the
+    millisecond; its writers are serialised, so that is enough.
     """
     if vendor_name == "mysql":
-        return "(UNIX_TIMESTAMP(NOW(6)) + 0e0)"
+        return "(UNIX_TIMESTAMP(SYSDATE(6)) + 0e0)"
     if vendor_name == "postgresql":
         return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
     return "((julianday('now') - 2440587.5) * 86400.0)"
