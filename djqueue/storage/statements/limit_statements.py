@@ -17,7 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from djqueue.models import Message, QueueLimiter, State
 from djqueue.storage.statements import model_columns
 from djqueue.storage.statements.claim_statements import built_sql
-from djqueue.storage.statements.vendor_sql import clock_sql
+from djqueue.storage.statements.vendor_sql import locked_clock_sql
 
 #: The limiter's columns a claim reads, in this order, then the database's clock.
 READ = ("tokens", "refilled_at", "held_back", "throttled_since", "throttled_seconds",
@@ -91,8 +91,8 @@ def _lock_limiter_sql(conn: BaseDatabaseWrapper, skip_locked: bool) -> str:
     lock = ""
     if conn.features.has_select_for_update:
         lock = " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
-    return (f"SELECT {columns}, {clock_sql(conn.vendor)} FROM {q(QueueLimiter._meta.db_table)} "
-            f"WHERE {q('queue_id')} = %s{lock}")
+    return (f"SELECT {columns}, {locked_clock_sql(conn.vendor)} "
+            f"FROM {q(QueueLimiter._meta.db_table)} WHERE {q('queue_id')} = %s{lock}")
 
 
 def _count_claimed_sql(conn: BaseDatabaseWrapper) -> str:

@@ -102,22 +102,32 @@ def byte_length_sql(vendor_name: str) -> str:
 
 
 def clock_sql(vendor_name: str) -> str:
-    """SQL for the database server's clock now, in seconds since the epoch (a double).
+    """SQL for the database server's clock now, in seconds since the epoch (a double),
+    fixed for the statement where the database allows (an index range may use it).
 
     Why the database's clock: limits are shared by workers on several hosts, whose
     clocks differ; the server's is the one they all read. Why per vendor: each
-    names it differently. MySQL's SYSDATE(6) and PostgreSQL's clock_timestamp() are
-    the moment they are read: in a ``SELECT ... FOR UPDATE`` that waited for its row,
-    after the wait, when the row's tokens are taken (MySQL's NOW(6) is the
-    statement's start, before it; a claim stamped so would seem to start before the
-    claims it waited for). SQLite's 'now' is fixed for a statement, to the
-    millisecond; its writers are serialised, so that is enough.
+    names it differently. MySQL's NOW(6) is the statement's start, PostgreSQL's
+    clock_timestamp() the moment it is read; SQLite's 'now' is fixed for a
+    statement, to the millisecond (its writers are serialised, so that is enough).
     """
     if vendor_name == "mysql":
-        return "(UNIX_TIMESTAMP(SYSDATE(6)) + 0e0)"
+        return "(UNIX_TIMESTAMP(NOW(6)) + 0e0)"
     if vendor_name == "postgresql":
         return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
     return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def locked_clock_sql(vendor_name: str) -> str:
+    """``clock_sql`` for the select list of a ``SELECT ... FOR UPDATE``: the clock read
+    once the row is locked, after any wait for it, when a claim takes the row's tokens.
+    MySQL's SYSDATE(6) is read then (NOW(6) is the statement's start, before the wait:
+    a claim stamped so seems to start before the claims it waited for). PostgreSQL
+    evaluates clock_timestamp() again after a wait for a row that was changed meanwhile.
+    Not for a WHERE clause: MySQL can use no index range on SYSDATE()."""
+    if vendor_name == "mysql":
+        return "(UNIX_TIMESTAMP(SYSDATE(6)) + 0e0)"
+    return clock_sql(vendor_name)
 
 
 def upsert_options(unique_fields: list[str], update_fields: list[str]) -> dict:
