@@ -82,7 +82,7 @@ def ack_and_claim(
                     limiters_locked += 1
                 else:
                     rows = take(queue, want)
-                _claimed_from(db, queue, rows, (rows[0].claimed_at if rows else None) or now)
+                _claimed_from(db, queue, rows)
                 claimed += rows
         return acked, claimed
 
@@ -129,11 +129,14 @@ def _stamp(queue: Queue, owner: str, token: str, now: datetime,
         seconds=visibility_timeout or queue.lease_seconds()), now)
 
 
-def _claimed_from(db: str, queue: Queue, rows: list[Message], now: datetime) -> None:
+def _claimed_from(db: str, queue: Queue, rows: list[Message]) -> None:
+    """Each row knows its queue; a traced queue logs the claim at the claim's stamp,
+    which every row of a claim shares (a limited claim's is the limiter's clock
+    reading, see claim_limits, not the time the claim began)."""
     for message in rows:
         cache_queue(message, queue)
     if rows:
-        trace.record(db, rows, Event.CLAIMED, at=now, queue_id=queue.pk)
+        trace.record(db, rows, Event.CLAIMED, at=rows[0].claimed_at, queue_id=queue.pk)
 
 
 def _claim_queue(db: str, queue: Queue, want: int, *, engine: ClaimEngine, owner: str,

@@ -115,8 +115,9 @@ def test_a_claim_that_waited_for_the_limiter_is_stamped_when_it_took_its_tokens(
     """The claim time is the limiter's clock reading, not the claim's start: a claim
     stamped before its wait would make claim times bunch past the rate's N + B - 1 in
     a window (56 of 50/s with a burst of 5 in a CI run). A transaction of another
-    connection holds the limiter row (its write lock on SQLite) for half a second."""
-    djqueue.create_queue("l.stamp", rate_limit="50/s")
+    connection holds the limiter row (its write lock on SQLite) for half a second.
+    The trace's claim event has the same time."""
+    djqueue.create_queue("l.stamp", rate_limit="50/s", trace=True)
     djqueue.send("l.stamp", {"n": 1})
     holding, released = threading.Event(), []
 
@@ -141,6 +142,8 @@ def test_a_claim_that_waited_for_the_limiter_is_stamped_when_it_took_its_tokens(
         message.claimed_at.timestamp() - began, released[0] - began)
     stored = Message.objects.get(pk=message.pk).claimed_at
     assert stored == message.claimed_at
+    [claimed] = [e for e in djqueue.message_trace(message.pk) if e.event == "claimed"]
+    assert claimed.at == message.claimed_at
 
 
 def test_a_key_over_its_rate_is_passed_over_for_the_keys_behind_it() -> None:
