@@ -78,19 +78,24 @@ os.environ["DJQUEUE_BENCH_NO_PARTITIONS"] = "1"
 
 #: The peers measured on each database (bench/peers/run.py, from .venv-bench), and the
 #: factor djqueue's django.tasks worker at its defaults is to reach against each (issue
-#: #28); None: the ratio is reported, with no target (Oban for Python and PgQueuer,
-#: measured since).
+#: #28, on MariaDB and PostgreSQL: TARGETED_PEERS); None: the ratio is reported, with
+#: no target (Oban for Python, PgQueuer and Huey, and every peer on SQLite, measured
+#: since).
 PEERS = {"mariadb": ("tasks-db", "dj-queue", "django-ox"),
          "postgresql": ("tasks-db", "dj-queue", "django-ox", "procrastinate", "oban",
-                        "pgqueuer")}
+                        "pgqueuer"),
+         "sqlite": ("tasks-db", "dj-queue", "django-ox", "huey")}
 PEER_FACTORS: dict[str, float | None] = {"tasks-db": 25, "dj-queue": 10, "django-ox": 25,
                                          "procrastinate": 10, "oban": None,
-                                         "pgqueuer": None}
+                                         "pgqueuer": None, "huey": None}
+TARGETED_PEERS = ("mariadb", "postgresql")
 #: Peers that drain --peer-messages in well under a second drain this many times as
-#: many, so that their rate is not a few batches' (PgQueuer: 5,000 in 0.3 s).
-PEER_SCALES = {"pgqueuer": 10}
+#: many, so that their rate is not a few batches' (PgQueuer: 5,000 in 0.3 s; Huey:
+#: 5,000 in 0.6 s with fsync=False).
+PEER_SCALES = {"pgqueuer": 10, "huey": 4}
 PEER_URLS = {"mariadb": "mysql://root@127.0.0.1:3306/djq_bench_peers",
-             "postgresql": "postgres://postgres@127.0.0.1:5432/djq_bench_peers"}
+             "postgresql": "postgres://postgres@127.0.0.1:5432/djq_bench_peers",
+             "sqlite": "sqlite:////tmp/djq_bench_peers.sqlite3"}
 
 
 def run_peer(peer: str, url: str, messages: int) -> dict[str, float]:
@@ -100,7 +105,7 @@ def run_peer(peer: str, url: str, messages: int) -> dict[str, float]:
                           capture_output=True, text=True)
     found = json.loads(done.stdout.strip().splitlines()[-1])
     measured = {f"peer_{peer}_{key}": value for key, value in found.items()
-                if key.startswith("drain_") or key == "enqueue"}
+                if key.startswith(("drain_", "enqueue"))}
     if found["pickup_ms"]:
         measured[f"peer_{peer}_pickup_p50_ms"] = percentile(found["pickup_ms"], 50)
     return measured
@@ -211,7 +216,7 @@ def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str,
         ratio(db, "concurrency limit 3, 3 workers: used", "concurrency_use", 1.0, 0.9)
         for peer, factor in PEER_FACTORS.items():
             ratio(db, f"django.tasks worker (defaults) vs {peer}", "tasks_defaults",
-                  f"peer_{peer}_drain_1", factor)
+                  f"peer_{peer}_drain_1", factor if db in TARGETED_PEERS else None)
         if db == "postgresql":
             ratio(db, "worker (defaults) vs raw claim+ack 100", "worker_defaults",
                   "raw_claim_ack_100", 0.5)
@@ -225,6 +230,10 @@ def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str,
             ratio(db, "worker (defaults) vs pgqueuer", "worker_defaults",
                   "peer_pgqueuer_drain_1", None)
             ratio(db, "send vs pgqueuer's enqueue", "send_1", "peer_pgqueuer_enqueue", None)
+        if db == "sqlite":  # Huey, too, is a plain task queue
+            ratio(db, "worker (defaults) vs huey", "worker_defaults", "peer_huey_drain_1", None)
+            ratio(db, "send vs huey's enqueue (its defaults)", "send_1", "peer_huey_enqueue",
+                  None)
         for key, limit in (("pickup_p50_ms", 5.0), ("pickup_p95_ms", 20.0),
                            ("tasks_pickup_p50_ms", 5.0),
                            ("idle_per_s", 20.0), ("admin_p95_ms", 200.0),
@@ -297,8 +306,10 @@ LABELS = {
                           ("drain_tuned", "drain, its fastest documented settings, tasks/s"),
                           ("drain_tuned_pool", "drain, the same with a connection pool, "
                                                "tasks/s"),
+                          ("drain_fsync_off", "drain, fsync=False, tasks/s"),
                           ("drain_1", "drain, the fastest of its settings, tasks/s"),
                           ("enqueue", "enqueue, 1 per call, tasks/s"),
+                          ("enqueue_fsync_off", "enqueue, 1 per call, fsync=False, tasks/s"),
                           ("pickup_p50_ms", "pickup p50 (tuned), ms"))},
 }
 

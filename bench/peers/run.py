@@ -2,9 +2,9 @@
 
     .venv-bench/bin/python -m bench.peers.run PEER --messages N --url URL
 
-PEER: tasks-db, dj-queue, django-ox (django.tasks backends; MariaDB or PostgreSQL by
-URL), procrastinate, oban (Oban for Python) and pgqueuer (PostgreSQL), celery (the
-local Redis).
+PEER: tasks-db, dj-queue, django-ox (django.tasks backends; MariaDB, PostgreSQL or
+SQLite by URL), procrastinate, oban (Oban for Python) and pgqueuer (PostgreSQL), huey
+(SQLite), celery (the local Redis).
 """
 
 from __future__ import annotations
@@ -104,12 +104,16 @@ DJANGO_PEERS = {
 
 
 def fresh_database(url: str) -> None:
-    """Create the peer's database anew on its server (MariaDB or PostgreSQL)."""
+    """Create the peer's database anew on its server (MariaDB or PostgreSQL), or remove
+    its SQLite file."""
     from dj_database_url import parse
 
     cfg = parse(url)
     name = cfg["NAME"]
-    if "mysql" in cfg["ENGINE"]:
+    if "sqlite" in cfg["ENGINE"]:
+        for path in (name, f"{name}-wal", f"{name}-shm", f"{name}-journal"):
+            Path(path).unlink(missing_ok=True)
+    elif "mysql" in cfg["ENGINE"]:
         import MySQLdb
 
         admin = MySQLdb.connect(host=cfg["HOST"], port=int(cfg["PORT"] or 3306),
@@ -440,6 +444,66 @@ def _pgqueuer_sql(sql: str) -> list[tuple]:
     return _postgresql_rows(postgresql_url(), sql)
 
 
+# Huey (SQLite)
+
+#: Huey's consumer (``huey_consumer``, one process, its default of one worker thread;
+#: 2 and 4 threads drained slower here, taking turns at SQLite's one writer) with its
+#: defaults (SQLite's own synchronous FULL, an fsync a commit), and with the option
+#: its storage has for speed, ``fsync=False``: synchronous OFF, which can lose or
+#: corrupt the queue in an operating system crash, where djqueue's NORMAL cannot.
+HUEY_VARIANTS = (("defaults", ""), ("fsync_off", "off"))
+
+
+def huey_peer(messages: int, url: str) -> dict:
+    """Huey's consumer at each of HUEY_VARIANTS draining a backlog of ``messages``, then
+    idle for the pickup; rates from the task's own count (bench.peers.huey_app). Its
+    SQLite file is the one ``url`` names, with ``-huey`` before its suffix."""
+    import importlib
+
+    from dj_database_url import parse
+
+    name = Path(parse(url)["NAME"])
+    db = str(name.with_name(f"{name.stem}-huey{name.suffix}"))
+    tally = f"{db}.tally"
+    fresh_database(f"sqlite:///{db}")
+    command = [sys.executable, "-m", "huey.bin.huey_consumer", "bench.peers.huey_app.huey"]
+    os.environ.update(HUEY_DB=db, HUEY_TARGET=str(messages), HUEY_TALLY=tally)
+    from bench.peers import huey_app
+
+    result: dict = {}
+    for variant, fsync in HUEY_VARIANTS:
+        os.environ["HUEY_FSYNC"] = fsync
+        huey_app = importlib.reload(huey_app)  # its storage opened with this variant's fsync
+        noop = huey_app.noop
+        result[f"enqueue_{variant}"] = timed_rate(min(messages, 2000),
+                                                  lambda i, noop=noop: noop(PAYLOAD))
+        huey_app.huey.flush()
+        for _ in range(messages):  # Huey has no enqueue of many at once
+            noop(PAYLOAD)
+        Path(tally).unlink(missing_ok=True)
+        worker = spawn(command, "peer-huey", {"HUEY_FSYNC": fsync})
+        _wait_rows("Huey tasks counted", lambda: int(Path(tally).exists()), 1, worker)
+        stop(worker)
+        counted = json.loads(Path(tally).read_text())
+        if huey_app.huey.pending_count():
+            raise RuntimeError(f"Huey left {huey_app.huey.pending_count()} tasks queued")
+        result[f"drain_{variant}"] = counted["count"] / (counted["last"] - counted["first"])
+    result["enqueue"] = result["enqueue_defaults"]
+    result["drain_1"] = max(result[f"drain_{name}"] for name, _f in HUEY_VARIANTS)
+    huey_app.huey.flush()
+    pickups = Path(f"{tally}.pickup")
+    pickups.unlink(missing_ok=True)
+    # Polling at most every 0.1 s (by default its wait grows to 10 s while idle), as
+    # the django.tasks peers' idle workers are given --interval 0.1.
+    idle = spawn([*command, "--max-delay", "0.1"], "peer-huey", {"HUEY_FSYNC": ""})
+    enqueue_paced(lambda: huey_app.noop({**PAYLOAD, "sent": time.time()}))
+    _wait_rows("Huey pickups", lambda: len(pickups.read_text().split()) if pickups.exists()
+               else 0, PICKUPS, idle, timeout=30)
+    stop(idle)
+    result["pickup_ms"] = [float(line) * 1000 for line in pickups.read_text().split()]
+    return result
+
+
 # Celery with the local Redis
 
 def celery(messages: int) -> dict:
@@ -495,7 +559,7 @@ def _count_rate(client, key: str, target: int, workers: list[subprocess.Popen],
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("peer", choices=[*DJANGO_PEERS, "procrastinate", "oban", "pgqueuer",
-                                         "celery"])
+                                         "huey", "celery"])
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--url", default="mysql://root@127.0.0.1:3306/djq_bench_peers")
     args = parser.parse_args()
@@ -507,6 +571,8 @@ def main() -> None:
         result = oban(args.messages, args.url)
     elif args.peer == "pgqueuer":
         result = pgqueuer(args.messages, args.url)
+    elif args.peer == "huey":
+        result = huey_peer(args.messages, args.url)
     else:
         result = django_peer(args.peer, args.messages, args.url)
     print(json.dumps(result, default=str))
