@@ -449,8 +449,9 @@ def _pgqueuer_sql(sql: str) -> list[tuple]:
 #: Huey's consumer (``huey_consumer``, one process, its default of one worker thread;
 #: 2 and 4 threads drained slower here, taking turns at SQLite's one writer) with its
 #: defaults (SQLite's own synchronous FULL, an fsync a commit), and with the option
-#: its storage has for speed, ``fsync=False``: synchronous OFF, which can lose or
-#: corrupt the queue in an operating system crash, where djqueue's NORMAL cannot.
+#: its storage has for speed, ``fsync=False``: synchronous OFF, with which an operating
+#: system crash can corrupt the file; djqueue's NORMAL (in WAL mode) can lose the last
+#: commits in a power loss, and never corrupts it.
 HUEY_VARIANTS = (("defaults", ""), ("fsync_off", "off"))
 
 
@@ -489,7 +490,7 @@ def huey_peer(messages: int, url: str) -> dict:
             raise RuntimeError(f"Huey left {huey_app.huey.pending_count()} tasks queued")
         result[f"drain_{variant}"] = counted["count"] / (counted["last"] - counted["first"])
     result["enqueue"] = result["enqueue_defaults"]
-    result["drain_1"] = max(result[f"drain_{name}"] for name, _f in HUEY_VARIANTS)
+    result["drain_1"] = max(result[f"drain_{variant}"] for variant, _f in HUEY_VARIANTS)
     huey_app.huey.flush()
     pickups = Path(f"{tally}.pickup")
     pickups.unlink(missing_ok=True)
