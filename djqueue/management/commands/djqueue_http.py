@@ -13,6 +13,7 @@ the restart.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import socket
@@ -35,6 +36,11 @@ from djqueue.processes.listening_sockets import (
     urls,
 )
 from djqueue.storage import host_clock
+
+#: Seconds a stopping server goes on reading the connections it accepted before
+#: closing those with no request: a client sends its request as it connects, so it
+#: arrives within a round trip.
+ACCEPTED_GRACE = 0.2
 
 
 class Command(DatabaseReadyCommand):
@@ -84,12 +90,26 @@ class Command(DatabaseReadyCommand):
             self.stdout.flush()
 
         class Server(uvicorn.Server):
-            """Says it serves once it does."""
+            """Says it serves once it does; stops accepting before it closes what it
+            accepted."""
 
             async def startup(self, sockets: list[socket.socket] | None = None) -> None:
                 await super().startup(sockets)
                 if self.started:
                     say_serving()
+
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                """uvicorn's, after ACCEPTED_GRACE seconds of accepting nothing more.
+                Its shutdown closes at once each connection with no request in progress,
+                one accepted a moment before included: that client's request, in flight
+                or unread, was then answered by a reset (once in a CI run's reloads).
+                Given the grace, the request arrives and is answered; connections
+                waiting in the backlog go to the next server (a reload) or are refused
+                (a stop)."""
+                for accepting in self.servers:
+                    accepting.close()
+                await asyncio.sleep(ACCEPTED_GRACE)
+                await super().shutdown(sockets)
 
         # No lifespan: Django's ASGI handler does not take lifespan events.
         server = Server(uvicorn.Config(
