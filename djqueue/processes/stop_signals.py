@@ -1,19 +1,23 @@
 """Two-stage SIGTERM/SIGINT handling, and SIGHUP's reload, for long-running processes.
 
 The first signal asks for a graceful stop, the second for an immediate one.
-The handler only records the signal and writes a byte to a pipe; a small
-thread reads the pipe and sets the events that wake sleepers in this process
-(and, where asked, Python writes a file descriptor a ``select`` loop waits
-on). The process's own loop does the work. Handlers are restored on exit.
+Python's own handler for each only makes it write the signal's number to a pipe
+(``signal.set_wakeup_fd``); a small thread reads the pipe, counts the signals in
+order and sets the events that wake sleepers in this process (and, where asked,
+writes a byte to a descriptor a ``select`` loop waits on). The process's own loop
+does the work. Handlers and the wake-up descriptor are restored on exit.
 
-Why the thread: a Python signal handler runs in the main thread between two
-bytecodes, wherever that thread is, even inside ``Event.wait`` holding the
-event's lock, which ``Event.set`` would then wait for forever; and a second
-signal's handler can run nested inside the first one's, so a handler that
-tested "already stopping?" could see "no" twice and never force the stop
-(a worker given SIGTERM then SIGINT at once waited out its whole grace
-period about one run in fifteen). The handler takes no lock, and the thread
-counts the signals in order.
+Why the pipe and the thread: the kernel gives a signal sent to the process to any of
+its threads that does not block it, and a Python handler runs only on the main
+thread, between two bytecodes. A main thread blocked in ``Event.wait`` does not wake
+for a signal another thread took: ``djqueue_metrics``, its request threads taking one
+SIGHUP in six under four clients' scrapes, waited for a reload for ever. The pipe is
+written in the C handler, by whichever thread took the signal, at once. The thread
+also keeps the signals' order where handlers would not: a Python handler runs wherever
+the main thread is, even inside ``Event.wait`` holding the event's lock (which
+``Event.set`` would then wait for forever), and a second signal's handler can run
+nested inside the first one's, so a handler that tested "already stopping?" could see
+"no" twice and never force the stop.
 
 SIGHUP asks for a reload (as Gunicorn's and Celery's do): a process stops
 gracefully, as on a first stop signal, with ``runs_anew`` set, and its command then
@@ -38,8 +42,6 @@ from djqueue.polling import local_wakeup
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RELOAD_SIGNAL = signal.SIGHUP
-#: What the handler writes to the watcher's pipe for each kind of signal.
-_STOP_BYTE, _RELOAD_BYTE = 0, 1
 
 
 class StopSignals:
@@ -60,7 +62,8 @@ class StopSignals:
         self.received: list[int] = []
         #: With ``installed(wakeup_fd=True)``: readable after each signal.
         self.wakeup_fd: int | None = None
-        self._pipe: tuple[int, int] | None = None
+        #: ``wakeup_fd``'s pipe, written by the watcher thread after each signal.
+        self._select_pipe: tuple[int, int] | None = None
         # Between the watcher thread's signals and a worker loop's stop_to_run_anew: a
         # SIGTERM applied between the latter's test and its setting would be undone.
         self._deciding = threading.Lock()
@@ -78,34 +81,27 @@ class StopSignals:
                 self.runs_anew = True
                 self.request()
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        # list.append and os.write take no lock a nested or interrupted caller may hold.
-        # Both are counted here, on the main thread, before a select it interrupted
-        # returns: a loop that looks after its select sees them.
-        if signum == RELOAD_SIGNAL:
-            self.reloads += 1
-        else:
-            self.received.append(signum)
-        if self._pipe is not None:
-            with contextlib.suppress(OSError):
-                os.write(self._pipe[1], bytes([_RELOAD_BYTE if signum == RELOAD_SIGNAL
-                                               else _STOP_BYTE]))
-
-    def _apply_signals(self, kinds: bytes) -> None:
+    def _apply_signals(self, numbers: bytes) -> None:
         """More signals arrived (on the watcher thread, in order): a stop signal stops,
         one more (or one after ``request``) forces; a reload stops, unless one was asked
-        for already or this process only counts reloads."""
+        for already or this process only counts reloads. Others (a supervisor's SIGCHLD)
+        only wake a ``select`` loop."""
         with self._deciding:
-            for kind in kinds:
-                if kind == _RELOAD_BYTE:
+            for number in numbers:
+                if number == RELOAD_SIGNAL:
+                    self.reloads += 1
                     if self.stop_on_reload and not self.stop.is_set():
                         self.runs_anew = True
                         self.request()
-                    continue
-                if self.stop.is_set() and not self.runs_anew:
-                    self.force.set()
-                self.runs_anew = False
-                self.request()
+                elif number in STOP_SIGNALS:
+                    self.received.append(number)
+                    if self.stop.is_set() and not self.runs_anew:
+                        self.force.set()
+                    self.runs_anew = False
+                    self.request()
+        if self._select_pipe is not None:  # counted first: the loop it wakes sees them
+            with contextlib.suppress(OSError):
+                os.write(self._select_pipe[1], b"\0")
 
     def _watch(self, read_end: int) -> None:
         while True:
@@ -125,36 +121,33 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        self._pipe = os.pipe()
-        os.set_blocking(self._pipe[1], False)
-        watcher = threading.Thread(target=self._watch, args=(self._pipe[0],), daemon=True,
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)  # as set_wakeup_fd asks: a handler never blocks
+        if wakeup_fd:
+            self._select_pipe = os.pipe()
+            for end in self._select_pipe:
+                os.set_blocking(end, False)
+            self.wakeup_fd = self._select_pipe[0]
+        watcher = threading.Thread(target=self._watch, args=(read_end,), daemon=True,
                                    name="djqueue-stop-signals")
         watcher.start()
-        previous = {sig: signal.signal(sig, self._handle)
+        previous_fd = signal.set_wakeup_fd(write_end)
+        previous = {sig: signal.signal(sig, _written_to_the_pipe)
                     for sig in (*STOP_SIGNALS, RELOAD_SIGNAL)}
-        pipe: tuple[int, int] | None = None
-        previous_fd = -1
-        if wakeup_fd:
-            pipe = os.pipe()
-            for end in pipe:
-                os.set_blocking(end, False)
-            previous_fd = signal.set_wakeup_fd(pipe[1])
-            self.wakeup_fd = pipe[0]
         try:
             yield self
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
-            read_end, write_end = self._pipe
-            self._pipe = None
+            signal.set_wakeup_fd(previous_fd)
             os.close(write_end)  # ends the watcher once it has read what was written
             watcher.join(timeout=5)
             os.close(read_end)
-            if pipe is not None:
-                signal.set_wakeup_fd(previous_fd)
+            if self._select_pipe is not None:
                 self.wakeup_fd = None
-                for end in pipe:
+                for end in self._select_pipe:
                     os.close(end)
+                self._select_pipe = None
 
     def drain_wakeup_fd(self) -> None:
         """Empty :attr:`wakeup_fd` after a ``select`` found it readable."""
@@ -163,3 +156,9 @@ class StopSignals:
         with contextlib.suppress(BlockingIOError):
             while os.read(self.wakeup_fd, 512):
                 pass
+
+
+def _written_to_the_pipe(signum: int, frame: FrameType | None) -> None:
+    """Python's handler: the signal's number was written to the wake-up pipe as it came
+    (by C code, on whichever thread took it), and the watcher thread acts on it there.
+    Installed so that the signal neither kills the process nor is ignored."""
