@@ -18,6 +18,7 @@ import logging
 import signal
 import socket
 import sys
+import time
 from types import FrameType
 from typing import Any
 
@@ -99,7 +100,8 @@ class Command(DatabaseReadyCommand):
                     say_serving()
 
             async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-                """uvicorn's, after ACCEPTED_GRACE seconds of accepting nothing more.
+                """uvicorn's, after up to ACCEPTED_GRACE seconds of accepting nothing more
+                (until no connection is open, if sooner).
                 Its shutdown closes at once each connection with no request in progress,
                 one accepted a moment before included: that client's request, in flight
                 or unread, was then answered by a reset (once in a CI run's reloads).
@@ -108,7 +110,11 @@ class Command(DatabaseReadyCommand):
                 (a stop)."""
                 for accepting in self.servers:
                     accepting.close()
-                await asyncio.sleep(ACCEPTED_GRACE)
+                # uvicorn's own record of the open connections (its shutdown reads it
+                # too): with none, nothing is in flight, and a stop takes no grace.
+                grace_ends = time.monotonic() + ACCEPTED_GRACE
+                while self.server_state.connections and time.monotonic() < grace_ends:
+                    await asyncio.sleep(0.01)
                 await super().shutdown(sockets)
 
         # No lifespan: Django's ASGI handler does not take lifespan events.
