@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 
 from common import pickup_latencies, quiet_round_trips, rate, wait_for_worker
+from measures import django_task_cost
 from vendor_db import BODY, MESSAGE_COLUMNS, PAYLOAD, ROOT, WORKER, VendorDatabase
 
 #: Rounds of the insert comparison (raw and send take turns, as in measures.inserts).
@@ -232,9 +233,13 @@ class VendorBench(VendorDatabase):
                     for _ in range(min(500, count - start)):
                         noop.enqueue(PAYLOAD)
 
-        return self.drains("default", {"tasks_defaults": (), "tasks_b100": ("-b", "100"),
-                                       "tasks_quiet_log": ()}, enqueue,
-                           env={"tasks_quiet_log": {"DJQUEUE_BENCH_TASKS_LOG": "WARNING"}})
+        found = self.drains("default", {"tasks_defaults": (), "tasks_b100": ("-b", "100"),
+                                        "tasks_quiet_log": ()}, enqueue,
+                            env={"tasks_quiet_log": {"DJQUEUE_BENCH_TASKS_LOG": "WARNING"}})
+        # What django.tasks itself asks per task, hot in this process: with the plain
+        # worker's time a message, the ratio's estimate with nothing of djqueue's added.
+        found.update(django_task_cost(min(count, 20_000), empty=self.clear))
+        return found
 
     def exactly_once(self, count: int) -> dict[str, float]:
         """``djqueue_worker bench.once`` at its defaults on an ``exactly_once`` queue: each
