@@ -359,7 +359,7 @@ def chord(n: int) -> dict[str, float]:
 
 
 def django_task_cost(calls: int = 20_000,
-                     empty: Callable[[], None] | None = None) -> dict[str, float]:
+                     empty: Callable[[], None] = clear) -> dict[str, float]:
     """What django.tasks itself asks of a worker per task, in µs, run hot in this process:
     the two TaskResults and the task_started and task_finished signals (whose default
     receivers make an INFO log record each), and normalize_json of the return value.
@@ -369,7 +369,6 @@ def django_task_cost(calls: int = 20_000,
     strict bound: Python can overlap the loop thread's waits for the database).
     ``empty`` empties the tables before and after (MariaDB's ``clear`` by default).
     """
-    empty = empty or clear
     from bench.tasks import noop
     from djqueue.models import Message
     from djqueue.tasks import task_handler
