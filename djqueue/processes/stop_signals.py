@@ -10,8 +10,8 @@ does the work. Handlers and the wake-up descriptor are restored on exit.
 Why the pipe and the thread: the kernel gives a signal sent to the process to any of
 its threads that does not block it, and a Python handler runs only on the main
 thread, between two bytecodes. A main thread blocked in ``Event.wait`` does not wake
-for a signal another thread took: ``djqueue_metrics``, its request threads taking one
-SIGHUP in six under four clients' scrapes, waited for a reload for ever. The pipe is
+for a signal another thread took (``djqueue_metrics``, whose request threads took
+some, waited for a reload for ever; docs/operations.md). The pipe is
 written in the C handler, by whichever thread took the signal, at once. The thread
 also keeps the signals' order where handlers would not: a Python handler runs wherever
 the main thread is, even inside ``Event.wait`` holding the event's lock (which
