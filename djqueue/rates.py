@@ -33,7 +33,7 @@ from djqueue.durations import DAY, HOUR, MINUTE
 #: what any one database claims; a larger number is a typing error).
 MAX_COUNT = 1_000_000
 _PERIODS = {"s": 1.0, "m": MINUTE, "h": HOUR, "d": DAY}
-_RATE_RE = re.compile(r"^\s*(\d{1,7})\s*/\s*(\d{0,5})\s*([smhd])\s*$")
+_RATE_RE = re.compile(r"^\s*([0-9]{1,7})\s*/\s*([0-9]{0,5})\s*([smhd])\s*\Z")
 
 
 class Rate(NamedTuple):

@@ -52,7 +52,7 @@ PREFIX = "djq_"
 KEY_CHARS = 12
 SECRET_CHARS = 43
 #: A token as sent: anything else is refused without a database read.
-TOKEN_RE = re.compile(rf"^{PREFIX}([a-z0-9]{{{KEY_CHARS}}})_([A-Za-z0-9_-]{{{SECRET_CHARS}}})$")
+TOKEN_RE = re.compile(rf"^{PREFIX}([a-z0-9]{{{KEY_CHARS}}})_([A-Za-z0-9_-]{{{SECRET_CHARS}}})\Z")
 #: Seconds between two writes of a token's last_used_at.
 LAST_USED_EVERY = 60.0
 #: Seconds a process trusts its copy of a client's grants.

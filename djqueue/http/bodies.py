@@ -19,7 +19,7 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     before anything is parsed), 415 if it is not JSON, 400 if it is not an object."""
     limit = get_settings().HTTP_MAX_BODY_BYTES
     declared = request.META.get("CONTENT_LENGTH") or ""
-    if declared.isdigit() and int(declared) > limit:
+    if _digits(declared) and int(declared) > limit:
         raise RequestTooLarge(f"The body has {int(declared)} bytes; the limit is {limit}.")
     kind = (request.content_type or "").lower()
     if kind != "application/json":
@@ -35,6 +35,13 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidRequest("The body must be a JSON object.")
     return value
+
+
+def _digits(text: str) -> bool:
+    """Whether ``text`` is a whole number ``int`` reads at once: ASCII digits only
+    (``"²".isdigit()`` is true, and ``int("²")`` fails), and at most 18 of them (past
+    4,300 ``int`` refuses, and no bound here is near 10**18)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def _no_constant(name: str) -> None:
@@ -100,7 +107,7 @@ def query_whole(request: HttpRequest, name: str, *, low: int, high: int, default
     raw = request.GET.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    if not _digits(raw) or not low <= int(raw) <= high:
         raise InvalidRequest(f"Query parameter {name!r} must be a whole number from {low} to "
                              f"{high}.")
     return int(raw)

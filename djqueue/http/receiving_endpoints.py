@@ -30,7 +30,7 @@ from djqueue.models.shown_times import iso_or_null
 from djqueue.storage import partitions, placement
 from djqueue.storage.transitions import MAX_ERROR_CHARS, ack_many, extend, fail, release
 
-RECEIPT_RE = re.compile(r"^([1-9][0-9]{0,18})\.([0-9a-f]{32})$")
+RECEIPT_RE = re.compile(r"^([1-9][0-9]{0,18})\.([0-9a-f]{32})\Z")
 #: Receipts one ack, nack or extend takes.
 MAX_RECEIPTS = 1000
 

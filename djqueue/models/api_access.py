@@ -10,7 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 #: A grant's pattern: a queue name's characters, and * for any run of them.
-PATTERN_RE = re.compile(r"^[A-Za-z0-9_.:*-]{1,100}$")
+PATTERN_RE = re.compile(r"^[A-Za-z0-9_.:*-]{1,100}\Z")  # \Z: see QUEUE_NAME_RE
 validate_pattern = RegexValidator(
     PATTERN_RE, "A queue or topic name, or a pattern: 1-100 letters, digits, '_', '.', ':', "
                 "'-', and * for any run of them.")

@@ -17,7 +17,8 @@ MAX_BACKOFF_STEPS = 100
 #: Deliveries a queue may allow before dead-lettering.
 MAX_ATTEMPTS = 1000
 
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+#: ``\Z``, not ``$``: ``$`` also matches before a final newline, so "name\n" would pass.
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")
 
 
 def validate_queue_name(name: str) -> None:

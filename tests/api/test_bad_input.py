@@ -63,6 +63,11 @@ CASES = {
     "redrive unknown queue": (lambda: djqueue.redrive("nope"), QueueNotFound),
     "queue option unknown": (lambda: djqueue.create_queue("q2", colour="red"), ConfigurationError),
     "queue name invalid": (lambda: djqueue.create_queue("bad name!"), ConfigurationError),
+    # A regex's "$" also matches before a final newline: the name's check ends at "\Z".
+    "queue name with a final newline": (lambda: djqueue.create_queue("jobs2\n"),
+                                        ConfigurationError),
+    "rate with other digits": (lambda: djqueue.create_queue("q5", rate_limit="\u0665/s"),
+                               ConfigurationError),
     "queue max_attempts zero": (lambda: djqueue.create_queue("q3", max_attempts=0),
                                 ConfigurationError),
     "queue backoff invalid": (lambda: djqueue.create_queue("q4", backoff=[-1]),

@@ -182,6 +182,8 @@ def test_unregistering_a_broadcast_consumer_drops_its_queue():
     (lambda: djqueue.subscribe("v", "a:b"), ConfigurationError),
     (lambda: djqueue.subscribe("v", "dup"), ConfigurationError),
     (lambda: djqueue.create_topic("bad name"), ConfigurationError),
+    (lambda: djqueue.create_topic("news\n"), ConfigurationError),
+    (lambda: djqueue.subscribe("v", "g\n"), ConfigurationError),
     (lambda: djqueue.reset_group("v", "dup", to="now"), InvalidMessage),
 ])
 def test_bad_topic_calls_are_refused(call, error):

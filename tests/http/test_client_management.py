@@ -48,6 +48,7 @@ def test_the_command_creates_grants_rotates_and_revokes():
     assert "billing, 50 requests/s" in listing and "revoked" in listing
     for bad in (["create", "billing"], ["create", "x", "--grant", "orders"],
                 ["grant", "billing", "bad pattern!", "send"], ["token", "nobody"],
+                ["grant", "billing", "refunds\n", "send"],  # "$" would let it through
                 ["revoke", "djq_unknownkey00"]):
         with pytest.raises(CommandError):
             command(*bad)

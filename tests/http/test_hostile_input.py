@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import djqueue
+from djqueue.http import access
 from djqueue.models import History, Message, Queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,6 +106,32 @@ def test_random_query_parameters(fuzz_setup, endpoint, params):
     before = snapshot()
     response = fuzz_setup.get(endpoint, params=params)
     refused_cleanly(response, before, {200, 400})
+
+
+@pytest.mark.parametrize("limit", ["\u00b2", "\u0661\u0662", "9" * 5000, "1" * 19, " 5", "5\n"])
+def test_a_limit_that_is_not_ascii_digits_gets_400(fuzz_setup, limit):
+    """``"²".isdigit()`` is true and ``int("²")`` fails; ``int`` refuses 4,301 digits;
+    a final newline passes a "$" anchor. Each was a 500 or was read as a number."""
+    before = snapshot()
+    for endpoint in ("queues", "queues/h.fuzz/messages"):
+        response = fuzz_setup.get(endpoint, params={"limit": limit})
+        refused_cleanly(response, before, {400})
+        assert "'limit' must be a whole number" in response.json()["detail"]
+
+
+def test_a_name_pattern_or_receipt_with_a_final_newline_is_refused(fuzz_setup):
+    before = snapshot()
+    response = fuzz_setup.post("queues/h.fuzz%0A/receive", json={})
+    refused_cleanly(response, before, {400})
+    assert "is not a valid queue name" in response.json()["detail"]
+    [message] = djqueue.receive("h.fuzz", visibility_timeout=60)
+    receipt = f"{message.id}.{message.lease_token}"
+    before = snapshot()
+    response = fuzz_setup.post("queues/h.fuzz/ack", json={"receipts": [receipt + "\n"]})
+    refused_cleanly(response, before, {400})
+    assert "is not a receipt" in response.json()["detail"]
+    with pytest.raises(ValueError, match="is not a queue name or pattern"):
+        access.check_pattern("h.*\n")
 
 
 @FUZZ
