@@ -53,7 +53,9 @@ absurd_numbers = st.sampled_from([math.inf, -math.inf, math.nan, 1e300, -1e300, 
 anything = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True), absurd_numbers, st.text(max_size=40),
-    st.sampled_from(["jobs", "jobs.dead", "", "nope", "x" * 300, "a b", "news", "-1", "1e9"]),
+    # and text that found holes: a final newline (past a "$" anchor), digits int() refuses
+    st.sampled_from(["jobs", "jobs.dead", "", "nope", "x" * 300, "a b", "news", "-1", "1e9",
+                     "jobs\n", "news\n", "\u00b2", "\u0661\u0662", "9" * 5000]),
     st.binary(max_size=8), st.lists(st.integers(-5, 5), max_size=3),
     st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
     st.datetimes(timezones=st.none() | st.just(UTC)), st.timedeltas(),
