@@ -9,6 +9,7 @@ from django.db.models import Case, F, QuerySet, Value, When
 
 from djqueue import durations, signals
 from djqueue.api import ready_wakeups
+from djqueue.api.message_ids import id_chunks
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State
@@ -45,7 +46,7 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
         return moved
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidMessage(f"limit must be a positive integer, got {limit!r}.")
-    only = _check_ids(ids) if ids is not None else None
+    chunks: list[list[int] | None] = [None] if ids is None else list(id_chunks(ids))
     db = placement.database_of(source)
     if target is not None and placement.database_of(target) != db:
         raise InvalidMessage(
@@ -53,7 +54,8 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
             f"{source.name!r} on {db!r}: a redrive moves messages within one database.")
     moved = 0
     batch = get_settings().PRUNE_BATCH
-    while limit is None or moved < limit:
+    while chunks and (limit is None or moved < limit):
+        only = chunks[0]
         take = batch if limit is None else min(batch, limit - moved)
         with transaction.atomic(using=db):
             dead = Message.objects.using(db).filter(queue=source, state=State.DEAD)
@@ -61,7 +63,8 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
                 dead = dead.filter(pk__in=only)
             ids = _lock_ids(dead.order_by("id"), take)
             if not ids:
-                break
+                chunks.pop(0)  # this chunk's (or, without ids, the queue's) are all moved
+                continue
             destination = (Value(target.pk) if target is not None else Case(
                 When(origin_queue__isnull=False, then=F("origin_queue")), default=Value(source.pk)))
             ready_again(
@@ -76,7 +79,7 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
             ready_wakeups.wake_on_commit(db, {m.queue_id for m in moved_rows})
         moved += len(ids)
         if len(ids) < take:
-            break
+            chunks.pop(0)
     if moved:
         signals.messages_redriven.send(sender=Message, queue=source, count=moved)
     return moved
@@ -113,14 +116,16 @@ def retry_now(ids: list[int], *, queue: QueueRef | None = None) -> int:
     ``queue``: only that queue's (ids are per database: a queue placed on another
     database than the home one needs it)."""
     db, messages = _messages(queue)
-    with transaction.atomic(using=db):
-        ready = _lock_ids(messages.filter(
-            pk__in=_check_ids(ids), state=State.SCHEDULED), len(ids))
-        now_ready = Message.objects.using(db).filter(pk__in=ready)
-        ready_again(now_ready, state=State.READY, visible_at=host_clock.database_now(db))
-        if ready:
-            ready_wakeups.wake_on_commit(db, now_ready.values_list("queue_id", flat=True))
-    return len(ready)
+    made_ready = 0
+    for chunk in id_chunks(ids):
+        with transaction.atomic(using=db):
+            ready = _lock_ids(messages.filter(pk__in=chunk, state=State.SCHEDULED), len(chunk))
+            now_ready = Message.objects.using(db).filter(pk__in=ready)
+            ready_again(now_ready, state=State.READY, visible_at=host_clock.database_now(db))
+            if ready:
+                ready_wakeups.wake_on_commit(db, now_ready.values_list("queue_id", flat=True))
+        made_ready += len(ready)
+    return made_ready
 
 
 def change_visibility(ids: list[int], seconds: float, *, queue: QueueRef | None = None) -> int:
@@ -133,17 +138,19 @@ def change_visibility(ids: list[int], seconds: float, *, queue: QueueRef | None 
             f"Visibility must be 0 to {MAX_VISIBILITY:g} seconds, got {seconds!r}.")
     db, in_queue = _messages(queue)
     until = host_clock.database_now(db) + timedelta(seconds=seconds)
-    with transaction.atomic(using=db):
-        ids = _lock_ids(in_queue.filter(
-            pk__in=_check_ids(ids), state__in=[State.READY, State.SCHEDULED, State.CLAIMED]),
-            len(ids))
-        messages = Message.objects.using(db).filter(pk__in=ids)
-        changed = messages.filter(state=State.CLAIMED).update(visible_at=until)
-        changed += ready_again(messages.exclude(state=State.CLAIMED),
+    changed = 0
+    for chunk in id_chunks(ids):
+        with transaction.atomic(using=db):
+            locked = _lock_ids(in_queue.filter(pk__in=chunk, state__in=[
+                State.READY, State.SCHEDULED, State.CLAIMED]), len(chunk))
+            messages = Message.objects.using(db).filter(pk__in=locked)
+            now = messages.filter(state=State.CLAIMED).update(visible_at=until)
+            now += ready_again(messages.exclude(state=State.CLAIMED),
                                state=State.READY if seconds == 0 else State.SCHEDULED,
                                visible_at=until)
-        if changed and seconds == 0:
-            ready_wakeups.wake_on_commit(db, messages.values_list("queue_id", flat=True))
+            if now and seconds == 0:
+                ready_wakeups.wake_on_commit(db, messages.values_list("queue_id", flat=True))
+        changed += now
     return changed
 
 
@@ -159,13 +166,6 @@ def _messages(queue: QueueRef | None) -> tuple[str, QuerySet[Message]]:
             "partition's queue (a received message's .queue) instead.")
     db = placement.database_of(q)
     return db, Message.objects.using(db).filter(queue=q)
-
-
-def _check_ids(ids: object) -> list[int]:
-    if not isinstance(ids, list | tuple) or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise InvalidMessage(f"Message ids must be a list of integers, got {ids!r}.")
-    return list(ids)
 
 
 def _lock_ids(query: QuerySet[Message], limit: int) -> list[int]:
@@ -257,14 +257,12 @@ def delete_batch(ids: list[int], *, only_unclaimed: bool = False,
     transaction, in id order, so a large selection holds its locks briefly and two
     batches over the same rows cannot deadlock. ``queue`` as for :func:`retry_now`.
     """
-    ids = sorted(set(_check_ids(ids)))
     db, messages = _messages(queue)
-    batch = get_settings().PRUNE_BATCH
     deleted = 0
-    for start in range(0, len(ids), batch):
+    for chunk in id_chunks(ids):
         with transaction.atomic(using=db):
             rows = [row for row in messages.select_for_update().only(*_DELETE_READS)
-                    .filter(pk__in=ids[start:start + batch]).order_by("pk")
+                    .filter(pk__in=chunk).order_by("pk")
                     if not (only_unclaimed and row.state == State.CLAIMED)]
             if rows:
                 _delete_rows(db, rows)

@@ -7,6 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import djqueue
+from djqueue.api import queue_operations
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Event, History, Message, Outcome, State, TraceEvent
 from tests.conftest import write_unreadable_time
@@ -112,3 +113,39 @@ def test_messages_whose_times_cannot_be_read_are_deleted_and_hand_their_groups_o
     assert djqueue.finished(a1.id, queue="del.ord").outcome == Outcome.DELETED
     [got] = djqueue.receive("del.ord")  # the group's next message holds it now
     assert got.id == a2.id
+
+
+OPERATIONS_BY_ID = {
+    "delete_batch": djqueue.delete_batch,
+    "retry_now": queue_operations.retry_now,
+    "change_visibility": lambda ids: queue_operations.change_visibility(ids, 60),
+    "redrive": lambda ids: djqueue.redrive("del.jobs", ids=ids),
+}
+
+
+@pytest.mark.parametrize("ids", [[2**70], [1, -(2**5000)], [0], [-5], [2**63]])
+def test_ids_outside_a_keys_range_are_refused_by_every_operation_that_takes_ids(ids):
+    """Before, 2**70 was SQLite's OverflowError: a driver's error, not djqueue's."""
+    djqueue.create_queue("del.jobs")
+    kept = djqueue.send("del.jobs", {"n": 1})
+    for name, operation in OPERATIONS_BY_ID.items():
+        with pytest.raises(InvalidMessage, match=r"from 1 to 2\*\*63-1"):
+            operation(ids)
+        assert Message.objects.get().pk == kept.id, name
+
+
+def test_more_ids_than_one_statement_takes_are_worked_in_chunks():
+    """70,000 ids, past the 65,535 parameters PostgreSQL's protocol carries a statement
+    (server-side binding sends one an id): each operation works them in chunks."""
+    djqueue.create_queue("del.jobs")
+    scheduled = djqueue.send("del.jobs", {"n": 1}, delay=3600)
+    dead, gone = djqueue.send("del.jobs", {"n": 2}), djqueue.send("del.jobs", {"n": 3})
+    Message.objects.filter(pk=dead.id).update(state=State.DEAD)
+    absent = list(range(10**12, 10**12 + 70_000))
+    assert queue_operations.retry_now([*absent, scheduled.id]) == 1
+    assert Message.objects.get(pk=scheduled.id).state == State.READY
+    assert djqueue.redrive("del.jobs", ids=[dead.id, *absent]) == 1
+    assert Message.objects.get(pk=dead.id).state == State.READY
+    assert queue_operations.change_visibility([*absent, scheduled.id, dead.id], 60) == 2
+    assert djqueue.delete_batch([gone.id, *absent]) == 1
+    assert set(Message.objects.values_list("pk", flat=True)) == {scheduled.id, dead.id}

@@ -1,0 +1,37 @@
+"""Message ids a caller names (redrive, retry_now, change_visibility, delete_batch):
+checked, and cut into chunks that one statement and one short transaction each take."""
+
+from __future__ import annotations
+
+from djqueue.conf import get_settings
+from djqueue.exceptions import InvalidMessage
+
+#: The largest message id (a signed 64-bit key on every database).
+MAX_ID = 2**63 - 1
+#: The most ids one statement names. PostgreSQL's protocol carries at most 65,535
+#: parameters a statement, and server-side binding sends each id as one; a
+#: ``PRUNE_BATCH`` above this still works, in chunks of this size.
+MOST_A_STATEMENT = 10_000
+
+
+def id_chunks(ids: object) -> list[list[int]]:
+    """``ids`` in increasing order without repeats, in chunks of at most ``PRUNE_BATCH``
+    (and MOST_A_STATEMENT). Increasing, so that two calls over the same rows lock them
+    in one order and cannot deadlock. InvalidMessage names what is not a message id.
+
+    Why chunks: over 65,535 ids was a driver error on PostgreSQL with server-side
+    binding, and one transaction over them all held every row's lock to its end."""
+    if not isinstance(ids, list | tuple):
+        raise InvalidMessage(f"Message ids must be a list of integers, got a "
+                             f"{type(ids).__name__}.")
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise InvalidMessage(f"Message ids must be a list of integers; it holds a "
+                                 f"{type(i).__name__}.")
+        if not 1 <= i <= MAX_ID:
+            shown = str(i) if abs(i) <= MAX_ID * 2 else f"an integer of {i.bit_length()} bits"
+            raise InvalidMessage(f"A message id is a whole number from 1 to 2**63-1, got "
+                                 f"{shown}.")
+    ordered = sorted(set(ids))
+    size = min(get_settings().PRUNE_BATCH, MOST_A_STATEMENT)
+    return [ordered[start:start + size] for start in range(0, len(ordered), size)]
