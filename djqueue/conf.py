@@ -210,7 +210,9 @@ _DURATIONS = {
 #: Whole-number settings: (lowest, highest).
 _COUNTS = {
     "MAX_ATTEMPTS": (1, 1000),
-    "PRUNE_BATCH": (1, 100_000),
+    # Its ids go to one statement: PostgreSQL's protocol carries at most 65,535
+    # parameters a statement, and server-side binding sends each id as one.
+    "PRUNE_BATCH": (1, 50_000),
     "MAX_PAYLOAD_BYTES": (1, 64 * 1024 * 1024),
     "HANDLER_LOG_RECORDS": (1, 10_000),
     "HANDLER_LOG_CHARS": (100, 1024 * 1024),

@@ -8,16 +8,13 @@ from djqueue.exceptions import InvalidMessage
 
 #: The largest message id (a signed 64-bit key on every database).
 MAX_ID = 2**63 - 1
-#: The most ids one statement names. PostgreSQL's protocol carries at most 65,535
-#: parameters a statement, and server-side binding sends each id as one; a
-#: ``PRUNE_BATCH`` above this still works, in chunks of this size.
-MOST_A_STATEMENT = 10_000
 
 
 def id_chunks(ids: object) -> list[list[int]]:
-    """``ids`` in increasing order without repeats, in chunks of at most ``PRUNE_BATCH``
-    (and MOST_A_STATEMENT). Increasing, so that two calls over the same rows lock them
-    in one order and cannot deadlock. InvalidMessage names what is not a message id.
+    """``ids`` in increasing order without repeats, in chunks of ``PRUNE_BATCH`` (which
+    djqueue.conf bounds for one statement's parameters). Increasing, so that two calls
+    over the same rows lock them in one order and cannot deadlock. InvalidMessage names
+    what is not a message id.
 
     Why chunks: over 65,535 ids was a driver error on PostgreSQL with server-side
     binding, and one transaction over them all held every row's lock to its end."""
@@ -33,5 +30,5 @@ def id_chunks(ids: object) -> list[list[int]]:
             raise InvalidMessage(f"A message id is a whole number from 1 to 2**63-1, got "
                                  f"{shown}.")
     ordered = sorted(set(ids))
-    size = min(get_settings().PRUNE_BATCH, MOST_A_STATEMENT)
+    size = get_settings().PRUNE_BATCH
     return [ordered[start:start + size] for start in range(0, len(ordered), size)]

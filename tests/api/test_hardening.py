@@ -187,6 +187,8 @@ def test_duration_settings_are_checked(setting):
     ("HANDLER_LOG_LEVEL", "CHATTY"), ("HANDLER_LOG_LEVEL", True), ("HANDLER_LOG_LEVEL", -1),
     ("HANDLER_LOG_LEVEL", 2.5), ("HANDLER_LOG_RECORDS", 0), ("HANDLER_LOG_RECORDS", 10**9),
     ("HANDLER_LOG_CHARS", 5), ("PROGRESS_INTERVAL", math.nan), ("PROGRESS_INTERVAL", -1),
+    # a batch's ids go to one statement: PostgreSQL takes at most 65,535 parameters
+    ("PRUNE_BATCH", 50_001), ("PRUNE_BATCH", 0),
 ])
 def test_handler_report_settings_are_checked(setting, value):
     with override_settings(DJQUEUE={setting: value}):
