@@ -17,7 +17,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from djqueue import durations
-from djqueue.exceptions import ConfigurationError
+from djqueue.exceptions import ConfigurationError, shown_value
 
 #: A MySQL stream queue's stepped retry schedule, in seconds: the delay before
 #: retry n is ``DEFAULT_BACKOFF[n - 1]`` (the last step repeats).
@@ -153,7 +153,7 @@ class Settings:
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ConfigurationError(
                     f"DJQUEUE[{name!r}] must be a whole number from {low} to {high}, "
-                    f"got {value!r}")
+                    f"got {shown_value(value)}")
         for step in overrides.get("BACKOFF", ()):
             _check_duration(step, "A DJQUEUE['BACKOFF'] step", durations.MAX_DELAY, False)
         if "BACKOFF" in overrides and (isinstance(overrides["BACKOFF"], str | bytes)
@@ -165,7 +165,7 @@ class Settings:
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(
                 threshold, int) or not 100 <= threshold <= 10**7):
             raise ConfigurationError("DJQUEUE['WORKER_GC_THRESHOLD'] must be None or a whole "
-                                     f"number from 100 to 10,000,000, got {threshold!r}")
+                                     f"number from 100 to 10,000,000, got {shown_value(threshold)}")
         _check_seconds(overrides, "RETRY_JITTER", "a fraction from 0 to 1",
                        lambda v: v is not None and 0 <= v <= 1)
         _check_seconds(overrides, "CLAIM_RESCAN", "a number of seconds in [0, 60]",
@@ -178,7 +178,7 @@ class Settings:
         if dead_rows is not None and (isinstance(dead_rows, bool) or not isinstance(
                 dead_rows, int) or not 1 <= dead_rows <= 10**10):
             raise ConfigurationError("DJQUEUE['VACUUM_DEAD_ROWS'] must be None or a whole "
-                                     f"number from 1 to 10,000,000,000, got {dead_rows!r}")
+                                     f"number from 1 to 10,000,000,000, got {shown_value(dead_rows)}")
         _check_databases(overrides)
         if "HANDLER_LOG_LEVEL" in overrides:
             overrides["HANDLER_LOG_LEVEL"] = _log_level(overrides["HANDLER_LOG_LEVEL"])
@@ -239,7 +239,7 @@ def _check_seconds(overrides: dict[str, Any], name: str, wanted: str,
     value = overrides[name]
     number = value is None or (isinstance(value, int | float) and not isinstance(value, bool))
     if not (number and allowed(value)):
-        raise ConfigurationError(f"DJQUEUE[{name!r}] must be {wanted}, got {value!r}")
+        raise ConfigurationError(f"DJQUEUE[{name!r}] must be {wanted}, got {shown_value(value)}")
 
 
 def _check_databases(overrides: dict[str, Any]) -> None:
@@ -249,11 +249,11 @@ def _check_databases(overrides: dict[str, Any]) -> None:
     replica = overrides.get("READ_DATABASE")
     if replica is not None and (not isinstance(replica, str) or replica not in known):
         raise ConfigurationError(f"DJQUEUE['READ_DATABASE'] must be None or an alias of "
-                                 f"DATABASES ({', '.join(sorted(known))}), got {replica!r}")
+                                 f"DATABASES ({', '.join(sorted(known))}), got {shown_value(replica)}")
     rules = overrides.get("QUEUE_DATABASES", {})
     if not isinstance(rules, dict):
         raise ConfigurationError("DJQUEUE['QUEUE_DATABASES'] must be a dict: queue name or "
-                                 f"pattern -> database alias, got {rules!r}")
+                                 f"pattern -> database alias, got {shown_value(rules)}")
     for pattern, alias in rules.items():
         if not isinstance(pattern, str) or not pattern or "*" in pattern.rstrip("*") or (
                 pattern.endswith("**")):
@@ -265,12 +265,12 @@ def _check_databases(overrides: dict[str, Any]) -> None:
                 aliases)):
             raise ConfigurationError(
                 f"DJQUEUE['QUEUE_DATABASES'][{pattern!r}]: a partitioned queue's list names "
-                f"two or more different aliases, got {alias!r}")
+                f"two or more different aliases, got {shown_value(alias)}")
         for one in aliases:
             if not isinstance(one, str) or one not in known:
                 raise ConfigurationError(
                     f"DJQUEUE['QUEUE_DATABASES'][{pattern!r}] must name an alias of DATABASES "
-                    f"({', '.join(sorted(known))}) or a list of them, got {alias!r}")
+                    f"({', '.join(sorted(known))}) or a list of them, got {shown_value(alias)}")
 
 
 def _log_level(value: object) -> int | None:
@@ -282,7 +282,7 @@ def _log_level(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100:
         return value
     raise ConfigurationError("DJQUEUE['HANDLER_LOG_LEVEL'] must be None, a logging level name "
-                             f"(such as 'INFO') or a number from 0 to 100, got {value!r}")
+                             f"(such as 'INFO') or a number from 0 to 100, got {shown_value(value)}")
 
 
 @cache

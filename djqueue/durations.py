@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from djqueue.exceptions import shown_value
+
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 YEAR = 365 * DAY
 
@@ -30,12 +32,15 @@ def check(value: object, name: str, *, high: float, positive: bool = True) -> fl
     low_text = "above 0" if positive else "at least 0"
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{name} must be a number of seconds {low_text} and at most "
-                         f"{high:g}, got {value!r}.")
-    seconds = float(value)
+                         f"{high:g}, got {shown_value(value)}.")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past a float's range
+        seconds = math.inf
     if not math.isfinite(seconds) or seconds > high or seconds < 0 or (
             positive and seconds == 0):
         raise ValueError(f"{name} must be a number of seconds {low_text} and at most "
-                         f"{high:g}, got {value!r}.")
+                         f"{high:g}, got {shown_value(value)}.")
     return seconds
 
 

@@ -169,3 +169,20 @@ class InvalidWorkflow(DjqueueError, ValueError):
 
 class WorkflowBusy(DjqueueError):
     """The workflow is not in a state that allows this (retry while steps still run)."""
+
+
+def shown_value(value: object, longest: int = 100) -> str:
+    """``value`` as an error message shows what it was given: its repr, cut to
+    ``longest`` characters.
+
+    Why not ``{value!r}``: Python refuses to write an int of more than 4,300 digits as
+    text (a ValueError), so the message meant for ``send(priority=10**5000)`` failed to
+    be made and the caller got that error instead; and a repr of a huge value made a
+    huge message. Such an int shows its size; a value whose repr fails, its type."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # a container holding such an int, or a repr that raises
+        return f"a {type(value).__name__}"
+    return text if len(text) <= longest else f"{text[:longest - 3]}..."

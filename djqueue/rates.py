@@ -28,6 +28,7 @@ import re
 from typing import NamedTuple
 
 from djqueue.durations import DAY, HOUR, MINUTE
+from djqueue.exceptions import shown_value
 
 #: The largest count or burst a rate may name (a million starts a second is far past
 #: what any one database claims; a larger number is a typing error).
@@ -75,7 +76,7 @@ def parse_rate(text: object) -> Rate:
 def check_burst(value: object) -> int:
     """A burst: a whole number of tokens from 1 to MAX_COUNT."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-        raise ValueError(f"A burst is a whole number from 1 to {MAX_COUNT:,}, got {value!r}.")
+        raise ValueError(f"A burst is a whole number from 1 to {MAX_COUNT:,}, got {shown_value(value)}.")
     return value
 
 

@@ -25,7 +25,7 @@ from djqueue.api.topics import (
     get_topic,
     on_topic_database,
 )
-from djqueue.exceptions import ConfigurationError, InvalidMessage, TopicNotFound
+from djqueue.exceptions import ConfigurationError, InvalidMessage, TopicNotFound, shown_value
 from djqueue.models import (
     PENDING_STATES,
     Body,
@@ -74,7 +74,7 @@ def subscribe(topic: str | Topic, group: str, *, mode: str = GroupMode.CLUSTER,
     t = get_topic(topic)
     if mode not in GroupMode.values:
         raise ConfigurationError(f"mode must be one of {', '.join(GroupMode.values)}, "
-                                 f"got {mode!r}.")
+                                 f"got {shown_value(mode)}.")
     _check_start(start)
     check_name(group, "group", 20)
     if isinstance(queue_options.get("dead_letter_queue"), Queue):
@@ -221,6 +221,6 @@ def _add_subscription(cg: ConsumerGroup, consumer: str, start: str) -> Subscript
 
 def _check_start(start: str) -> None:
     if start not in (START_NOW, START_EARLIEST):
-        raise ConfigurationError(f"start must be 'now' or 'earliest', got {start!r}.")
+        raise ConfigurationError(f"start must be 'now' or 'earliest', got {shown_value(start)}.")
 
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from djqueue.exceptions import InvalidMessage
+from djqueue.exceptions import InvalidMessage, shown_value
 from djqueue.storage.payloads import encode as _encode
 
 SMALLINT = (-32768, 32767)
@@ -20,7 +20,7 @@ def validate_group_key(group_key: Any) -> None:
     if group_key is not None and (not isinstance(group_key, str) or not group_key
                                   or len(group_key) > MAX_GROUP_KEY_CHARS):
         raise InvalidMessage(f"group_key must be a non-empty string of at most "
-                             f"{MAX_GROUP_KEY_CHARS} characters, got {group_key!r}.")
+                             f"{MAX_GROUP_KEY_CHARS} characters, got {shown_value(group_key)}.")
     if group_key is not None:
         check_no_nul(group_key, "group_key")
 
@@ -37,7 +37,7 @@ def validate_priority(priority: Any) -> None:
     if isinstance(priority, bool) or not isinstance(priority, int) or not (
             SMALLINT[0] <= priority <= SMALLINT[1]):
         raise InvalidMessage(f"priority must be an integer from {SMALLINT[0]} to {SMALLINT[1]},"
-                             f" got {priority!r}.")
+                             f" got {shown_value(priority)}.")
 
 
 def check_payloads(payloads: object) -> None:

@@ -11,7 +11,7 @@ from djqueue import durations, signals
 from djqueue.api import ready_wakeups
 from djqueue.api.message_ids import id_chunks
 from djqueue.conf import get_settings
-from djqueue.exceptions import InvalidMessage
+from djqueue.exceptions import InvalidMessage, shown_value
 from djqueue.models import Event, History, Message, Outcome, State
 from djqueue.storage import dialects, history_copy, host_clock, ordered_groups, partitions, placement, trace
 from djqueue.storage.claim_engines import engine_for
@@ -45,7 +45,7 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
                 break
         return moved
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InvalidMessage(f"limit must be a positive integer, got {limit!r}.")
+        raise InvalidMessage(f"limit must be a positive integer, got {shown_value(limit)}.")
     chunks: list[list[int] | None] = [None] if ids is None else list(id_chunks(ids))
     db = placement.database_of(source)
     if target is not None and placement.database_of(target) != db:
@@ -135,7 +135,7 @@ def change_visibility(ids: list[int], seconds: float, *, queue: QueueRef | None 
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not (
             0 <= seconds <= MAX_VISIBILITY):
         raise InvalidMessage(
-            f"Visibility must be 0 to {MAX_VISIBILITY:g} seconds, got {seconds!r}.")
+            f"Visibility must be 0 to {MAX_VISIBILITY:g} seconds, got {shown_value(seconds)}.")
     db, in_queue = _messages(queue)
     until = host_clock.database_now(db) + timedelta(seconds=seconds)
     changed = 0
@@ -196,7 +196,7 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
     None (djqueue.storage.unreadable_rows), so such a row is listed with the others:
     this is where an operator looks for it. :func:`get_message` reads it so too."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PEEK:
-        raise InvalidMessage(f"limit must be a whole number from 1 to {MAX_PEEK}, got {limit!r}.")
+        raise InvalidMessage(f"limit must be a whole number from 1 to {MAX_PEEK}, got {shown_value(limit)}.")
     q = get_queue(queue) if queue is not None else None
     if q is not None and q.partitions is not None:  # each partition's, oldest sent first
         found = [m for db in partitions.served(q) for m in peek(

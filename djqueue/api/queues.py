@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from djqueue.exceptions import ConfigurationError
 from djqueue.models import MessageGroup, Queue, QueueLimiter
+from djqueue.models.row_checks import check_row
 from djqueue.storage import ordered_groups, partition_layout, partitions, placement, queue_lookup
 from djqueue.storage.queue_lookup import QueueRef, get_queue
 
@@ -95,11 +95,9 @@ def set_limits(ref: QueueRef, **limits: Any) -> Queue:
         before = Queue(**{f: getattr(queue, f) for f in LIMIT_FIELDS})
         for name, value in limits.items():
             setattr(queue, name, "" if value is None and name.endswith("rate_limit") else value)
-        try:  # not the creation time it left unread: no limit depends on it
-            queue.full_clean(exclude=queue.get_deferred_fields(), validate_unique=False)
-        except ValidationError as exc:
-            raise ConfigurationError(f"Invalid limits for {queue.name!r}: "
-                                     f"{exc.message_dict}") from None
+        # Not the creation time it left unread: no limit depends on it.
+        check_row(queue, f"limits for {queue.name!r}", exclude=queue.get_deferred_fields(),
+                  validate_unique=False)
         queue.save(using=db, update_fields=list(limits))
         limits_changed(db, before, queue)
     return queue

@@ -17,7 +17,7 @@ from django.db.models import Q
 from djqueue import durations
 from djqueue.api.condition_parser import compile_condition
 from djqueue.api.receive_wakeups import receive_wakeups
-from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter
+from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter, shown_value
 from djqueue.models import Message, Queue
 from djqueue.polling import Backoff
 from djqueue.rates import LimitWait
@@ -30,6 +30,10 @@ from djqueue.storage.transitions import asked_delay, fail, release, validate_del
 
 #: The longest receiver name (the message row's owner column).
 MAX_OWNER_CHARS = 100
+#: The most messages one receive claims: a worker's largest claim and a peek's
+#: (djqueue.worker.registry.MAX_BATCH, queue_operations.MAX_PEEK). Past 2**63 the
+#: claim's LIMIT was each database's own error.
+MAX_RECEIVE = 10_000
 
 
 def check_lease(seconds: object) -> float:
@@ -44,7 +48,7 @@ def check_owner(owner: object) -> str:
     """A receiver's name, as the message rows store it."""
     if not isinstance(owner, str) or not owner or len(owner) > MAX_OWNER_CHARS:
         raise InvalidMessage(f"owner must be a non-empty string of at most {MAX_OWNER_CHARS} "
-                             f"characters, got {owner!r}.")
+                             f"characters, got {shown_value(owner)}.")
     return owner
 
 
@@ -120,10 +124,10 @@ class Receiving:
         self.refs = [queues] if isinstance(queues, str | Queue) else list(queues)
         if not self.refs:
             raise InvalidMessage("receive() needs at least one queue.")
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or (
-                max_messages < 1):
-            raise InvalidMessage(
-                f"max_messages must be a positive integer, got {max_messages!r}.")
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or not (
+                1 <= max_messages <= MAX_RECEIVE):
+            raise InvalidMessage(f"max_messages must be a whole number from 1 to "
+                                 f"{MAX_RECEIVE:,}, got {shown_value(max_messages)}.")
         self.max_messages = max_messages
         self.visibility_timeout = (None if visibility_timeout is None
                                    else check_lease(visibility_timeout))

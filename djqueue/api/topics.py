@@ -31,7 +31,7 @@ from djqueue.api.message_checks import (
 )
 from djqueue.api.sending import announce
 from djqueue.conf import get_settings
-from djqueue.exceptions import ConfigurationError, PayloadTooLarge, TopicNotFound
+from djqueue.exceptions import ConfigurationError, PayloadTooLarge, TopicNotFound, shown_value
 from djqueue.models import (
     Body,
     Event,
@@ -42,6 +42,7 @@ from djqueue.models import (
     Topic,
 )
 from djqueue.models.queue import validate_queue_name
+from djqueue.models.row_checks import check_row
 from djqueue.storage import dialects, expiry, host_clock, ordered_groups, placement, trace
 from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import get_queue_by_id
@@ -83,10 +84,7 @@ def create_topic(name: str, *, retention: float | None = None, exist_ok: bool = 
             return existing
         raise ConfigurationError(f"Topic {name!r} already exists.")
     topic = Topic(name=name) if retention is None else Topic(name=name, retention=retention)
-    try:
-        topic.full_clean()
-    except ValidationError as exc:
-        raise ConfigurationError(f"Invalid topic {name!r}: {exc.message_dict}") from None
+    check_row(topic, f"topic {name!r}")
     topic.save(using=db)
     return topic
 
@@ -218,4 +216,4 @@ def check_name(name: str, what: str, longest: int) -> None:
         raise ConfigurationError(f"Invalid {what} name {name!r}.") from None
     if ":" in name or len(name) > longest:
         raise ConfigurationError(f"A {what} name has at most {longest} characters and no ':', "
-                                 f"got {name!r}.")
+                                 f"got {shown_value(name)}.")

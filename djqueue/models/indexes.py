@@ -13,6 +13,8 @@ from typing import Any
 
 from django.db import migrations, models
 
+from djqueue.exceptions import shown_value
+
 
 class PartialOrPlainIndex(models.Index):
     """An index of the rows ``rows`` matches, where the database has partial indexes
@@ -35,7 +37,7 @@ class PartialOrPlainIndex(models.Index):
     def __init__(self, *args: Any, rows: models.Q, **kwargs: Any) -> None:
         if not isinstance(rows, models.Q):
             raise TypeError(f"{type(self).__name__} needs rows=Q(...), the rows it indexes "
-                            f"where the database has partial indexes; got {rows!r}.")
+                            f"where the database has partial indexes; got {shown_value(rows)}.")
         super().__init__(*args, **kwargs)
         self.rows = rows
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Q
 
-from djqueue.exceptions import InvalidMessage
+from djqueue.exceptions import InvalidMessage, shown_value
 from djqueue.models import PENDING_STATES, DedupKey, History, Message, Queue
 from djqueue.storage import host_clock
 from djqueue.storage.statements import vendor_sql
@@ -25,7 +25,7 @@ def validate_key(key: object) -> str:
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
         raise InvalidMessage(
             f"dedup_key must be a non-empty string of at most {MAX_KEY_CHARS} characters, "
-            f"got {key!r}.")
+            f"got {shown_value(key)}.")
     if "\x00" in key:  # PostgreSQL stores no NUL in text: refused on every database
         raise InvalidMessage("dedup_key contains a NUL character (\\x00), which cannot be "
                              "stored.")

@@ -32,7 +32,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from djqueue import durations
-from djqueue.exceptions import InvalidMessage
+from djqueue.exceptions import InvalidMessage, shown_value
 from djqueue.models import Message, State
 from djqueue.storage import dialects
 from djqueue.storage.transitions import record_failure
@@ -56,7 +56,7 @@ def with_expiry(headers: dict[str, Any] | None, expires: Any,
         if (isinstance(stamp, bool) or not isinstance(stamp, int | float)
                 or not math.isfinite(stamp)):
             raise InvalidMessage(f"The {EXPIRES_HEADER!r} header is seconds since the epoch, "
-                                 f"got {stamp!r}.")
+                                 f"got {shown_value(stamp)}.")
         _check_after(datetime.fromtimestamp(max(0.0, min(stamp, 1e11)), tz=UTC), visible_at)
         return headers
     if expires is None:

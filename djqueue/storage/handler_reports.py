@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from django.db import DatabaseError, transaction
 
 from djqueue.conf import get_settings
-from djqueue.exceptions import InvalidProgress, NotOwner
+from djqueue.exceptions import InvalidProgress, NotOwner, shown_value
 from djqueue.models import Message, MessageLog, MessageProgress, State
 from djqueue.storage import dialects, host_clock
 from djqueue.storage.unreadable_rows import first_row, read_rows
@@ -181,7 +181,7 @@ def progress(message: Message, fraction: float, note: str = "") -> None:
 def checked(fraction: object, note: object) -> tuple[float, str]:
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not (
             0 <= fraction <= 1):
-        raise InvalidProgress(f"progress must be a number from 0 to 1, got {fraction!r}")
+        raise InvalidProgress(f"progress must be a number from 0 to 1, got {shown_value(fraction)}")
     if not isinstance(note, str) or "\x00" in note:
         raise InvalidProgress("a progress note must be text without NUL characters, got "
                               f"{type(note).__name__}")

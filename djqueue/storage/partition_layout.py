@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from django.db import DatabaseError, transaction
 
-from djqueue.exceptions import ConfigurationError
+from djqueue.exceptions import ConfigurationError, shown_value
 from djqueue.models import Message, Queue, State
 from djqueue.storage import placement
 from djqueue.storage.partitions import active_partitions, unreachable
@@ -137,7 +137,7 @@ def _checked(name: str, databases: Sequence[str]) -> list[str]:
     if len(databases) < 1 or len(set(databases)) != len(databases) or not all(
             isinstance(db, str) for db in databases):
         raise ConfigurationError(f"Queue {name!r}: partitions are different database "
-                                 f"aliases, got {databases!r}.")
+                                 f"aliases, got {shown_value(databases)}.")
     unknown = [db for db in databases if db not in placement.databases()]
     if unknown:
         raise ConfigurationError(

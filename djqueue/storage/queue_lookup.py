@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
 from django.db.models import F, QuerySet
 from django.db.models.signals import post_delete, post_save
@@ -22,6 +21,7 @@ from django.dispatch import receiver
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, QueueNotFound
 from djqueue.models import Queue
+from djqueue.models.row_checks import check_row
 from djqueue.storage import dialects, placement
 from djqueue.storage.statements import lookup_statements
 
@@ -166,10 +166,7 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
     # is on (Django's default router); the name's uniqueness was checked above, on
     # every database (Django's own check would read the default alias only).
     queue._state.db = db
-    try:
-        queue.full_clean(validate_unique=False)
-    except ValidationError as exc:
-        raise ConfigurationError(f"Invalid queue {name!r}: {exc.message_dict}") from None
+    check_row(queue, f"queue {name!r}", validate_unique=False)
     if exist_ok:
         # Why get_or_create in a savepoint: two processes auto-creating the same
         # queue race on the unique name; the loser reads the winner's row.

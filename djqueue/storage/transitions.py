@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import F
 
 from djqueue import durations, signals
-from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter
+from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter, shown_value
 from djqueue.models import Event, History, Message, Outcome, Queue, State
 from djqueue.storage import dialects, fastpath, handler_reports, host_clock, ordered_groups, trace
 from djqueue.storage.claim_resume import ready_again, row_ready_again
@@ -201,7 +201,7 @@ def extend(message: Message, seconds: float) -> None:
             0 < seconds <= MAX_LEASE):
         raise InvalidMessage(
             f"extend() needs a number of seconds above 0 and at most {MAX_LEASE:g}, "
-            f"got {seconds!r}.")
+            f"got {shown_value(seconds)}.")
     db = _database(message)
     until = host_clock.database_now(db) + timedelta(seconds=seconds)
     updated = Message.objects.using(db).filter(
@@ -218,9 +218,9 @@ def validate_delay(delay: float | timedelta | None) -> float | None:
     if isinstance(delay, timedelta):
         delay = delay.total_seconds()
     if isinstance(delay, bool) or not isinstance(delay, int | float):
-        raise InvalidMessage(f"delay must be seconds or a timedelta, got {delay!r}.")
+        raise InvalidMessage(f"delay must be seconds or a timedelta, got {shown_value(delay)}.")
     if not 0 <= delay <= MAX_DELAY:  # also refuses NaN and infinity
-        raise InvalidMessage(f"delay must be 0 to {MAX_DELAY:g} seconds, got {delay!r}.")
+        raise InvalidMessage(f"delay must be 0 to {MAX_DELAY:g} seconds, got {shown_value(delay)}.")
     return float(delay)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from djqueue.exceptions import InvalidWorkflow
+from djqueue.exceptions import InvalidWorkflow, shown_value
 
 
 class Node:
@@ -38,7 +38,7 @@ class Step(Node):
 
     def __init__(self, task: Any, *args: Any, **kwargs: Any) -> None:
         if not hasattr(task, "module_path") or not hasattr(task, "get_backend"):
-            raise InvalidWorkflow(f"A step runs a django.tasks task, got {task!r}")
+            raise InvalidWorkflow(f"A step runs a django.tasks task, got {shown_value(task)}")
         self.task = task
         self.args = list(args)
         self.kwargs = dict(kwargs)
@@ -56,7 +56,7 @@ class Step(Node):
         composition gives it; its received results follow that order."""
         for parent in parents:
             if not isinstance(parent, Step):
-                raise InvalidWorkflow(f"after() takes steps, got {parent!r}")
+                raise InvalidWorkflow(f"after() takes steps, got {shown_value(parent)}")
         self.parents.extend(parents)
         return self
 
@@ -74,7 +74,7 @@ class Step(Node):
         argument for a list of the failed parents (policy "continue")."""
         for value in (as_keyword, failures):
             if value is not None and not (isinstance(value, str) and value.isidentifier()):
-                raise InvalidWorkflow(f"A keyword argument's name is an identifier, got {value!r}")
+                raise InvalidWorkflow(f"A keyword argument's name is an identifier, got {shown_value(value)}")
         self.receives = as_keyword or ""
         self.failures_as = failures or ""
         return self
@@ -100,7 +100,7 @@ class Chord(Node):
     def __init__(self, group: Group | Iterable[Node], callback: Step) -> None:
         self.group = group if isinstance(group, Group) else Group(*group)
         if not isinstance(callback, Step):
-            raise InvalidWorkflow(f"A chord's callback is a step, got {callback!r}")
+            raise InvalidWorkflow(f"A chord's callback is a step, got {shown_value(callback)}")
         self.callback = callback
         callback.gathers = True
         if callback.receives is None:
@@ -114,7 +114,7 @@ def _nodes(parts: Iterable[Any], what: str) -> list[Node]:
     for part in parts:
         if not isinstance(part, Node):
             raise InvalidWorkflow(f"A {what} is made of steps, chains, groups and chords, "
-                                  f"got {part!r}")
+                                  f"got {shown_value(part)}")
     if not parts:
         raise InvalidWorkflow(f"A {what} needs at least one step")
     return parts

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import transaction
 
 from djqueue.api.message_checks import encode_payload
-from djqueue.exceptions import InvalidMessage, InvalidWorkflow
+from djqueue.exceptions import InvalidMessage, InvalidWorkflow, shown_value
 from djqueue.models import (
     FailurePolicy,
     RunIf,
@@ -43,7 +43,7 @@ def enqueue_workflow(node: Node, *, name: str = "", policy: str = "stop") -> Wor
     """Enqueue a canvas: its rows and its first steps' messages in one transaction (which
     commits with the caller's, inside ``transaction.atomic()``)."""
     if policy not in POLICIES:
-        raise InvalidWorkflow(f"policy is 'stop' or 'continue', got {policy!r}")
+        raise InvalidWorkflow(f"policy is 'stop' or 'continue', got {shown_value(policy)}")
     flat = flatten(node)
     checked: dict[int, QueueBackend] = {}
     rows = [_step_row(position, step, checked) for position, step in enumerate(flat.steps)]
@@ -144,7 +144,7 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
             (on_finish, RunIf.ALWAYS)) if s is not None]
         for callback, _ in self.callbacks:
             if not isinstance(callback, Step):
-                raise InvalidWorkflow(f"A batch's callback is a step, got {callback!r}")
+                raise InvalidWorkflow(f"A batch's callback is a step, got {shown_value(callback)}")
         self.name = _name(name)
         self.members: list[WorkflowStep] = []
         self._checked: dict[int, QueueBackend] = {}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from djqueue.api.queue_operations import retry_now
 from djqueue.api.receiving import receive
-from djqueue.exceptions import NotOwner, QueueNotFound
+from djqueue.exceptions import NotOwner, QueueNotFound, shown_value
 from djqueue.models import Message, Queue, State
 from djqueue.storage import partitions, placement
 from djqueue.storage.queue_lookup import get_queue_on
@@ -62,7 +62,7 @@ def drain(*queues: str | Queue, delayed: bool = False, limit: int = DRAIN_LIMIT)
     handler gets up to its ``batch`` of its queue's ready messages a run.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"drain() needs a limit of at least 1 run, got {limit!r}.")
+        raise ValueError(f"drain() needs a limit of at least 1 run, got {shown_value(limit)}.")
     names = [q.name if isinstance(q, Queue) else q for q in queues] or _handled_queues()
     handlers, rows = registry.serving(names)
     calls = HandlerCalls("djqueue.drain", handlers, None, inline=True)

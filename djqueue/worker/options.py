@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from djqueue import durations
-from djqueue.exceptions import ConfigurationError
+from djqueue.exceptions import ConfigurationError, shown_value
 
 
 @dataclass
@@ -51,7 +51,7 @@ class WorkerOptions:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
                 raise ConfigurationError(f"{name} must be a whole number of at least 1, "
-                                         f"got {value!r}.")
+                                         f"got {shown_value(value)}.")
 
     def __str__(self) -> str:
         """The options as the worker's first log line gives them, after its queues."""

@@ -20,7 +20,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from djqueue import durations
 from djqueue.api.queues import create_queue
 from djqueue.conf import get_settings
-from djqueue.exceptions import ConfigurationError, HandlerNotFound
+from djqueue.exceptions import ConfigurationError, HandlerNotFound, shown_value
 from djqueue.models import Queue
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.types import AckHook, HandlerFunc
@@ -132,11 +132,11 @@ def _checked_options(queue: str, *, exactly_once: object = None, batch: object =
     """A handler's options, checked (ConfigurationError), as Handler's keywords."""
     if exactly_once is not None and not isinstance(exactly_once, bool):
         raise ConfigurationError(f"The handler of queue {queue!r}: exactly_once must be "
-                                 f"True, False or None, got {exactly_once!r}.")
+                                 f"True, False or None, got {shown_value(exactly_once)}.")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
                               or not 1 <= batch <= MAX_BATCH):
         raise ConfigurationError(f"The handler of queue {queue!r}: batch must be a whole "
-                                 f"number of messages from 1 to {MAX_BATCH}, got {batch!r}.")
+                                 f"number of messages from 1 to {MAX_BATCH}, got {shown_value(batch)}.")
     if batch_wait is not None:
         if batch is None:
             raise ConfigurationError(f"The handler of queue {queue!r} has a batch_wait "
@@ -161,7 +161,7 @@ def configured_handler(queue: str, spec: object) -> tuple[str, dict[str, Any]]:
     if not isinstance(spec, dict) or not isinstance(spec.get("handler"), str):
         raise ConfigurationError(
             f"DJQUEUE['HANDLERS'][{queue!r}] must be a dotted path, or a dict with the "
-            f"path as 'handler' and options beside it, got {spec!r}.")
+            f"path as 'handler' and options beside it, got {shown_value(spec)}.")
     unknown = sorted(set(spec) - {"handler", *HANDLER_OPTIONS})
     if unknown:
         raise ConfigurationError(

@@ -85,6 +85,44 @@ def test_bad_input_raises_and_changes_nothing(queues, case):
     assert snapshot() == queues
 
 
+#: An int past the 4,300 digits Python writes one in: each error message that showed the
+#: value failed to be made (a ValueError from int's repr), and a float field's
+#: conversion raised OverflowError.
+HUGE = 10**5000
+HUGE_CASES = {
+    "priority": (lambda: djqueue.send("jobs", {}, priority=HUGE), InvalidMessage),
+    "delay": (lambda: djqueue.send("jobs", {}, delay=HUGE), InvalidMessage),
+    "group_key": (lambda: djqueue.send("jobs", {}, group_key=HUGE), InvalidMessage),
+    "dedup_key": (lambda: djqueue.send("jobs", {}, dedup_key=HUGE), InvalidMessage),
+    "receive's lease": (lambda: djqueue.receive("jobs", visibility_timeout=HUGE),
+                        InvalidMessage),
+    "receive's wait": (lambda: djqueue.receive("jobs", wait=-HUGE), InvalidMessage),
+    "max_messages": (lambda: djqueue.receive("jobs", max_messages=HUGE), InvalidMessage),
+    "max_messages past a claim's": (lambda: djqueue.receive("jobs", max_messages=10_001),
+                                    InvalidMessage),
+    "peek's limit": (lambda: djqueue.peek("jobs", limit=HUGE), InvalidMessage),
+    "redrive's limit": (lambda: djqueue.redrive("jobs", limit=-HUGE), InvalidMessage),
+    "queue's visibility timeout": (lambda: djqueue.create_queue("q6", visibility_timeout=HUGE),
+                                   ConfigurationError),
+    "queue's retention": (lambda: djqueue.create_queue("q6", retention=HUGE),
+                          ConfigurationError),
+    "a backoff step": (lambda: djqueue.create_queue("q6", backoff=[1, HUGE]),
+                       ConfigurationError),
+    "a limit": (lambda: djqueue.set_limits("jobs", concurrency_limit=HUGE), ConfigurationError),
+    "a topic's retention": (lambda: djqueue.create_topic("t6", retention=HUGE),
+                            ConfigurationError),
+}
+
+
+@pytest.mark.parametrize("case", HUGE_CASES)
+def test_an_int_too_long_to_write_gets_djqueues_error_naming_what_it_is(queues, case):
+    call, expected = HUGE_CASES[case]
+    with pytest.raises(expected) as info:
+        call()
+    assert "integer string conversion" not in str(info.value)
+    assert snapshot() == queues
+
+
 def test_extend_with_bad_seconds(queues):
     [message] = djqueue.receive("jobs")
     before = snapshot()

@@ -9,7 +9,7 @@ from django.db import connections
 from djqueue import durations
 from djqueue.api.condition_parser import checked_condition
 from djqueue.api.consumer_groups import register_consumer
-from djqueue.exceptions import DjqueueError
+from djqueue.exceptions import DjqueueError, shown_value
 from djqueue.management.arguments import alive_file, seconds, whole_number
 from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.processes.base import run_anew
@@ -161,7 +161,7 @@ class Command(DatabaseReadyCommand):
         worker is registered as consumer ``consumer`` (default: the host's name)."""
         topic, sep, group = spec.partition(":")
         if not sep or not topic or not group:
-            raise CommandError(f"--subscribe takes TOPIC:GROUP, got {spec!r}.")
+            raise CommandError(f"--subscribe takes TOPIC:GROUP, got {shown_value(spec)}.")
         name = consumer or socket.gethostname().split(".")[0][:36]
         try:
             return register_consumer(topic, group, name).name
