@@ -92,7 +92,8 @@ def receive(
     owner: str | None = None,
     where: Q | str | None = None,
 ) -> list[Message]:
-    """Claim up to ``max_messages`` ready messages, earlier queues first.
+    """Claim up to ``max_messages`` (1 to MAX_RECEIVE, 10,000) ready messages, earlier
+    queues first.
 
     With ``wait`` it blocks up to that many seconds for a first message
     (long poll): a send that commits wakes it at once, in this process or in another
