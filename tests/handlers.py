@@ -74,11 +74,19 @@ def asks_later(message: Message) -> None:
             raise RetryAfter(payload["retry_after"]) from exc
 
 
+#: Text no database stores as it is: PostgreSQL reads no NUL, no driver encodes a lone
+#: surrogate (a str Python holds, as a decoding with "surrogateescape" makes).
+UNSTORABLE_ERROR = "a NUL \x00 and a lone surrogate \udcff in one error"
+
+
 def poison(message: Message) -> None:
-    """Fault tests' poison messages: ``kind`` crash, hang or memory; anything else works."""
+    """Fault tests' poison messages: ``kind`` crash, hang, memory or unstorable (an error
+    text holding a NUL and a lone surrogate); anything else works."""
     kind = message.payload.get("kind")
     if kind == "crash":
         raise RuntimeError(f"poison message {message.payload['n']} crashed its handler")
+    if kind == "unstorable":
+        raise RuntimeError(UNSTORABLE_ERROR)
     if kind == "hang":
         time.sleep(3600)
     if kind == "memory":

@@ -55,6 +55,11 @@ def explode() -> None:
 
 
 @task
+def explode_unstorably() -> None:
+    raise ValueError("a NUL \x00 and a lone surrogate \udcff in one error")
+
+
+@task
 def slow_first_time(n: int) -> str:
     """Sleeps a long time on its first run only, so a test can kill the worker mid-task."""
     first = not Effect.objects.filter(key=n).exists()
@@ -205,3 +210,8 @@ def wf_report(results: list, failures: list | None = None) -> dict:
 def wf_expiring(key: int) -> int:
     _timed(key)
     return key
+
+
+@task
+def returns_unstorably() -> str:
+    return "a NUL \x00 in a return value"

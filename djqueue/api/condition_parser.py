@@ -77,6 +77,13 @@ class Parser(ConditionBuilder):
         if len(source) > MAX_LENGTH:
             raise InvalidCondition(f"Condition longer than {MAX_LENGTH} characters",
                                    MAX_LENGTH + 1, source[:60])
+        # A literal the database would be sent and could not read (its driver could not
+        # encode a lone surrogate; PostgreSQL reads no NUL).
+        unreadable = next((i for i, ch in enumerate(source)
+                           if ch == "\x00" or "\ud800" <= ch <= "\udfff"), None)
+        if unreadable is not None:
+            raise InvalidCondition("A NUL character or a lone surrogate, which no database "
+                                   "reads,", unreadable + 1, "")
         self.source = source
         self.tokens = tokenize(source)
         self.i = 0

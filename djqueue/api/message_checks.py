@@ -11,6 +11,7 @@ from typing import Any
 
 from djqueue.exceptions import InvalidMessage, shown_value
 from djqueue.storage.payloads import encode as _encode
+from djqueue.storage.payloads import unstorable
 
 SMALLINT = (-32768, 32767)
 MAX_GROUP_KEY_CHARS = 200
@@ -22,15 +23,14 @@ def validate_group_key(group_key: Any) -> None:
         raise InvalidMessage(f"group_key must be a non-empty string of at most "
                              f"{MAX_GROUP_KEY_CHARS} characters, got {shown_value(group_key)}.")
     if group_key is not None:
-        check_no_nul(group_key, "group_key")
+        check_storable(group_key, "group_key")
 
 
-def check_no_nul(text: str, what: str) -> None:
-    """Refuse the NUL character, which PostgreSQL stores in no text or JSON column: refused
-    on every database, so a key or header works the same on all three."""
-    if "\x00" in text:
-        raise InvalidMessage(f"{what} contains a NUL character (\\x00), which cannot be "
-                             "stored.")
+def check_storable(text: str, what: str) -> None:
+    """Refuse text no database stores as it is (djqueue.storage.payloads.unstorable)."""
+    why = unstorable(text)
+    if why is not None:
+        raise InvalidMessage(f"{what} {why}.")
 
 
 def validate_priority(priority: Any) -> None:
@@ -55,24 +55,20 @@ def encode_payload(payload: Any) -> str:
     except RecursionError:
         raise InvalidMessage("Payload is not JSON-serialisable: it contains itself "
                              "(or is nested too deeply).") from None
-    _check_utf8(body, "Payload")
+    check_storable(body, "Payload")  # JSON writes a NUL as an escape
     return body
-
-
-def _check_utf8(text: str, what: str) -> None:
-    """Refuse a lone surrogate (no UTF-8 exists for it); ASCII text is not encoded."""
-    if text.isascii():
-        return
-    try:
-        text.encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidMessage(f"{what} is not valid Unicode text: {exc.reason} at position "
-                             f"{exc.start}.") from None
 
 
 #: A NUL as JSON text writes it: \u0000 after an even number of backslashes (an odd
 #: number would make it the text "\u0000", which is fine).
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def holds_json_nul(text: str) -> bool:
+    """Whether JSON ``text`` holds a NUL character, which a JSON column cannot store
+    (PostgreSQL's jsonb reads none): headers, and a task's arguments and value, which
+    its record keeps. A payload's text column stores one."""
+    return "\\u0000" in text and _JSON_NUL.search(text) is not None
 
 
 def check_headers(headers: Any) -> dict[str, Any] | None:
@@ -86,8 +82,8 @@ def check_headers(headers: Any) -> dict[str, Any] | None:
         raise InvalidMessage(f"headers are not JSON-serialisable: {exc}") from None
     except RecursionError:
         raise InvalidMessage("headers contain themselves (or are nested too deeply).") from None
-    _check_utf8(text, "headers")
-    if _JSON_NUL.search(text):  # json.dumps writes NUL so; PostgreSQL's jsonb refuses it
+    check_storable(text, "headers")
+    if holds_json_nul(text):
         raise InvalidMessage("headers contain a NUL character (\\x00), which cannot be "
                              "stored.")
     return headers

@@ -23,6 +23,7 @@ from djqueue.polling import Backoff
 from djqueue.rates import LimitWait
 from djqueue.storage import dialects, partitions
 from djqueue.storage.claims import by_database
+from djqueue.storage.payloads import unstorable
 from djqueue.storage.queue_lookup import QueueRef, get_queue, get_queues
 from djqueue.storage.receiver_claims import PromotionClock, claim_ready, queues_with_ready
 from djqueue.storage.requeueing import promote_due
@@ -49,6 +50,9 @@ def check_owner(owner: object) -> str:
     if not isinstance(owner, str) or not owner or len(owner) > MAX_OWNER_CHARS:
         raise InvalidMessage(f"owner must be a non-empty string of at most {MAX_OWNER_CHARS} "
                              f"characters, got {shown_value(owner)}.")
+    why = unstorable(owner)
+    if why is not None:
+        raise InvalidMessage(f"owner {why}.")
     return owner
 
 

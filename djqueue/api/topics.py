@@ -41,7 +41,7 @@ from djqueue.models import (
     Subscription,
     Topic,
 )
-from djqueue.models.queue import validate_queue_name
+from djqueue.models.queue import QUEUE_NAME_RE, validate_queue_name
 from djqueue.models.row_checks import check_row
 from djqueue.storage import dialects, expiry, host_clock, ordered_groups, placement, trace
 from djqueue.storage.payloads import utf8_size
@@ -93,7 +93,9 @@ def create_topic(name: str, *, retention: float | None = None, exist_ok: bool = 
 def get_topic(topic: str | Topic) -> Topic:
     if isinstance(topic, Topic):
         return topic
-    found = without_times(Topic.objects.using(dialects.alias()).filter(name=topic)).first()
+    # A name no topic may have is not looked for (as djqueue.storage.queue_lookup._find).
+    found = without_times(Topic.objects.using(dialects.alias()).filter(name=topic)).first(
+        ) if isinstance(topic, str) and QUEUE_NAME_RE.match(topic) else None
     if found is None:
         raise TopicNotFound(str(topic), f"Topic {topic!r} does not exist. Create it with "
                             "djqueue.create_topic().")

@@ -15,6 +15,7 @@ from django.db.models import Q
 from djqueue.exceptions import InvalidMessage, shown_value
 from djqueue.models import PENDING_STATES, DedupKey, History, Message, Queue
 from djqueue.storage import host_clock
+from djqueue.storage.payloads import unstorable
 from djqueue.storage.statements import vendor_sql
 from djqueue.storage.unreadable_rows import UNREADABLE, first_row
 
@@ -26,9 +27,9 @@ def validate_key(key: object) -> str:
         raise InvalidMessage(
             f"dedup_key must be a non-empty string of at most {MAX_KEY_CHARS} characters, "
             f"got {shown_value(key)}.")
-    if "\x00" in key:  # PostgreSQL stores no NUL in text: refused on every database
-        raise InvalidMessage("dedup_key contains a NUL character (\\x00), which cannot be "
-                             "stored.")
+    why = unstorable(key)
+    if why is not None:
+        raise InvalidMessage(f"dedup_key {why}.")
     return key
 
 

@@ -34,6 +34,7 @@ from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidProgress, NotOwner, shown_value
 from djqueue.models import Message, MessageLog, MessageProgress, State
 from djqueue.storage import dialects, host_clock
+from djqueue.storage.payloads import storable, unstorable
 from djqueue.storage.unreadable_rows import first_row, read_rows
 
 logger = logging.getLogger("djqueue.worker")
@@ -115,8 +116,8 @@ class DeliveryReport:
 
 def _log_row(message: Message, level: int, logger_name: str, text: str,
              created: float) -> MessageLog:
-    # PostgreSQL stores no NUL character in text; one in a record must not lose the rest.
-    text, logger_name = (value.replace("\x00", "\\x00") for value in (text, logger_name))
+    # One character no database stores (a NUL, a lone surrogate) must not lose the record.
+    text, logger_name = storable(text), storable(logger_name)
     return MessageLog(
         message_id=message.pk, queue_id=message.queue_id, attempt=message.attempts,
         level=level, logger=logger_name[:MAX_LOGGER_CHARS], text=text,
@@ -182,9 +183,9 @@ def checked(fraction: object, note: object) -> tuple[float, str]:
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not (
             0 <= fraction <= 1):
         raise InvalidProgress(f"progress must be a number from 0 to 1, got {shown_value(fraction)}")
-    if not isinstance(note, str) or "\x00" in note:
-        raise InvalidProgress("a progress note must be text without NUL characters, got "
-                              f"{type(note).__name__}")
+    if not isinstance(note, str) or unstorable(note) is not None:
+        raise InvalidProgress("a progress note must be text without NUL characters or lone "
+                              f"surrogates, got {shown_value(note, 60)}")
     if len(note) > MAX_NOTE_CHARS:
         raise InvalidProgress(f"a progress note is at most {MAX_NOTE_CHARS} characters, "
                               f"got {len(note)}")

@@ -17,3 +17,25 @@ def utf8_size(text: str) -> int:
     """Bytes of ``text`` in UTF-8: its length when it is ASCII (most payloads), without
     encoding it."""
     return len(text) if text.isascii() else len(text.encode())
+
+
+def unstorable(text: str) -> str | None:
+    """Why no database can store ``text`` as it is, or None: a NUL character (PostgreSQL
+    stores none in text or JSON; refused on every database, so a value works the same
+    on all), or a lone surrogate (a str Python holds, with no UTF-8 for it)."""
+    if "\x00" in text:
+        return "contains a NUL character (\\x00), which cannot be stored"
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            return f"is not valid Unicode text: {exc.reason} at position {exc.start}"
+    return None
+
+
+def storable(text: str) -> str:
+    """``text`` as every database stores it, for text djqueue records rather than refuses
+    (a failure's error, a handler's log record): a NUL as ``\\x00`` and a lone surrogate
+    as its ``\\udXXX`` escape, so that one such character does not lose the record."""
+    text = text.replace("\x00", "\\x00")
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()

@@ -21,6 +21,7 @@ from django.dispatch import receiver
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, QueueNotFound
 from djqueue.models import Queue
+from djqueue.models.queue import QUEUE_NAME_RE
 from djqueue.models.row_checks import check_row
 from djqueue.storage import dialects, placement
 from djqueue.storage.statements import lookup_statements
@@ -62,6 +63,8 @@ def get_queues(names: Iterable[str]) -> dict[str, Queue]:
     found: dict[str, Queue] = {}
     unread: dict[str, list[str]] = {}
     for name in set(names):
+        if not QUEUE_NAME_RE.match(name):  # no queue has it (see _find)
+            continue
         if (cached := _cached(("", name), now)) is not None:
             found[name] = cached
         else:
@@ -91,7 +94,12 @@ def _find_or_create(name: str, databases: Iterable[str]) -> Queue | None:
 
 def _find(name: str, databases: Iterable[str] | None = None) -> Queue | None:
     """Queue ``name``'s row from the first of ``databases`` (by default, those it may
-    live on: see djqueue.storage.placement) that holds it."""
+    live on: see djqueue.storage.placement) that holds it.
+
+    A name no queue may have is not looked for: one that Python holds but no database
+    stores (a lone surrogate) failed the driver's encoding instead of being not found."""
+    if not QUEUE_NAME_RE.match(name):
+        return None
     for db in placement.candidates(name) if databases is None else databases:
         queue = lookup_statements.queue_named(db, name)
         if queue is not None:

@@ -17,7 +17,15 @@ from django.db.models import F
 from djqueue import durations, signals
 from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter, shown_value
 from djqueue.models import Event, History, Message, Outcome, Queue, State
-from djqueue.storage import dialects, fastpath, handler_reports, host_clock, ordered_groups, trace
+from djqueue.storage import (
+    dialects,
+    fastpath,
+    handler_reports,
+    host_clock,
+    ordered_groups,
+    payloads,
+    trace,
+)
 from djqueue.storage.claim_resume import ready_again, row_ready_again
 from djqueue.storage.history_copy import archive, archive_leased
 from djqueue.storage.queue_lookup import get_queue_by_id
@@ -155,8 +163,8 @@ def record_failure(row: Message, error: str, now: datetime, *,
     """On a locked row: append ``error``, then schedule the retry or dead-letter it (at
     once with ``give_up``)."""
     queue = get_queue_by_id(row.queue_id, fastpath.database_of(row))
-    # PostgreSQL stores no NUL in text or JSON: one in an error must not lose the failure.
-    error = str(error)[:MAX_ERROR_CHARS].replace("\x00", "\\x00")
+    # One character no database stores (a NUL, a lone surrogate) must not lose the failure.
+    error = payloads.storable(str(error)[:MAX_ERROR_CHARS])
     row.errors = [*(row.errors or []), {
         "attempt": row.attempts, "at": now.isoformat(), "worker": row.owner, "error": error}]
     db = fastpath.database_of(row) or dialects.alias()

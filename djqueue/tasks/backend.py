@@ -32,7 +32,7 @@ from django.db import transaction
 from django.utils.module_loading import import_string
 
 from djqueue import durations
-from djqueue.api.message_checks import encode_payload
+from djqueue.api.message_checks import encode_payload, holds_json_nul
 from djqueue.api.queues import LIMIT_FIELDS, create_queue, set_limits
 from djqueue.api.sending import send
 from djqueue.exceptions import InvalidMessage, QueueNotFound, RetryAfter, TaskCancelled
@@ -160,9 +160,12 @@ class QueueBackend(BaseTaskBackend):
         if task.run_after is not None:
             payload["run_after"] = task.run_after.isoformat()
         try:
-            encode_payload(payload)
+            body = encode_payload(payload)
         except InvalidMessage as exc:
             raise InvalidTask(f"Task arguments must be JSON-serialisable: {exc}") from None
+        if holds_json_nul(body):
+            raise InvalidTask("Task arguments contain a NUL character (\\x00), which the "
+                              "task's record (a JSON column) cannot store.")
         queue = self.ensure_queue(task.queue_name)
         key = task.key_for(args, kwargs) if isinstance(task, QueueTask) else None
         group_key = self.group_key_for(task, args, kwargs)

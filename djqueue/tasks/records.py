@@ -16,6 +16,7 @@ from typing import Any
 from djqueue.exceptions import TaskDeadLettered, UntrustedTask
 from djqueue.models import Message, State, TaskRecord, TaskStatus
 from djqueue.storage import dialects, fastpath, host_clock, placement
+from djqueue.storage.payloads import storable
 from djqueue.storage.statements import message_inserts
 from djqueue.tasks import known_tasks
 from djqueue.tasks.compat import Task, TaskError, TaskResult
@@ -128,8 +129,10 @@ def first_run_values(message: Message, task: Task | None = None) -> dict[str, An
 
 
 def error_entry(exc: BaseException, tb: str | None = None) -> dict[str, str]:
+    # A character no database stores (a NUL, a lone surrogate) must not lose the failure.
     return {"exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
-            "traceback": tb if tb is not None else "".join(traceback.format_exception(exc))}
+            "traceback": storable(tb if tb is not None else "".join(
+                traceback.format_exception(exc)))}
 
 
 #: What a run's end writes to its record (never ``cancel_requested``, which a

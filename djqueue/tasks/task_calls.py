@@ -8,8 +8,10 @@ from typing import Any
 
 from django.db import connections
 
+from djqueue.api.message_checks import holds_json_nul
 from djqueue.exceptions import TaskTimeout
-from djqueue.storage import fastpath
+from djqueue.storage import fastpath, payloads
+from djqueue.storage.payloads import unstorable
 from djqueue.tasks.backend import QueueTask
 from djqueue.tasks.compat import Task, TaskContext, TaskResult, normalize_json
 
@@ -31,8 +33,18 @@ def call(task: Task, args: list[Any], kwargs: dict[str, Any], result: TaskResult
         fastpath.keep_event_loop()
         func = task.call
     value = call_with_timeout(lambda: func(*args, **kwargs), timeout)
-    # normalize_json returns these as they are (None, most tasks' value, saves a call).
-    return value if type(value) in _JSON_SCALARS else normalize_json(value)
+    if type(value) is str:
+        why = unstorable(value)
+    elif type(value) in _JSON_SCALARS:  # normalize_json returns these as they are
+        return value
+    else:
+        value = normalize_json(value)
+        text = payloads.encode(value)
+        why = ("contains a NUL character (\\x00), which cannot be stored"
+               if holds_json_nul(text) else unstorable(text))
+    if why is not None:  # the run fails, and says why, rather than its record's write
+        raise ValueError(f"The task's return value {why}.")
+    return value
 
 
 def call_with_timeout(call: Callable[[], Any], timeout: float | None) -> Any:

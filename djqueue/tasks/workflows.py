@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
-from djqueue.api.message_checks import encode_payload
+from djqueue.api.message_checks import encode_payload, holds_json_nul
 from djqueue.exceptions import InvalidMessage, InvalidWorkflow, shown_value
 from djqueue.models import (
     FailurePolicy,
@@ -75,10 +75,13 @@ def _step_row(position: int, step: Step,
     between its steps: a chord's 10,000 members are one task."""
     task: Task = step.task
     try:  # first: arguments that cannot be sent make no queue
-        encode_payload({"args": step.args, "kwargs": step.kwargs})
+        body = encode_payload({"args": step.args, "kwargs": step.kwargs})
     except InvalidMessage as exc:
         raise InvalidWorkflow(f"Step {step.name!r}: arguments must be JSON-serialisable: "
                               f"{exc}") from None
+    if holds_json_nul(body):
+        raise InvalidWorkflow(f"Step {step.name!r}: arguments contain a NUL character "
+                              "(\\x00), which its row (a JSON column) cannot store.")
     backend = None if checked is None else checked.get(id(task))
     if backend is None:
         backend = _checked_backend(step)

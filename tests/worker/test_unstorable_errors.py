@@ -1,0 +1,63 @@
+"""A failure whose text holds a character no database stores (a NUL, which PostgreSQL
+reads in no text or JSON; a lone surrogate, which no driver encodes) is recorded with
+that character escaped. Before, on PostgreSQL, the write of the failure failed: the
+message stayed claimed until its lease ran out, to fail the same way again."""
+
+import pytest
+
+import djqueue
+from djqueue.models import History, Message, State, TaskRecord, TaskStatus
+from djqueue.tasks.compat import InvalidTask
+from tests import tasks
+from tests.handlers import UNSTORABLE_ERROR
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ESCAPED = UNSTORABLE_ERROR.replace("\x00", "\\x00").replace("\udcff", "\\udcff")
+
+
+def test_a_handlers_error_is_recorded_with_such_characters_escaped(spawn):
+    djqueue.create_queue("f.poison", max_attempts=1)
+    bad = djqueue.send("f.poison", {"kind": "unstorable", "n": 1})
+    good = djqueue.send("f.poison", {"n": 2})
+    worker = spawn("djqueue_worker", "f.poison", "--burst")
+    assert worker.wait(60) == 0, worker.output()
+    dead = Message.objects.get(pk=bad.id)
+    assert dead.state == State.DEAD and dead.attempts == 1
+    assert dead.errors[-1]["error"].rstrip().endswith(f"RuntimeError: {ESCAPED}")
+    assert History.objects.filter(pk=good.id).exists()
+
+
+def test_a_tasks_error_is_recorded_with_such_characters_escaped(spawn):
+    failing, added = tasks.explode_unstorably.enqueue(), tasks.add.enqueue(1, 2)
+    worker = spawn("djqueue_worker", "default", "--burst")
+    assert worker.wait(60) == 0, worker.output()
+    record = TaskRecord.objects.get(pk=failing.id)
+    assert record.status == TaskStatus.FAILED
+    assert ESCAPED in record.errors[-1]["traceback"]
+    assert TaskRecord.objects.get(pk=added.id).status == TaskStatus.SUCCESSFUL
+
+
+def test_an_error_given_by_hand_is_recorded_so_too():
+    djqueue.create_queue("by.hand", max_attempts=1)
+    djqueue.send("by.hand", 1)
+    [message] = djqueue.receive("by.hand")
+    message.nack(error=UNSTORABLE_ERROR)
+    assert Message.objects.get(pk=message.id).errors[-1]["error"] == ESCAPED
+
+
+def test_a_tasks_value_that_no_database_stores_fails_its_run(spawn):
+    """Its record is a JSON column: the run fails, and says why, on every database."""
+    failing, added = tasks.returns_unstorably.enqueue(), tasks.add.enqueue(1, 2)
+    worker = spawn("djqueue_worker", "default", "--burst")
+    assert worker.wait(60) == 0, worker.output()
+    record = TaskRecord.objects.get(pk=failing.id)
+    assert record.status == TaskStatus.FAILED
+    assert "NUL character" in record.errors[-1]["traceback"]
+    assert TaskRecord.objects.get(pk=added.id).status == TaskStatus.SUCCESSFUL
+
+
+@pytest.mark.parametrize("args", [("a\x00b",), ("a\udcffb",), ({"k\x00": 1},)])
+def test_task_arguments_that_no_database_stores_are_refused_at_enqueue(args):
+    with pytest.raises(InvalidTask, match=r"NUL character|not valid Unicode"):
+        tasks.echo.enqueue(*args)
+    assert not Message.objects.exists() and not TaskRecord.objects.exists()
