@@ -205,7 +205,10 @@ def peek(queue: QueueRef | None = None, *, state: State | None = None,
     db, query = _messages(q)
     query = query.order_by("id")
     if state is not None:
-        query = query.filter(state=State(state))
+        try:
+            query = query.filter(state=State(state))
+        except ValueError:
+            raise InvalidMessage(f"state is a djqueue.State, got {shown_value(state)}.") from None
     if older_than is not None:
         seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
         try:

@@ -24,6 +24,7 @@ from djqueue.models import Queue
 from djqueue.models.queue import QUEUE_NAME_RE
 from djqueue.models.row_checks import check_row
 from djqueue.storage import dialects, placement
+from djqueue.storage.payloads import storable
 from djqueue.storage.statements import lookup_statements
 
 QueueRef = str | Queue
@@ -231,7 +232,7 @@ def note_error(queue_id: int, error: str) -> None:
     its text (the dashboard shows both). Best effort: a database error is logged."""
     try:
         Queue.objects.using(dialects.alias()).filter(pk=queue_id).update(
-            errors_seen=F("errors_seen") + 1, last_error=error[:MAX_ERROR_CHARS])
+            errors_seen=F("errors_seen") + 1, last_error=storable(error[:MAX_ERROR_CHARS]))
     except DatabaseError:
         logger.exception("Could not count an error of queue %s", queue_id)
 

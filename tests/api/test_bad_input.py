@@ -10,6 +10,7 @@ from django.test import override_settings
 import djqueue
 from djqueue.exceptions import (
     ConfigurationError,
+    InvalidCondition,
     InvalidMessage,
     PayloadTooLarge,
     QueueFull,
@@ -112,6 +113,27 @@ HUGE_CASES = {
     "a topic's retention": (lambda: djqueue.create_topic("t6", retention=HUGE),
                             ConfigurationError),
 }
+#: Text Python holds but no driver encodes (a lone surrogate): each was the driver's
+#: UnicodeEncodeError, or the enum's ValueError.
+SURROGATE = "a\udcffb"
+SURROGATE_CASES = {
+    "group_key": (lambda: djqueue.send("jobs", {}, group_key=SURROGATE), InvalidMessage),
+    "dedup_key": (lambda: djqueue.send("jobs", {}, dedup_key=SURROGATE), InvalidMessage),
+    "owner": (lambda: djqueue.receive("jobs", owner=SURROGATE), InvalidMessage),
+    "a condition's literal": (lambda: djqueue.receive("jobs", where=f"group_key = '{SURROGATE}'"),
+                              InvalidCondition),
+    "a queue's name": (lambda: djqueue.send(SURROGATE, {}), QueueNotFound),
+    "a topic's name": (lambda: djqueue.publish(SURROGATE, {}), QueueNotFound),
+    "peek's state": (lambda: djqueue.peek("jobs", state=SURROGATE), InvalidMessage),
+}
+
+
+@pytest.mark.parametrize("case", SURROGATE_CASES)
+def test_a_lone_surrogate_gets_djqueues_error(queues, case):
+    call, expected = SURROGATE_CASES[case]
+    with pytest.raises(expected):
+        call()
+    assert snapshot() == queues
 
 
 @pytest.mark.parametrize("case", HUGE_CASES)
