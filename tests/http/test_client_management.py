@@ -49,6 +49,8 @@ def test_the_command_creates_grants_rotates_and_revokes():
     for bad in (["create", "billing"], ["create", "x", "--grant", "orders"],
                 ["grant", "billing", "bad pattern!", "send"], ["token", "nobody"],
                 ["grant", "billing", "refunds\n", "send"],  # "$" would let it through
+                # bytes argv holds that are no UTF-8, as Python reads them (surrogateescape)
+                ["create", "caf\udce9"], ["token", "caf\udce9"], ["revoke", "djq_\udcff"],
                 ["revoke", "djq_unknownkey00"]):
         with pytest.raises(CommandError):
             command(*bad)

@@ -24,6 +24,7 @@ from djqueue.management.arguments import seconds
 from djqueue.management.database_ready import DatabaseReadyCommand
 from djqueue.models import ApiClient, ApiPermission, ApiToken
 from djqueue.storage import dialects
+from djqueue.storage.payloads import unstorable
 from djqueue.storage.unreadable_rows import ReadableTime
 
 PERMISSIONS = {"send": ApiPermission.SEND, "receive": ApiPermission.RECEIVE,
@@ -62,6 +63,11 @@ class Command(DatabaseReadyCommand):
 
     def handle(self, *args: object, **options: Any) -> None:
         action = options["action"]
+        for argument in ("name", "pattern", "token"):  # read from argv with surrogateescape
+            value = options.get(argument)
+            why = unstorable(value) if isinstance(value, str) else None
+            if why is not None:
+                raise CommandError(f"The {argument} {why}.")
         if action == "create":
             self._create(options)
         elif action == "token":
