@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from djqueue.api.message_checks import holds_json_nul
 from djqueue.exceptions import UntrustedTask
 from djqueue.models import Message
 from djqueue.tasks.backend import QueueBackend
@@ -27,7 +28,14 @@ _COMMON_FIELDS = {"task", "backend", "args", "kwargs"}
 
 
 def check_shape(message: Message, payload: Any) -> None:
-    """Refuse (UntrustedTask) a message whose payload is not a well-formed task message."""
+    """Refuse (UntrustedTask) a message whose payload is not a well-formed task message,
+    or that holds a NUL character: a payload's text column stores one, a task's record
+    (a JSON column, jsonb on PostgreSQL) does not, and the ack that writes the record
+    would fail for the whole batch again and again. The backend refuses it at enqueue;
+    this is a message sent past it."""
+    if holds_json_nul(message.encoded_body):
+        raise UntrustedTask(f"Message {message.pk} holds a NUL character (\\x00), which a "
+                            "task's record cannot store.")
     if (type(payload) is dict and payload.keys() == _COMMON_FIELDS
             and type(payload["task"]) is str and type(payload["backend"]) is str
             and type(payload["args"]) is list and type(payload["kwargs"]) is dict):

@@ -61,3 +61,18 @@ def test_task_arguments_that_no_database_stores_are_refused_at_enqueue(args):
     with pytest.raises(InvalidTask, match=r"NUL character|not valid Unicode"):
         tasks.echo.enqueue(*args)
     assert not Message.objects.exists() and not TaskRecord.objects.exists()
+
+
+def test_a_task_message_sent_by_hand_with_a_nul_in_its_arguments_stalls_nothing(spawn):
+    """``send()`` stores a NUL in a payload (a text column); a task's record is JSON.
+    Such a message, sent past the backend's enqueue, is dead-lettered, and the others
+    run."""
+    djqueue.create_queue("default", exist_ok=True)
+    forged = djqueue.send("default", {"task": "tests.tasks.echo", "backend": "default",
+                                      "args": ["a\x00b"], "kwargs": {}})
+    added = tasks.add.enqueue(1, 2)
+    worker = spawn("djqueue_worker", "default", "--burst")
+    assert worker.wait(60) == 0, worker.output()
+    assert TaskRecord.objects.get(pk=added.id).status == TaskStatus.SUCCESSFUL
+    dead = Message.objects.get(pk=forged.id)
+    assert dead.state == State.DEAD and "NUL" in dead.errors[-1]["error"]
