@@ -27,13 +27,20 @@ def test_a_handlers_error_is_recorded_with_such_characters_escaped(spawn):
     assert History.objects.filter(pk=good.id).exists()
 
 
-def test_a_tasks_error_is_recorded_with_such_characters_escaped(spawn):
-    failing, added = tasks.explode_unstorably.enqueue(), tasks.add.enqueue(1, 2)
+@pytest.mark.parametrize(("task", "recorded"), [
+    # its error, escaped
+    (tasks.explode_unstorably, ESCAPED),
+    # its value: its record is a JSON column, so the run fails and says why
+    (tasks.returns_unstorably, "return value contains a NUL character"),
+])
+def test_a_tasks_error_or_value_holding_such_characters_fails_its_run_alone(
+        spawn, task, recorded):
+    failing, added = task.enqueue(), tasks.add.enqueue(1, 2)
     worker = spawn("djqueue_worker", "default", "--burst")
     assert worker.wait(60) == 0, worker.output()
     record = TaskRecord.objects.get(pk=failing.id)
     assert record.status == TaskStatus.FAILED
-    assert ESCAPED in record.errors[-1]["traceback"]
+    assert recorded in record.errors[-1]["traceback"]
     assert TaskRecord.objects.get(pk=added.id).status == TaskStatus.SUCCESSFUL
 
 
@@ -43,17 +50,6 @@ def test_an_error_given_by_hand_is_recorded_so_too():
     [message] = djqueue.receive("by.hand")
     message.nack(error=UNSTORABLE_ERROR)
     assert Message.objects.get(pk=message.id).errors[-1]["error"] == ESCAPED
-
-
-def test_a_tasks_value_that_no_database_stores_fails_its_run(spawn):
-    """Its record is a JSON column: the run fails, and says why, on every database."""
-    failing, added = tasks.returns_unstorably.enqueue(), tasks.add.enqueue(1, 2)
-    worker = spawn("djqueue_worker", "default", "--burst")
-    assert worker.wait(60) == 0, worker.output()
-    record = TaskRecord.objects.get(pk=failing.id)
-    assert record.status == TaskStatus.FAILED
-    assert "NUL character" in record.errors[-1]["traceback"]
-    assert TaskRecord.objects.get(pk=added.id).status == TaskStatus.SUCCESSFUL
 
 
 @pytest.mark.parametrize("args", [("a\x00b",), ("a\udcffb",), ({"k\x00": 1},)])
