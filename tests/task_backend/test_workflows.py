@@ -258,6 +258,8 @@ def test_bad_workflows_get_specific_errors_and_leave_nothing():
         (lambda: djqueue.group().enqueue(), "at least one step"),
         (lambda: djqueue.chain("step").enqueue(), "made of steps"),
         (lambda: djqueue.step(tasks.wf_node, object()).enqueue(), "JSON"),
+        # a step's row is a JSON column, which stores no NUL on PostgreSQL
+        (lambda: djqueue.step(tasks.wf_node, "a\x00b").enqueue(), "NUL character"),
         (lambda: djqueue.step(tasks.wf_node, 1).enqueue(policy="maybe"), "policy"),
         (lambda: djqueue.step(tasks.wf_node, 1).receiving("not a name"), "identifier"),
         (lambda: djqueue.step(tasks.add, 1, 1).enqueue(), None),  # default backend: fine
