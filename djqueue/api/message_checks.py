@@ -71,6 +71,14 @@ def holds_json_nul(text: str) -> bool:
     return "\\u0000" in text and _JSON_NUL.search(text) is not None
 
 
+def json_unstorable(text: str) -> str | None:
+    """Why a JSON column cannot store JSON ``text`` (as ``encode`` writes it, a lone
+    surrogate as it is), or None: :func:`unstorable`, or a NUL written as its escape."""
+    if holds_json_nul(text):
+        return "contains a NUL character (\\x00), which cannot be stored"
+    return unstorable(text)
+
+
 def check_headers(headers: Any) -> dict[str, Any] | None:
     if headers is None:
         return None
@@ -82,8 +90,7 @@ def check_headers(headers: Any) -> dict[str, Any] | None:
         raise InvalidMessage(f"headers are not JSON-serialisable: {exc}") from None
     except RecursionError:
         raise InvalidMessage("headers contain themselves (or are nested too deeply).") from None
-    check_storable(text, "headers")
-    if holds_json_nul(text):
-        raise InvalidMessage("headers contain a NUL character (\\x00), which cannot be "
-                             "stored.")
+    why = json_unstorable(text)
+    if why is not None:
+        raise InvalidMessage(f"headers {why}.")
     return headers

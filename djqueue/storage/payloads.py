@@ -36,6 +36,6 @@ def unstorable(text: str) -> str | None:
 def storable(text: str) -> str:
     """``text`` as every database stores it, for text djqueue records rather than refuses
     (a failure's error, a handler's log record): a NUL as ``\\x00`` and a lone surrogate
-    as its ``\\udXXX`` escape, so that one such character does not lose the record."""
+    as its escape (``\\udcff``), so that one such character does not lose the record."""
     text = text.replace("\x00", "\\x00")
     return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()

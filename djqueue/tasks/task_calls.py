@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import connections
 
-from djqueue.api.message_checks import holds_json_nul
+from djqueue.api.message_checks import json_unstorable
 from djqueue.exceptions import TaskTimeout
 from djqueue.storage import fastpath, payloads
 from djqueue.storage.payloads import unstorable
@@ -39,9 +39,7 @@ def call(task: Task, args: list[Any], kwargs: dict[str, Any], result: TaskResult
         return value
     else:
         value = normalize_json(value)
-        text = payloads.encode(value)
-        why = ("contains a NUL character (\\x00), which cannot be stored"
-               if holds_json_nul(text) else unstorable(text))
+        why = json_unstorable(payloads.encode(value))
     if why is not None:  # the run fails, and says why, rather than its record's write
         raise ValueError(f"The task's return value {why}.")
     return value
