@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.forms.models import BaseInlineFormSet, ModelChoiceField
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
+from djqueue.admin import request_checks
 from djqueue.admin.paging import RowReadingChangeList
 from djqueue.storage import placement
 from djqueue.storage.unreadable_rows import UNREADABLE, first_row, read_rows, without_times
@@ -25,7 +28,33 @@ from djqueue.storage.unreadable_rows import UNREADABLE, first_row, read_rows, wi
 
 class RowReadingAdmin(admin.ModelAdmin):
     """Reads its rows from :meth:`database` through RowReadingChangeList (its list),
-    get_object (its page) and without_times (a form's choices of a related row)."""
+    get_object (its page) and without_times (a form's choices of a related row).
+
+    It checks what a request carries first (djqueue.admin.request_checks): a filter's
+    value, the rows an action names, a row's id, a JSON field's text."""
+
+    formfield_overrides = {models.JSONField: {"form_class": request_checks.StorableJSONField}}
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        """A filter whose value no query can take is not applied: the list is shown
+        without filters, as Django shows it for a value of the wrong kind, with a
+        message that says which filter and why."""
+        why = request_checks.refused_lookup(self.model, lookup, value)
+        if why:
+            self.message_user(request, f"Filter {lookup!r} not applied: the value {why}.",
+                              messages.ERROR)
+            raise IncorrectLookupParameters(why)
+        return super().lookup_allowed(lookup, value, request)
+
+    def response_action(self, request: HttpRequest, queryset: models.QuerySet,
+                        *args: Any, **kwargs: Any) -> HttpResponse | None:
+        """Run an action on rows whose ids are ids of this table; else change nothing
+        and say why (Django's own reading of them was a server error)."""
+        why = request_checks.refused_ids(self.model, request.POST.getlist(ACTION_CHECKBOX_NAME))
+        if why:
+            self.message_user(request, f"No action taken: {why}.", messages.ERROR)
+            return None
+        return super().response_action(request, queryset, *args, **kwargs)
 
     def database(self, request: HttpRequest) -> str:
         """The database the rows are read from and written to: the home database."""
@@ -41,7 +70,10 @@ class RowReadingAdmin(admin.ModelAdmin):
                    from_field: str | None = None) -> Any:
         """The row, as Django reads it; if that fails on a time no driver reads back (or
         finds nothing: Django takes SQLite's ValueError for a missing row), read again
-        through first_row, with that time None."""
+        through first_row, with that time None. An id holding a NUL names no row
+        (PostgreSQL refuses to compare with it)."""
+        if "\x00" in object_id:
+            return None
         try:
             found = super().get_object(request, object_id, from_field)
         except UNREADABLE:
