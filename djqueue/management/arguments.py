@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from djqueue import durations
+from djqueue.exceptions import shown_value
 
 
 def seconds(high: float, *, positive: bool = True) -> Callable[[str], float]:
@@ -34,7 +35,7 @@ def whole_number(low: int = 1, high: int = 1_000_000_000) -> Callable[[str], int
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+            raise argparse.ArgumentTypeError(f"not a whole number: {shown_value(text)}") from None
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"must be {low} to {high}, got {value}")
         return value

@@ -37,6 +37,8 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
         addresses = _addresses(host, port)
     except OSError as error:
         raise CannotListen(f"Cannot listen on {where}: {error.strerror or error}") from None
+    except UnicodeError as error:  # IDNA: an empty label, one past 63 characters, no UTF-8
+        raise CannotListen(f"Cannot listen on {where}: not a host name ({error})") from None
     listeners: list[socket.socket] = []
     for family, address in addresses:
         if port == 0 and listeners:

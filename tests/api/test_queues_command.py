@@ -120,6 +120,7 @@ def test_a_redrive_moves_dead_letters_back():
     (("purge", "nope", "--yes"), "nope"),
     (("redrive", "jobs", "--limit", "0"), "must be 1 to"),
     (("redrive", "jobs", "--limit", "many"), "not a whole number"),
+    (("redrive", "jobs", "--limit", "9" * 5000), r"not a whole number: '9{96}\.\.\.$"),
     (("list", "--everything"), "unrecognized arguments"),
     (("peek", "nope"), "nope"),
     (("peek", "jobs", "--state", "lost"), "invalid choice"),

@@ -2,6 +2,7 @@
 (as uvicorn did when it bound its own); an address they cannot listen on is one line
 naming it, and the sockets bound before it are closed. Real sockets."""
 
+import re
 import socket
 from collections.abc import Iterator
 
@@ -53,6 +54,21 @@ def test_a_host_names_the_address_it_could_not_listen_on_and_keeps_no_other(comm
 def test_a_host_name_that_resolves_to_nothing_is_one_line():
     with pytest.raises(CommandError, match=r"^Cannot listen on no-such-host\.invalid:8001: "):
         call_command("djqueue_http", "--host", "no-such-host.invalid", "--port", "8001")
+
+
+@pytest.mark.parametrize("command", SERVERS)
+@pytest.mark.parametrize("host", [
+    "a..b",  # an empty label
+    "a" * 64 + ".example",  # a label past 63 characters
+    "q\udcff",  # a byte no UTF-8 reads, as argv holds it
+])
+def test_a_host_no_resolver_reads_is_one_line(command, host):
+    """Before, the resolver's UnicodeError from its IDNA codec was a traceback. The
+    reason in brackets is Python's, and its words change between versions."""
+    with pytest.raises(CommandError) as refused:
+        call_command(command, "--host", host, "--port", "0")
+    assert re.fullmatch(rf"Cannot listen on {re.escape(host)}:0: not a host name \(.+\)",
+                        str(refused.value)), str(refused.value)
 
 
 def test_port_0_is_one_free_port_on_every_address():
