@@ -15,6 +15,7 @@ from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 import djqueue
+from djqueue.exceptions import ConfigurationError
 from djqueue.export.jdbc import DEFAULT_JAR_DIR, DRIVERS
 from djqueue.models import ExportRun, History, Message, Outcome, State
 from tests.conftest import ROOT
@@ -167,6 +168,15 @@ def test_missing_driver_is_a_command_error_naming_the_package(tmp_path):
     result = run_command("--out", str(tmp_path), DJQUEUE_JDBC_DIR=str(tmp_path / "nothing"))
     assert result.returncode != 0
     assert f"apt-get install {DRIVERS[connection.vendor].debian_package}" in result.stderr
+
+
+def test_a_queue_name_no_queue_may_have_is_named_as_missing(tmp_path):
+    """A byte no UTF-8 reads, in argv, is a lone surrogate: the driver's
+    UnicodeEncodeError before; now the queues not found, each named."""
+    djqueue.create_queue("cmd")
+    with pytest.raises(ConfigurationError) as refused:
+        exporter(tmp_path, None, queues=["cmd", "q\udcff", "gone"])
+    assert str(refused.value) == "No such queue(s): 'gone', 'q\\udcff'"
 
 
 def _some_history(count=500):
