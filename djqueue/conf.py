@@ -154,11 +154,12 @@ class Settings:
                 raise ConfigurationError(
                     f"DJQUEUE[{name!r}] must be a whole number from {low} to {high}, "
                     f"got {shown_value(value)}")
+        if "BACKOFF" in overrides and (not isinstance(overrides["BACKOFF"], list | tuple)
+                                       or not overrides["BACKOFF"]):
+            raise ConfigurationError("DJQUEUE['BACKOFF'] must be a non-empty list of seconds, "
+                                     f"got {shown_value(overrides['BACKOFF'])}")
         for step in overrides.get("BACKOFF", ()):
             _check_duration(step, "A DJQUEUE['BACKOFF'] step", durations.MAX_DELAY, False)
-        if "BACKOFF" in overrides and (isinstance(overrides["BACKOFF"], str | bytes)
-                                       or not overrides["BACKOFF"]):
-            raise ConfigurationError("DJQUEUE['BACKOFF'] must be a non-empty list of seconds")
         _check_seconds(overrides, "WORKER_SWITCH_INTERVAL", "None or a number of seconds in "
                        "(0, 1]", lambda v: v is None or 0 < v <= 1)
         threshold = overrides.get("WORKER_GC_THRESHOLD")

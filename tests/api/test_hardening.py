@@ -189,6 +189,9 @@ def test_duration_settings_are_checked(setting):
     ("HANDLER_LOG_CHARS", 5), ("PROGRESS_INTERVAL", math.nan), ("PROGRESS_INTERVAL", -1),
     # a batch's ids go to one statement: PostgreSQL takes at most 65,535 parameters
     ("PRUNE_BATCH", 50_001), ("PRUNE_BATCH", 0),
+    # not a list: Python's TypeError ("'int' object is not iterable") before
+    ("BACKOFF", 30), ("BACKOFF", None), pytest.param("BACKOFF", 10**5000, id="BACKOFF-huge"),
+    ("BACKOFF", "30"), ("BACKOFF", []),
 ])
 def test_handler_report_settings_are_checked(setting, value):
     with override_settings(DJQUEUE={setting: value}):
