@@ -9,7 +9,7 @@ from django.db.models import Case, F, QuerySet, Value, When
 
 from djqueue import durations, signals
 from djqueue.api import ready_wakeups
-from djqueue.api.message_ids import id_chunks
+from djqueue.api.message_ids import id_chunks, one_id
 from djqueue.conf import get_settings
 from djqueue.exceptions import InvalidMessage, shown_value
 from djqueue.models import Event, History, Message, Outcome, State
@@ -182,10 +182,8 @@ def get_message(message_id: int, *, queue: QueueRef | None = None) -> Message | 
     """A pending or dead message by id, without claiming it. Its lease token is left
     out: the token is the proof of ownership, which only its receiver holds.
     ``queue`` as for :func:`retry_now`."""
-    if isinstance(message_id, bool) or not isinstance(message_id, int):
-        raise InvalidMessage(f"get_message() takes a message id, not {message_id!r}.")
     db, messages = _messages(queue)
-    found = first_row(messages.filter(pk=message_id))
+    found = first_row(messages.filter(pk=one_id(message_id, "get_message")))
     return None if found is None else _as_shown(db, [found])[0]
 
 
@@ -293,6 +291,7 @@ def _delete_rows(db: str, rows: list[Message]) -> None:
 def finished(message_id: int, *, queue: QueueRef | None = None) -> History | None:
     """A finished message's history row; ``queue`` as for :func:`retry_now`. A time of it
     a hand edit left unreadable is None (djqueue.storage.unreadable_rows)."""
+    message_id = one_id(message_id, "finished")
     if queue is None:
         return first_row(History.objects.using(dialects.alias()).filter(pk=message_id))
     q = get_queue(queue)

@@ -74,7 +74,6 @@ def on_topic_database(function: F) -> F:
 
 
 @on_topic_database
-
 def create_topic(name: str, *, retention: float | None = None, exist_ok: bool = False) -> Topic:
     check_name(name, "topic", 40)
     db = dialects.alias()
@@ -93,6 +92,9 @@ def create_topic(name: str, *, retention: float | None = None, exist_ok: bool = 
 def get_topic(topic: str | Topic) -> Topic:
     if isinstance(topic, Topic):
         return topic
+    if not isinstance(topic, str):
+        raise TypeError(f"A topic is named by a string or given as a Topic, not "
+                        f"{type(topic).__name__}.")
     # A name no topic may have is not looked for (as djqueue.storage.queue_lookup._find).
     found = without_times(Topic.objects.using(dialects.alias()).filter(name=topic)).first(
         ) if isinstance(topic, str) and QUEUE_NAME_RE.match(topic) else None
@@ -212,10 +214,12 @@ def collect_bodies(now: datetime | None = None, batch: int = 5000) -> int:
 
 
 def check_name(name: str, what: str, longest: int) -> None:
+    if not isinstance(name, str):  # Django's validator writes it as text first
+        raise ConfigurationError(f"A {what} name is a string, not {type(name).__name__}.")
     try:
         validate_queue_name(name)
     except ValidationError:
-        raise ConfigurationError(f"Invalid {what} name {name!r}.") from None
+        raise ConfigurationError(f"Invalid {what} name {shown_value(name)}.") from None
     if ":" in name or len(name) > longest:
         raise ConfigurationError(f"A {what} name has at most {longest} characters and no ':', "
                                  f"got {shown_value(name)}.")

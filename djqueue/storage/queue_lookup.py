@@ -19,7 +19,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from djqueue.conf import get_settings
-from djqueue.exceptions import ConfigurationError, QueueNotFound
+from djqueue.exceptions import ConfigurationError, QueueNotFound, shown_value
 from djqueue.models import Queue
 from djqueue.models.queue import QUEUE_NAME_RE
 from djqueue.models.row_checks import check_row
@@ -160,7 +160,8 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
         options["dead_letter_queue"] = dlq = (get_queue_on(dlq, db) if partition
                                               else get_queue(dlq, fresh=True))
     elif dlq is not None and not isinstance(dlq, Queue):
-        raise ConfigurationError(f"dead_letter_queue is a queue's name or a Queue, not {dlq!r}.")
+        raise ConfigurationError(f"dead_letter_queue is a queue's name or a Queue, not "
+                                 f"{shown_value(dlq)}.")
     if dlq is not None and placement.database_of(dlq) != db:
         raise ConfigurationError(
             f"Queue {name!r} lives on database {db!r}; its dead-letter queue "

@@ -35,7 +35,7 @@ from djqueue import durations
 from djqueue.api.message_checks import encode_payload, holds_json_nul
 from djqueue.api.queues import LIMIT_FIELDS, create_queue, set_limits
 from djqueue.api.sending import send
-from djqueue.exceptions import InvalidMessage, QueueNotFound, RetryAfter, TaskCancelled
+from djqueue.exceptions import InvalidMessage, QueueNotFound, RetryAfter, TaskCancelled, shown_value
 from djqueue.models import (
     FINISHED_STATUSES,
     Message,
@@ -215,7 +215,12 @@ class QueueBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
-        for db, message_id in result_locations(str(result_id)):
+        if not isinstance(result_id, str):  # an int (a message id) reads as its digits
+            if isinstance(result_id, bool) or not isinstance(result_id, int) or (
+                    result_id.bit_length() > 64):
+                raise TaskResultDoesNotExist(shown_value(result_id))
+            result_id = str(result_id)
+        for db, message_id in result_locations(result_id):
             # A time a hand edit left unreadable is None in the result (first_row).
             records = TaskRecord.objects.using(db).filter(pk=result_id)
             record = first_row(records)

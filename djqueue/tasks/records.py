@@ -16,7 +16,7 @@ from typing import Any
 from djqueue.exceptions import TaskDeadLettered, UntrustedTask
 from djqueue.models import Message, State, TaskRecord, TaskStatus
 from djqueue.storage import dialects, fastpath, host_clock, placement
-from djqueue.storage.payloads import storable
+from djqueue.storage.payloads import storable, unstorable
 from djqueue.storage.statements import message_inserts
 from djqueue.tasks import known_tasks
 from djqueue.tasks.compat import Task, TaskError, TaskResult
@@ -38,6 +38,8 @@ def result_locations(result_id: str) -> list[tuple[str, int | None]]:
     """Where a task result may be: (database, its message's id if the result id says it)
     pairs, in the order to look. A message id names the home database, ``id@database``
     that database; any other id (given at enqueue on commit) is looked for on each."""
+    if unstorable(result_id):  # no record's id: not looked for (PostgreSQL refuses a NUL)
+        return []
     number, at, db = result_id.partition("@")
     if at:
         return [(db, int(number))] if is_message_id(number) and db in placement.databases(

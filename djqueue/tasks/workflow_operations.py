@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 
 from django.db import transaction
 
-from djqueue.exceptions import WorkflowBusy
+from djqueue.exceptions import InvalidWorkflow, WorkflowBusy, shown_value
 from djqueue.models import StepDependency, StepState, Workflow, WorkflowState, WorkflowStep
 from djqueue.storage import dialects
 from djqueue.storage.unreadable_rows import first_row
@@ -87,9 +87,12 @@ def retry(workflow_id: int) -> int:
 
 def read_workflow(db: str, workflow_id: int, *, lock: bool = False) -> Workflow:
     """Workflow ``workflow_id`` of ``db`` (locked, with ``lock``), a time of it no driver
-    reads back as None; Workflow.DoesNotExist if there is none."""
+    reads back as None; Workflow.DoesNotExist if there is none (InvalidWorkflow if
+    ``workflow_id`` is no int)."""
+    if isinstance(workflow_id, bool) or not isinstance(workflow_id, int):
+        raise InvalidWorkflow(f"A workflow id is an int, not {shown_value(workflow_id)}.")
     rows = Workflow.objects.using(db).filter(pk=workflow_id)
     workflow = first_row(rows.select_for_update() if lock else rows)
     if workflow is None:
-        raise Workflow.DoesNotExist(f"No workflow {workflow_id} on database {db!r}.")
+        raise Workflow.DoesNotExist(f"No workflow {shown_value(workflow_id)} on database {db!r}.")
     return workflow

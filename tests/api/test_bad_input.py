@@ -112,6 +112,9 @@ HUGE_CASES = {
     "a limit": (lambda: djqueue.set_limits("jobs", concurrency_limit=HUGE), ConfigurationError),
     "a topic's retention": (lambda: djqueue.create_topic("t6", retention=HUGE),
                             ConfigurationError),
+    "a topic's name": (lambda: djqueue.create_topic(HUGE), ConfigurationError),
+    "a dead-letter queue": (lambda: djqueue.create_queue("q6", dead_letter_queue=HUGE),
+                            ConfigurationError),
 }
 #: Text Python holds but no driver encodes (a lone surrogate): each was the driver's
 #: UnicodeEncodeError, or the enum's ValueError.
@@ -187,3 +190,73 @@ def test_nul_characters_are_refused_in_keys_and_headers_and_escaped_in_errors():
     message.nack(error="bad byte \x00 here")
     row = Message.objects.get(pk=message.pk)
     assert row.errors[-1]["error"] == "bad byte \\x00 here" and row.payload == {"text": "a\x00b"}
+
+
+#: Reads by an id that no row can have. Each answers "not found" as it does for any
+#: id it does not know, or refuses what is no id with djqueue's error, on every
+#: database. Before: a result id holding a NUL was PostgreSQL's DataError, one holding
+#: a lone surrogate the driver's UnicodeEncodeError; an int past 4,300 digits
+#: Python's ValueError from str(); finished(), message_trace() and get_workflow()
+#: given text Django's "expected a number" ValueError; a topic named by such an int,
+#: Python's ValueError.
+NO_SUCH_RESULT = ["a\x00b", SURROGATE, HUGE, None, 1.5]
+
+
+@pytest.mark.parametrize("result_id", NO_SUCH_RESULT, ids=["nul", "surrogate", "huge", "none", "float"])
+def test_a_task_result_id_no_record_can_have_is_not_found(queues, result_id):
+    from django.tasks import task_backends
+    from django.tasks.exceptions import TaskResultDoesNotExist
+
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result(result_id)
+    if isinstance(result_id, str):
+        assert djqueue.task_progress(result_id) is None
+        assert djqueue.task_logs(result_id) == []
+
+
+@pytest.mark.parametrize("message_id", ["12", "a\x00b", SURROGATE, 1.5, [1]], ids=repr)
+@pytest.mark.parametrize("read", ["get_message", "finished", "message_trace"])
+def test_a_message_read_given_no_int_says_so(queues, read, message_id):
+    with pytest.raises(InvalidMessage, match=rf"^{read}\(\) takes a message id, not "):
+        getattr(djqueue, read)(message_id)
+
+
+@pytest.mark.parametrize("read", ["get_message", "finished"])
+def test_a_message_read_given_an_int_no_row_can_have_finds_nothing(queues, read):
+    assert getattr(djqueue, read)(HUGE) is None
+    assert getattr(djqueue, read)(-(2**70)) is None
+
+
+def test_a_workflow_id_that_is_no_int_or_past_64_bits(queues):
+    from djqueue.exceptions import InvalidWorkflow
+    from djqueue.models import Workflow
+
+    with pytest.raises(InvalidWorkflow, match=r"^A workflow id is an int, not 'a\\x00b'"):
+        djqueue.get_workflow("a\x00b")
+    with pytest.raises(Workflow.DoesNotExist, match=r"^No workflow an integer of 16610 bits "):
+        djqueue.get_workflow(HUGE)
+
+
+def test_a_topic_named_by_no_string_is_a_type_error(queues):
+    with pytest.raises(TypeError, match=r"^A topic is named by a string or given as a Topic, "
+                                        "not int"):
+        djqueue.group_lag(HUGE, "g")
+
+
+def test_a_consumer_group_or_consumer_name_no_row_can_have(queues):
+    """A group's or a consumer's name past 4,300 digits was Python's ValueError as its
+    error was written; one with a lone surrogate, the driver's UnicodeEncodeError."""
+    from djqueue.exceptions import TopicNotFound
+
+    djqueue.create_topic("t6")
+    djqueue.subscribe("t6", "g", mode="broadcast")
+    with pytest.raises(ConfigurationError, match=r"^A group name is a string, not int"):
+        djqueue.subscribe("t6", HUGE)
+    for group in (SURROGATE, HUGE):
+        with pytest.raises(TopicNotFound, match=r"^Topic 't6' has no consumer group "):
+            djqueue.group_lag("t6", group)
+        with pytest.raises(TopicNotFound):
+            djqueue.group_queues("t6", group)
+    assert djqueue.unregister_consumer("t6", "g", SURROGATE) == 0
+    assert djqueue.unregister_consumer("t6", "g", HUGE) == 0
+    assert snapshot() == queues
