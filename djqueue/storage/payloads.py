@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from djqueue.exceptions import shown_value
 from djqueue.storage.fastpath import json_encoder
 
 #: A payload's text: compact, UTF-8 as it is, no NaN.
@@ -31,6 +32,16 @@ def unstorable(text: str) -> str | None:
         except UnicodeEncodeError as exc:
             return f"is not valid Unicode text: {exc.reason} at position {exc.start}"
     return None
+
+
+def as_text(value: object) -> str:
+    """``str(value)``, or what djqueue's errors show of it where that fails (an int past
+    4,300 digits, a ``__str__`` that raises): a failure is recorded whatever it was
+    given as its error."""
+    try:
+        return str(value)
+    except Exception:
+        return shown_value(value)
 
 
 def storable(text: str) -> str:

@@ -164,7 +164,7 @@ def record_failure(row: Message, error: str, now: datetime, *,
     once with ``give_up``)."""
     queue = get_queue_by_id(row.queue_id, fastpath.database_of(row))
     # One character no database stores (a NUL, a lone surrogate) must not lose the failure.
-    error = payloads.storable(str(error)[:MAX_ERROR_CHARS])
+    error = payloads.storable(payloads.as_text(error)[:MAX_ERROR_CHARS])
     row.errors = [*(row.errors or []), {
         "attempt": row.attempts, "at": now.isoformat(), "worker": row.owner, "error": error}]
     db = fastpath.database_of(row) or dialects.alias()

@@ -72,3 +72,22 @@ def test_a_task_message_sent_by_hand_with_a_nul_in_its_arguments_stalls_nothing(
     assert TaskRecord.objects.get(pk=added.id).status == TaskStatus.SUCCESSFUL
     dead = Message.objects.get(pk=forged.id)
     assert dead.state == State.DEAD and "NUL" in dead.errors[-1]["error"]
+
+
+class Unwritable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize("error", [10**5000, Unwritable()], ids=["huge int", "str raises"])
+def test_a_nack_whose_error_has_no_text_records_what_it_was(error):
+    """Before, ``str(error)`` raised (Python writes no int of more than 4,300 digits)
+    and the nack failed, the message still claimed until its lease ran out."""
+    djqueue.create_queue("unstorable.nack")
+    djqueue.send("unstorable.nack", {"n": 1})
+    [message] = djqueue.receive("unstorable.nack")
+    message.nack(error=error)
+    row = Message.objects.get(pk=message.pk)
+    assert row.state == State.SCHEDULED
+    said = row.errors[-1]["error"]
+    assert said == "an integer of 16610 bits" or "Unwritable object at 0x" in said, said
