@@ -91,8 +91,12 @@ class RetryAfter(DjqueueError):
 
 
 def _seconds(delay: object) -> object:
-    """A delay as written in a message: a timedelta in seconds, anything else as given."""
-    return f"{delay.total_seconds():g}" if isinstance(delay, timedelta) else delay
+    """A delay as written in a message: a timedelta in seconds, an int as shown_value
+    writes it (one past 4,300 digits broke the exception's own making), anything else
+    as given (the worker says what is wrong with it)."""
+    if isinstance(delay, timedelta):
+        return f"{delay.total_seconds():g}"
+    return shown_value(delay) if isinstance(delay, int) else delay
 
 
 class BatchFailures(DjqueueError):

@@ -92,8 +92,11 @@ def test_consume_gives_a_postponed_message_back_uncounted_and_goes_on():
     assert History.objects.get(pk=sent.id).outcome == Outcome.ACKED
 
 
-@pytest.mark.parametrize("delay", [-1, float("nan"), 10**12, "soon"])
+@pytest.mark.parametrize("delay", [-1, float("nan"), 10**12, "soon",
+                                   pytest.param(10**5000, id="5001 digits")])
 def test_consume_fails_a_delivery_whose_asked_delay_is_invalid(delay):
+    """5001 digits: the Postpone itself failed to be made before (its message wrote
+    the int as text, which Python refuses past 4,300 digits)."""
     djqueue.create_queue("jobs", max_attempts=3, backoff=[600])
     djqueue.send("jobs", {"n": 1})
     with djqueue.consume("jobs") as message:
