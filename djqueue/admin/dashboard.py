@@ -14,7 +14,7 @@ from djqueue.admin.confirm import ask, confirmed
 from djqueue.admin.databases import database_query, request_database
 from djqueue.admin.operations import QUEUE_OPERATIONS
 from djqueue.models import Dashboard
-from djqueue.models.queue import QUEUE_NAME_RE
+from djqueue.models.queue import is_valid_name
 from djqueue.monitoring import charts, partition_summaries, snapshot
 from djqueue.storage import dialects, placement, queue_lookup
 
@@ -61,7 +61,7 @@ class DashboardAdmin(admin.ModelAdmin):
         # (a hand edit) fails no page (djqueue.storage.unreadable_rows).
         name = request.GET.get("queue") or ""
         queue = queue_lookup.working_rows(read).filter(name=name).first() if (
-            QUEUE_NAME_RE.match(name)) else None  # a name no queue has is not looked for
+            is_valid_name(name)) else None
         if request.GET.get("part") == "charts":  # the charts alone, for the page's script
             return TemplateResponse(request, "admin/djqueue/dashboard_charts.html",
                                     {"charts": charts.load(queue)}).render()

@@ -37,7 +37,7 @@ from djqueue.models import (
     Subscription,
     Topic,
 )
-from djqueue.models.queue import QUEUE_NAME_RE
+from djqueue.models.queue import is_valid_name
 from djqueue.storage import dialects, ordered_groups
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.queue_lookup import create_queue, get_queue_by_id
@@ -47,10 +47,8 @@ from djqueue.storage.unreadable_rows import ReadableTime, read_rows, without_tim
 @on_topic_database
 def get_group(topic: str | Topic, group: str) -> ConsumerGroup:
     t = get_topic(topic)
-    # A name no group may have is not looked for (as djqueue.storage.queue_lookup._find).
     found = without_times(ConsumerGroup.objects.using(dialects.alias()).filter(
-        topic=t, name=group)).first() if isinstance(group, str) and QUEUE_NAME_RE.match(
-        group) else None
+        topic=t, name=group)).first() if is_valid_name(group) else None
     if found is None:
         raise TopicNotFound(group, f"Topic {t.name!r} has no consumer group "
                             f"{shown_value(group)}.")
@@ -117,8 +115,8 @@ def unregister_consumer(topic: str | Topic, group: str, consumer: str) -> int:
     """Remove a broadcast consumer with its queue and its undelivered messages."""
     cg = get_group(topic, group)
     db = dialects.alias()
-    if not isinstance(consumer, str) or not QUEUE_NAME_RE.match(consumer):
-        return 0  # a name no consumer may have: not looked for
+    if not is_valid_name(consumer):
+        return 0
     sub = _subscriptions(cg).filter(consumer=consumer).first()
     if sub is None:
         return 0

@@ -41,7 +41,7 @@ from djqueue.models import (
     Subscription,
     Topic,
 )
-from djqueue.models.queue import QUEUE_NAME_RE, validate_queue_name
+from djqueue.models.queue import is_valid_name, validate_queue_name
 from djqueue.models.row_checks import check_row
 from djqueue.storage import dialects, expiry, host_clock, ordered_groups, placement, trace
 from djqueue.storage.payloads import utf8_size
@@ -95,9 +95,8 @@ def get_topic(topic: str | Topic) -> Topic:
     if not isinstance(topic, str):
         raise TypeError(f"A topic is named by a string or given as a Topic, not "
                         f"{type(topic).__name__}.")
-    # A name no topic may have is not looked for (as djqueue.storage.queue_lookup._find).
     found = without_times(Topic.objects.using(dialects.alias()).filter(name=topic)).first(
-        ) if isinstance(topic, str) and QUEUE_NAME_RE.match(topic) else None
+        ) if is_valid_name(topic) else None
     if found is None:
         raise TopicNotFound(str(topic), f"Topic {topic!r} does not exist. Create it with "
                             "djqueue.create_topic().")

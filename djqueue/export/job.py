@@ -27,7 +27,7 @@ from djqueue.export import jdbc, reports
 from djqueue.export.hadoop_files import HadoopFiles
 from djqueue.export.reports import id_bounds
 from djqueue.models import ExportRun, History, Message, Queue, State
-from djqueue.models.queue import QUEUE_NAME_RE
+from djqueue.models.queue import is_valid_name
 from djqueue.storage import placement
 
 logger = logging.getLogger("djqueue.export")
@@ -277,9 +277,8 @@ class Exporter:
             return None
         found: dict[str, list[int]] = {}
         seen: set[str] = set()
-        # A name no queue may have is not looked for (the driver refuses a lone surrogate,
-        # which argv holds for a byte no UTF-8 reads).
-        named = [name for name in names if QUEUE_NAME_RE.match(name)]
+        # A lone surrogate is what argv holds for a byte no UTF-8 reads.
+        named = [name for name in names if is_valid_name(name)]
         for db in self.databases:
             rows = list(Queue.objects.using(self.reads[db]).filter(name__in=named)
                         .values_list("name", "pk"))

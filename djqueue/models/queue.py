@@ -21,8 +21,15 @@ MAX_ATTEMPTS = 1000
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")
 
 
+def is_valid_name(value: object) -> bool:
+    """Whether ``value`` is a name a queue, a topic, a consumer group or a consumer may
+    have. A lookup by any other finds nothing, so it is not sent to the database (whose
+    driver may refuse it: a lone surrogate, a NUL on PostgreSQL)."""
+    return isinstance(value, str) and QUEUE_NAME_RE.match(value) is not None
+
+
 def validate_queue_name(name: str) -> None:
-    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+    if not is_valid_name(name):
         raise ValidationError(
             "%(name)r is not a valid queue name: use 1-100 letters, digits, '_', '.', ':' or '-'.",
             params={"name": name},
