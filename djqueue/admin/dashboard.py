@@ -14,7 +14,7 @@ from djqueue.admin.confirm import ask, confirmed
 from djqueue.admin.databases import database_query, request_database
 from djqueue.admin.operations import QUEUE_OPERATIONS
 from djqueue.models import Dashboard
-from djqueue.models.queue import is_valid_name
+from djqueue.models.names import is_valid_name
 from djqueue.monitoring import charts, partition_summaries, snapshot
 from djqueue.storage import dialects, placement, queue_lookup
 

@@ -37,7 +37,7 @@ from djqueue.models import (
     Subscription,
     Topic,
 )
-from djqueue.models.queue import is_valid_name
+from djqueue.models.names import is_valid_name
 from djqueue.storage import dialects, ordered_groups
 from djqueue.storage.claim_engines import engine_for
 from djqueue.storage.queue_lookup import create_queue, get_queue_by_id

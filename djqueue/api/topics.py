@@ -41,7 +41,8 @@ from djqueue.models import (
     Subscription,
     Topic,
 )
-from djqueue.models.queue import is_valid_name, validate_queue_name
+from djqueue.models.names import is_valid_name
+from djqueue.models.queue import validate_queue_name
 from djqueue.models.row_checks import check_row
 from djqueue.storage import dialects, expiry, host_clock, ordered_groups, placement, trace
 from djqueue.storage.payloads import utf8_size

@@ -27,7 +27,7 @@ from djqueue.export import jdbc, reports
 from djqueue.export.hadoop_files import HadoopFiles
 from djqueue.export.reports import id_bounds
 from djqueue.models import ExportRun, History, Message, Queue, State
-from djqueue.models.queue import is_valid_name
+from djqueue.models.names import is_valid_name
 from djqueue.storage import placement
 
 logger = logging.getLogger("djqueue.export")

@@ -13,7 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from djqueue.http import access, problems
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission
-from djqueue.models.queue import QUEUE_NAME_RE
+from djqueue.models.names import QUEUE_NAME_RE
 
 logger = logging.getLogger("djqueue.http")
 

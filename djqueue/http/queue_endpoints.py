@@ -18,7 +18,7 @@ from djqueue.http.database_threads import in_database
 from djqueue.http.endpoint_base import caller_of, check_name, granted, json_response
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission, Message, Period, Queue, QueueStat, State
-from djqueue.models.queue import QUEUE_NAME_RE
+from djqueue.models.names import QUEUE_NAME_RE
 from djqueue.models.shown_times import iso_or_null
 from djqueue.monitoring import queue_listing
 from djqueue.storage import host_clock, placement

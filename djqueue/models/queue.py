@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import re
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
@@ -11,22 +10,12 @@ from django.db import models
 
 from djqueue import durations, rates
 from djqueue.conf import get_settings
+from djqueue.models.names import is_valid_name
 
 #: Steps a backoff schedule may have (the last one repeats).
 MAX_BACKOFF_STEPS = 100
 #: Deliveries a queue may allow before dead-lettering.
 MAX_ATTEMPTS = 1000
-
-#: ``\Z``, not ``$``: ``$`` also matches before a final newline, so "name\n" would pass.
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")
-
-
-def is_valid_name(value: object) -> bool:
-    """Whether ``value`` is a name a queue, a topic, a consumer group or a consumer may
-    have. A lookup by any other finds nothing, so it is not sent to the database (whose
-    driver may refuse it: a lone surrogate, a NUL on PostgreSQL)."""
-    return isinstance(value, str) and QUEUE_NAME_RE.match(value) is not None
-
 
 def validate_queue_name(name: str) -> None:
     if not is_valid_name(name):

@@ -21,7 +21,7 @@ from django.dispatch import receiver
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, QueueNotFound, shown_value
 from djqueue.models import Queue
-from djqueue.models.queue import QUEUE_NAME_RE
+from djqueue.models.names import QUEUE_NAME_RE
 from djqueue.models.row_checks import check_row
 from djqueue.storage import dialects, placement
 from djqueue.storage.payloads import storable
