@@ -204,8 +204,7 @@ NO_SUCH_RESULT = ["a\x00b", SURROGATE, HUGE, None, 1.5]
 
 @pytest.mark.parametrize("result_id", NO_SUCH_RESULT, ids=["nul", "surrogate", "huge", "none", "float"])
 def test_a_task_result_id_no_record_can_have_is_not_found(queues, result_id):
-    from django.tasks import task_backends
-    from django.tasks.exceptions import TaskResultDoesNotExist
+    from djqueue.tasks.compat import TaskResultDoesNotExist, task_backends  # Django 5.2 too
 
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].get_result(result_id)
