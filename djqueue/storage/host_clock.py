@@ -85,16 +85,44 @@ COMPARE_WAIT = 1.0
 _logger = logging.getLogger("djqueue")
 
 
-def offset_from(db: str) -> tuple[float, float]:
-    """(this host's clock minus database ``db``'s, in seconds; the read's round trip).
-    The database's reading is set against the middle of the round trip."""
+#: Seconds by which the time of day may move unlike the steady clock during one read
+#: before the read is taken for one a step of the clock fell into, and made again.
+STEP_DURING_READ = 0.05
+
+#: Reads made at most before the last is kept whatever fell into it.
+READ_ATTEMPTS = 3
+
+
+class Reading(NamedTuple):
+    """One read of a database's clock."""
+
+    offset: float  #: this host's clock minus the database's, in seconds
+    round_trip: float  #: seconds the read took
+    base: float  #: the database's clock minus the steady clock
+
+
+def offset_from(db: str) -> Reading:
+    """Database ``db``'s clock read against this host's, its reading set against the
+    middle of the round trip.
+
+    A read a step of this host's clock falls into (a hand, NTP) would give an offset
+    between the two, and a database time carried from it would be off by that much: a
+    heartbeat stamped by it would read as tens of seconds old, and its worker as dead.
+    So the time of day is read with the steady clock around the query, and a read in
+    which the two moved apart is made again. The database's time carried between
+    comparisons (``Reading.base``) is read against the steady clock alone."""
     connection = connections[db]
     with connection.cursor() as cursor:
-        before = time.time()
-        cursor.execute(f"SELECT {clock_sql(connection.vendor)}")
-        after = time.time()
-        [database_now] = cursor.fetchone()
-    return (before + after) / 2 - float(database_now), after - before
+        for _ in range(READ_ATTEMPTS):
+            steady_before, before = time.clock_gettime(_STEADY), time.time()
+            cursor.execute(f"SELECT {clock_sql(connection.vendor)}")
+            after, steady_after = time.time(), time.clock_gettime(_STEADY)
+            [database_now] = cursor.fetchone()
+            if abs((after - before) - (steady_after - steady_before)) <= STEP_DURING_READ:
+                break
+    database_now = float(database_now)
+    return Reading((before + after) / 2 - database_now, after - before,
+                   database_now - (steady_before + steady_after) / 2)
 
 
 def warn_if_far(logger: logging.Logger, process: str) -> dict[str, float]:
@@ -114,13 +142,12 @@ def _compare(logger: logging.Logger, process: str,
         if connections[db].vendor == "sqlite":
             continue
         try:
-            offset, round_trip = offset_from(db)
+            offset, round_trip, base = offset_from(db)
         except DatabaseError:
             continue
         far = abs(offset) > WARN_PAST + round_trip / 2
         offsets[db] = offset, far
-        _latest[db] = Comparison(offset, far, time.monotonic(),
-                                 time.time() - offset - time.clock_gettime(_STEADY))
+        _latest[db] = Comparison(offset, far, time.monotonic(), base)
         if far:
             logger.warning(
                 "%s: this host's clock is %.1f s %s database %s's. djqueue stamps and "

@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import shutil
+import time
 from io import StringIO
 from pathlib import Path
 
@@ -91,6 +92,43 @@ def test_database_now_compares_again_unless_a_clock_check_runs(monkeypatch):
     host_clock._compare_due["default"] = 0.0
     host_clock.database_now("default")
     assert host_clock._latest["default"].at == third > second
+
+
+class SteppedClock:
+    """This process's clocks, its time of day set 90 s ahead while a query runs: the
+    step of a clock (a hand, NTP) falling into a comparison's read."""
+
+    def __init__(self) -> None:
+        self.step, self.steps_left = 0.0, 1
+
+    def time(self) -> float:
+        return time.time() + self.step
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+    def during_query(self, execute, sql, params, many, context):
+        if self.steps_left:
+            self.steps_left -= 1
+            self.step = 90.0
+        return execute(sql, params, many, context)
+
+
+def test_a_clock_stepped_during_a_comparison_is_read_again(monkeypatch):
+    """A step of the clock falling between the two readings around the query would
+    read as an offset of half the step, and the database's time carried from it would
+    be off by as much: a heartbeat stamped by it 45 s old, and its process taken for
+    dead (the reaper reaped its own row so, as its clock came back from 90 s ahead).
+    The read is made again; the time carried is the database's, step or none."""
+    for name, value in (("_scheduled", True), ("_latest", {}), ("_compare_due", {})):
+        monkeypatch.setattr(host_clock, name, value)
+    clock = SteppedClock()
+    monkeypatch.setattr(host_clock, "time", clock)
+    with connection.execute_wrapper(clock.during_query):
+        offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
+    assert 89.0 < offsets["default"] < 91.0, offsets
+    carried = host_clock.database_now("default")
+    assert abs((carried - timezone.now()).total_seconds()) < host_clock.WARN_PAST, carried
 
 
 def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
