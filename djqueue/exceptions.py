@@ -175,6 +175,15 @@ class WorkflowBusy(DjqueueError):
     """The workflow is not in a state that allows this (retry while steps still run)."""
 
 
+def given_id(value: object, error: type[Exception], takes: str) -> int:
+    """``value``, an id a caller gave, if it is an int (not a bool); ``error`` otherwise,
+    saying ``takes`` and what it was given ("finished() takes a message id, not 'a'.").
+    An int past 64 bits is returned: it finds no row (Django compares it so)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(f"{takes}, not {shown_value(value)}.")
+    return value
+
+
 def shown_value(value: object, longest: int = 100) -> str:
     """``value`` as an error message shows what it was given: its repr, cut to
     ``longest`` characters.

@@ -4,7 +4,7 @@ checked, and cut into chunks that one statement and one short transaction each t
 from __future__ import annotations
 
 from djqueue.conf import get_settings
-from djqueue.exceptions import InvalidMessage, shown_value
+from djqueue.exceptions import InvalidMessage, given_id
 
 #: The largest message id (a signed 64-bit key on every database).
 MAX_ID = 2**63 - 1
@@ -13,9 +13,7 @@ MAX_ID = 2**63 - 1
 def one_id(message_id: object, caller: str) -> int:
     """``message_id`` if it is an int (not a bool); InvalidMessage names what it is
     otherwise. An int past 64 bits is returned: it finds no row (Django compares it so)."""
-    if isinstance(message_id, bool) or not isinstance(message_id, int):
-        raise InvalidMessage(f"{caller}() takes a message id, not {shown_value(message_id)}.")
-    return message_id
+    return given_id(message_id, InvalidMessage, f"{caller}() takes a message id")
 
 
 def id_chunks(ids: object) -> list[list[int]]:

@@ -11,7 +11,7 @@ from djqueue import durations, signals
 from djqueue.api import ready_wakeups
 from djqueue.api.message_ids import id_chunks, one_id
 from djqueue.conf import get_settings
-from djqueue.exceptions import InvalidMessage, shown_value
+from djqueue.exceptions import InvalidMessage, given_id, shown_value
 from djqueue.models import Event, History, Message, Outcome, State
 from djqueue.storage import dialects, history_copy, host_clock, ordered_groups, partitions, placement, trace
 from djqueue.storage.claim_engines import engine_for
@@ -235,8 +235,7 @@ def delete(message: Message | int, *, only_unclaimed: bool = False,
     A message id (not a Message) takes ``queue`` as for :func:`retry_now`.
     """
     pk = message.pk if isinstance(message, Message) else message
-    if isinstance(pk, bool) or not isinstance(pk, int):
-        raise InvalidMessage(f"delete() takes a Message or a message id, not {message!r}.")
+    given_id(pk, InvalidMessage, "delete() takes a Message or a message id")
     if isinstance(message, Message):
         db = placement.database_of(message)
         messages: QuerySet[Message] = Message.objects.using(db).all()

@@ -13,7 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from djqueue.http import access, problems
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission
-from djqueue.models.names import QUEUE_NAME_RE
+from djqueue.models.names import is_valid_name
 
 logger = logging.getLogger("djqueue.http")
 
@@ -48,7 +48,7 @@ def endpoint(**methods: Handler) -> Callable[..., Awaitable[HttpResponse]]:
 
 
 def check_name(value: str, what: str) -> None:
-    if not QUEUE_NAME_RE.match(value):
+    if not is_valid_name(value):
         raise InvalidRequest(f"{value[:120]!r} is not a valid {what} name: 1-100 letters, "
                              "digits, '_', '.', ':' or '-'.")
 

@@ -18,7 +18,7 @@ from djqueue.http.database_threads import in_database
 from djqueue.http.endpoint_base import caller_of, check_name, granted, json_response
 from djqueue.http.problems import InvalidRequest
 from djqueue.models import ApiPermission, Message, Period, Queue, QueueStat, State
-from djqueue.models.names import QUEUE_NAME_RE
+from djqueue.models.names import is_valid_name
 from djqueue.models.shown_times import iso_or_null
 from djqueue.monitoring import queue_listing
 from djqueue.storage import host_clock, placement
@@ -50,7 +50,7 @@ async def list_queues(request: HttpRequest) -> HttpResponse:
 def _query_name(request: HttpRequest, name: str) -> str:
     """A query parameter that is a queue's name or the start of one ("" when absent)."""
     value = request.GET.get(name, "")
-    if value and not QUEUE_NAME_RE.match(value):
+    if value and not is_valid_name(value):
         raise InvalidRequest(f"Query parameter {name!r} must be 1-100 letters, digits, '_', "
                              "'.', ':' or '-'.")
     return value

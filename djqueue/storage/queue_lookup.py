@@ -21,7 +21,7 @@ from django.dispatch import receiver
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, QueueNotFound, shown_value
 from djqueue.models import Queue
-from djqueue.models.names import QUEUE_NAME_RE
+from djqueue.models.names import is_valid_name
 from djqueue.models.row_checks import check_row
 from djqueue.storage import dialects, placement
 from djqueue.storage.payloads import storable
@@ -64,7 +64,7 @@ def get_queues(names: Iterable[str]) -> dict[str, Queue]:
     found: dict[str, Queue] = {}
     unread: dict[str, list[str]] = {}
     for name in set(names):
-        if not QUEUE_NAME_RE.match(name):  # no queue has it (see _find)
+        if not is_valid_name(name):  # no queue has it (see _find)
             continue
         if (cached := _cached(("", name), now)) is not None:
             found[name] = cached
@@ -99,7 +99,7 @@ def _find(name: str, databases: Iterable[str] | None = None) -> Queue | None:
 
     A name no queue may have is not looked for: one that Python holds but no database
     stores (a lone surrogate) failed the driver's encoding instead of being not found."""
-    if not QUEUE_NAME_RE.match(name):
+    if not is_valid_name(name):
         return None
     for db in placement.candidates(name) if databases is None else databases:
         queue = lookup_statements.queue_named(db, name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from djqueue.exceptions import InvalidMessage, shown_value
+from djqueue.exceptions import InvalidMessage, given_id
 from djqueue.models import Event, Message, TraceEvent
 from djqueue.storage import dialects, host_clock
 from djqueue.storage.queue_lookup import get_queue_by_id
@@ -50,7 +50,6 @@ def record(db: str, messages: Iterable[Message], event: Event, *, detail: str = 
 def message_trace(message_id: int) -> list[TraceEvent]:
     """Every recorded event of a message, oldest first; an event's time None if a hand
     edit left it unreadable (djqueue.storage.unreadable_rows)."""
-    if isinstance(message_id, bool) or not isinstance(message_id, int):
-        raise InvalidMessage(f"message_trace() takes a message id, not {shown_value(message_id)}.")
+    given_id(message_id, InvalidMessage, "message_trace() takes a message id")
     return read_rows(TraceEvent.objects.using(dialects.alias()).filter(message_id=message_id)
                      .order_by("id"))

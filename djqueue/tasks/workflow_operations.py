@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 
 from django.db import transaction
 
-from djqueue.exceptions import InvalidWorkflow, WorkflowBusy, shown_value
+from djqueue.exceptions import InvalidWorkflow, WorkflowBusy, given_id, shown_value
 from djqueue.models import StepDependency, StepState, Workflow, WorkflowState, WorkflowStep
 from djqueue.storage import dialects
 from djqueue.storage.unreadable_rows import first_row
@@ -89,8 +89,7 @@ def read_workflow(db: str, workflow_id: int, *, lock: bool = False) -> Workflow:
     """Workflow ``workflow_id`` of ``db`` (locked, with ``lock``), a time of it no driver
     reads back as None; Workflow.DoesNotExist if there is none (InvalidWorkflow if
     ``workflow_id`` is no int)."""
-    if isinstance(workflow_id, bool) or not isinstance(workflow_id, int):
-        raise InvalidWorkflow(f"A workflow id is an int, not {shown_value(workflow_id)}.")
+    given_id(workflow_id, InvalidWorkflow, "A workflow id is an int")
     rows = Workflow.objects.using(db).filter(pk=workflow_id)
     workflow = first_row(rows.select_for_update() if lock else rows)
     if workflow is None:
