@@ -22,6 +22,7 @@ from django.db import connection, connections
 from djqueue.api.receive_wakeups import receive_wakeups
 from djqueue.storage import host_clock
 from djqueue.storage.queue_lookup import forget_cached
+from tests import table_emptying
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -38,12 +39,14 @@ needs_row_locks = pytest.mark.row_locks
 def pytest_configure(config: pytest.Config) -> None:
     """A SIGTERM (a stopped ``make test``, a CI's time limit) ends the run as Ctrl-C
     does: pytest then tears the fixtures down, so the servers and worker processes the
-    tests started are stopped rather than left behind."""
+    tests started are stopped rather than left behind. A transactional test ends by
+    emptying the tables it wrote to (tests.table_emptying)."""
     def interrupted(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, interrupted)
+    table_emptying.install()
 
 
 @pytest.hookimpl(tryfirst=True)
