@@ -36,6 +36,7 @@ def logged_in_opener(live_server) -> urllib.request.OpenerDirector:
     return opener
 
 
+@pytest.mark.slow
 def test_the_admin_answers_while_workers_drain_and_a_producer_sends(spawn, live_server):
     djqueue.create_queue("t.record")
     opener = logged_in_opener(live_server)

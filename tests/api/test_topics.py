@@ -34,6 +34,7 @@ def consume_until(queue: str, done: threading.Event, seen: list, expected_total:
                     return
 
 
+@pytest.mark.slow
 def test_cluster_and_broadcast_groups_with_replay_from_a_time():
     djqueue.create_topic("orders")
     djqueue.subscribe("orders", "billing", mode="cluster")

@@ -69,6 +69,7 @@ def database_connections_of(pid: int) -> int:
     return count
 
 
+@pytest.mark.slow
 def test_a_thousand_waiting_receivers_hold_no_threads_and_each_send_wakes_one(
         spawn, make_token):
     # The server polls its queues once a minute: within the waiters' 20 s, a message

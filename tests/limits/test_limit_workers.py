@@ -49,6 +49,7 @@ def workers(spawn, queue: str, processes: int, threads: int) -> list:
     return started
 
 
+@pytest.mark.slow
 def test_a_queue_rate_holds_in_every_window_across_processes(spawn) -> None:
     # How fully the rate is used is a speed: bench/limit_use.py reads it on every database.
     djqueue.create_queue("l.rate", rate_limit="50/s")
@@ -104,6 +105,7 @@ def test_group_concurrency_holds_per_key_and_keys_progress_fairly(spawn) -> None
     assert max(done.values()) <= 2 * median
 
 
+@pytest.mark.slow
 def test_a_flooding_key_keeps_its_rate_and_the_quiet_keys_pass_it(spawn) -> None:
     djqueue.create_queue("l.keyrate", group_rate_limit="5/s")
     djqueue.send_batch("l.keyrate", [{"n": i} for i in range(1000)], group_key="flood")

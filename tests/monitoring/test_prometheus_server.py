@@ -83,6 +83,7 @@ def prometheus(tmp_path: Path):
             process.wait(10)
 
 
+@pytest.mark.slow
 def test_prometheus_sees_the_queue_drained_through_the_view_and_the_command(spawn, prometheus):
     djqueue.create_queue("t.record", concurrency_limit=1000)  # its limit metrics too
     djqueue.send_batch("t.record", [{"n": i} for i in range(MESSAGES)])

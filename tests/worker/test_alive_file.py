@@ -62,6 +62,7 @@ def test_a_worker_refreshes_its_alive_file_while_its_loop_runs(spawn, tmp_path):
     removed_as_it_stops(worker, path)
 
 
+@pytest.mark.slow
 def test_a_supervisors_alive_file_shows_its_stalest_worker(spawn, tmp_path):
     """Frozen, the supervisor lets the file go stale while its two workers run on; so
     does one of its workers frozen while the supervisor runs on. Each worker keeps its
