@@ -101,7 +101,7 @@ class Reading(NamedTuple):
     base: float  #: the database's clock minus the steady clock
 
 
-def offset_from(db: str) -> Reading:
+def read_clock(db: str) -> Reading:
     """Database ``db``'s clock read against this host's, its reading set against the
     middle of the round trip.
 
@@ -142,7 +142,7 @@ def _compare(logger: logging.Logger, process: str,
         if connections[db].vendor == "sqlite":
             continue
         try:
-            offset, round_trip, base = offset_from(db)
+            offset, round_trip, base = read_clock(db)
         except DatabaseError:
             continue
         far = abs(offset) > WARN_PAST + round_trip / 2
