@@ -19,7 +19,8 @@ Every database gets a child process (Django is set up once a process) that runs,
   and stamps them; the limit for a worker process;
 - ``djqueue_worker`` at its defaults, and at ``-b 100`` and ``-b 500``, draining a
   backlog of ``--messages`` messages (100,000) with a no-op handler;
-- the django.tasks worker the same way (defaults and ``-b 100``);
+- the django.tasks worker the same way (defaults and ``-b 100``); and the two at
+  their defaults in turns, 20,000 each, three times (the ratio's target);
 - the worker at its defaults on an ``exactly_once`` queue (20,000 messages), where
   each handler runs in its message's own transaction with the ack;
 - handlers that wait 10 ms (``time.sleep``) under ``-c 32``: the limit is 3,200/s;
@@ -209,8 +210,10 @@ def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str,
         ratio(db, "worker, defaults vs best -b", "worker_defaults", best, 0.8)
         ratio(db, "django.tasks worker, defaults vs -b 100", "tasks_defaults",
               "tasks_b100", 0.8)
-        ratio(db, "django.tasks worker vs worker (defaults)", "tasks_defaults",
-              "worker_defaults", 0.55)
+        ratio(db, "django.tasks worker vs worker (defaults), in turns", "turns_ratio", 1.0,
+              0.55)
+        ratio(db, "  the same, the rows' medians (a minute or more apart)", "tasks_defaults",
+              "worker_defaults", None)
         plain, own = median(found, "worker_defaults"), median(found, "tasks_django_worker_us")
         if plain and own:  # the ratio had djqueue added nothing to Django's part of a task
             rows.append((db, "  the same, were only Django's part of a task added in series",
@@ -288,6 +291,11 @@ LABELS = {
     "tasks_django_us": "django.tasks' own cost per task (results, signals, log records), µs",
     "tasks_django_worker_us": "the part of it a djqueue worker runs (records and signals "
                               "only where heard), µs",
+    "turns_worker": "in turns: worker, default options (median of the turns)",
+    "turns_tasks": "in turns: django.tasks worker, default options",
+    "turns_ratio": "in turns: django.tasks / worker, median of the turns' ratios",
+    "turns_ratio_min": "in turns: the lowest turn's ratio",
+    "turns_ratio_max": "in turns: the highest turn's ratio",
     "exactly_once_defaults": "worker on an `exactly_once` queue, default options",
     "exactly_once_defaults_cpu_us": "the same: worker CPU per message, µs",
     "io_c32": "10 ms handlers, `-c 32` (limit 3,200)",
@@ -356,6 +364,7 @@ def one_database(name: str, url: str, args: argparse.Namespace) -> list[dict[str
         run.update(bench.raw_claim_ack(args.messages))
         run.update(bench.workers(args.messages))
         run.update(bench.tasks(args.messages // 5 if args.quick else args.messages))
+        run.update(bench.task_turns(size(20_000, 2_000, 500), turns=size(3, 3, 1)))
         run.update(bench.exactly_once(size(20_000, 2_000, 500)))
         run.update(bench.io_handlers(size(10_000, 2_000, 500)))
         runs.append(run)

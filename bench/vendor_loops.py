@@ -30,6 +30,22 @@ HISTORY_COPY = ("INSERT INTO bench_raw_history (id, queue_id, outcome, priority,
                 "FROM bench_raw WHERE id IN ({ids})")
 
 
+#: Turns of the django.tasks-against-plain comparison (``VendorBench.task_turns``).
+TURNS = 3
+
+
+def enqueue_tasks(count: int) -> None:
+    """``count`` no-op tasks by ``task.enqueue``, 500 a transaction."""
+    from django.db import transaction
+
+    from bench.tasks import noop
+
+    for start in range(0, count, 500):
+        with transaction.atomic():
+            for _ in range(min(500, count - start)):
+                noop.enqueue(PAYLOAD)
+
+
 class VendorBench(VendorDatabase):
     # The rows
 
@@ -223,23 +239,32 @@ class VendorBench(VendorDatabase):
         and at defaults in a project whose LOGGING sets the ``django.tasks`` logger to
         WARNING, which should run as fast as the defaults (where the worker holds the
         Tasks framework's INFO records of each run back itself)."""
-        from django.db import transaction
-
-        from bench.tasks import noop
-
-        def enqueue() -> None:
-            for start in range(0, count, 500):
-                with transaction.atomic():
-                    for _ in range(min(500, count - start)):
-                        noop.enqueue(PAYLOAD)
-
         found = self.drains("default", {"tasks_defaults": (), "tasks_b100": ("-b", "100"),
-                                        "tasks_quiet_log": ()}, enqueue,
+                                        "tasks_quiet_log": ()}, lambda: enqueue_tasks(count),
                             env={"tasks_quiet_log": {"DJQUEUE_BENCH_TASKS_LOG": "WARNING"}})
         # What django.tasks itself asks per task, hot in this process: with the plain
         # worker's time a message, the ratio's estimate with nothing of djqueue's added.
         found.update(django_task_cost(min(count, 20_000), empty=self.clear))
         return found
+
+    def task_turns(self, count: int, turns: int = TURNS) -> dict[str, float]:
+        """The django.tasks worker against the plain worker, both at their defaults, in
+        turns (a plain drain of ``count``, then ``count`` tasks, ``turns`` times): the
+        median of the turns' ratios, and their spread.
+
+        Why turns: the ``workers`` and ``tasks`` rows run a minute or more apart, and this
+        host's speed drifts by a fifth over minutes (the same code's django.tasks row
+        read 13,521/s in one full SQLite run and 19,432 in the next; its CPU a task,
+        63.8 to 96.8 µs); a ratio of the two rows takes the drift for the code's. As
+        the insert rows take turns, a slow spell here falls on both."""
+        plain, tasks, ratios = [], [], []
+        for _ in range(turns):
+            plain.append(self.drains("bench", {"d": ()}, lambda: self.fill(count))["d"])
+            tasks.append(self.drains("default", {"d": ()}, lambda: enqueue_tasks(count))["d"])
+            ratios.append(tasks[-1] / plain[-1])
+        return {"turns_worker": statistics.median(plain), "turns_tasks": statistics.median(tasks),
+                "turns_ratio": statistics.median(ratios), "turns_ratio_min": min(ratios),
+                "turns_ratio_max": max(ratios)}
 
     def exactly_once(self, count: int) -> dict[str, float]:
         """``djqueue_worker bench.once`` at its defaults on an ``exactly_once`` queue: each
