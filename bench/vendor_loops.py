@@ -252,10 +252,9 @@ class VendorBench(VendorDatabase):
         turns (a plain drain of ``count``, then ``count`` tasks, ``turns`` times): the
         median of the turns' ratios, and their spread.
 
-        Why turns: the ``workers`` and ``tasks`` rows run a minute or more apart, and this
-        host's speed drifts by a fifth over minutes (the same code's django.tasks row
-        read 13,521/s in one full SQLite run and 19,432 in the next; its CPU a task,
-        63.8 to 96.8 µs); a ratio of the two rows takes the drift for the code's. As
+        Why turns: the ``workers`` and ``tasks`` rows run a minute or more apart, and a
+        host's speed can drift by a fifth in that time (docs/performance.md has this
+        host's figures); a ratio of the two rows takes the drift for the code's. As
         the insert rows take turns, a slow spell here falls on both."""
         plain, tasks, ratios = [], [], []
         for _ in range(turns):
