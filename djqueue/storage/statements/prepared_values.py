@@ -188,6 +188,13 @@ def _datetime_preparer(conn: BaseDatabaseWrapper) -> Callable:
     return lambda value: None if value is None else adapt(value)
 
 
+def plain_text(prepare: Callable) -> bool:
+    """Whether ``prepare``, a datetime field's function of :func:`preparers`, makes a
+    text that SQL or JSON quotes hold as it is (digits and separators: the naive
+    datetime's ``str``) or None."""
+    return type(prepare) is _UtcText
+
+
 class _UtcText:
     """What MySQL's and SQLite's adapt_datetimefield_value make of a UTC datetime
     (timezone.now()): its naive text, without their per-call settings and timezone
@@ -199,14 +206,21 @@ class _UtcText:
     @staticmethod
     def quoted(value: dt.datetime) -> str:
         """The SQL literal of a UTC datetime's text: quoted, nothing to escape in it."""
-        return f"'{value.replace(tzinfo=None)}'"
+        return f"'{_naive_text(value)}'"
 
     def __call__(self, value: dt.datetime | None) -> object:
         if value is None:
             return None
         if value.tzinfo is dt.UTC:
-            return str(value.replace(tzinfo=None))
+            return _naive_text(value)
         return self.adapt(value)
+
+
+def _naive_text(value: dt.datetime) -> str:
+    """``str(value.replace(tzinfo=None))`` of a datetime in ``dt.UTC``, whose ISO text
+    ends in ``+00:00``: the same text without the copy ``replace`` makes (a third of
+    the time)."""
+    return value.isoformat(" ")[:-6]
 
 
 _JSON_NATIVE = frozenset({dict, list, str, int, float, bool})

@@ -30,6 +30,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.models import Message, Queue, TaskRecord, TaskStatus
 from djqueue.storage import dialects
+from djqueue.storage.payloads import dumps
 from djqueue.storage.statements import model_columns, prepared_values, vendor_sql
 
 #: Rows per statement.
@@ -79,17 +80,28 @@ def copy_records(db: str, runs: Sequence[RunEnd], update_fields: Sequence[str]) 
 
 def _runs_json(conn: BaseDatabaseWrapper, runs: Sequence[RunEnd]) -> str:
     """The parameter of PostgreSQL's and SQLite's statements: what each run adds to its
-    message's row. SQLite gets the values as its columns store them (a datetime's text,
-    a return value's JSON text); PostgreSQL parses them into its column types."""
+    message's row. PostgreSQL parses the values into its column types from objects;
+    SQLite gets ``[message id, finish time, return value]`` arrays with the values as
+    its columns store them (a datetime's text, a return value's JSON text).
+
+    Why SQLite's is written as text: the dicts and the encoder's pass over them were a
+    share of a django.tasks worker's time there. A finish time's text is digits and
+    separators where the connection stores UTC as text (``prepared_values.plain_text``)
+    and goes in as it is; every other value goes through the JSON encoder."""
     if conn.vendor == "postgresql":
         rows = [{"message_id": r.message_id, "finished_at": r.finished_at.isoformat(),
                  "return_value": r.return_value} for r in runs]
+        return json.dumps(rows, separators=(",", ":"))
+    prepare = _preparers(conn)
+    finished, returned = prepare["finished_at"], prepare["return_value"]
+    if prepared_values.plain_text(finished):
+        times = [f'"{finished(r.finished_at)}"' for r in runs]
     else:
-        prepare = _preparers(conn)
-        finished, returned = prepare["finished_at"], prepare["return_value"]
-        rows = [{"message_id": r.message_id, "finished_at": finished(r.finished_at),
-                 "return_value": returned(r.return_value)} for r in runs]
-    return json.dumps(rows, separators=(",", ":"))
+        times = [dumps(finished(r.finished_at)) for r in runs]
+    return "[" + ",".join([
+        f'[{int(r.message_id)},{at},'
+        f'{"null" if r.return_value is None else dumps(returned(r.return_value))}]'
+        for r, at in zip(runs, times, strict=True)]) + "]"
 
 
 def _preparers(conn: BaseDatabaseWrapper) -> dict[str, Callable[[object], object]]:
@@ -159,7 +171,7 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
                   f"JOIN {q(Message._meta.db_table)} m ON {m['id']} = r.message_id "
                   f"{join_queue} CROSS JOIN LATERAL (SELECT {m['body']}::jsonb AS doc) b")
     elif conn.vendor == "sqlite":
-        body, run = m["body"], "r.value"
+        body, run = m["body"], "r.value"  # [message id, finish time, return value]
         sources |= {
             "id": f"CAST({m['id']} AS TEXT)",
             "task_path": f"json_extract({body}, '$.task')",
@@ -167,14 +179,14 @@ def _statement(conn: BaseDatabaseWrapper, update_fields: tuple[str, ...]) -> tup
             "args": f"json_extract({body}, '$.args')",
             "kwargs": f"json_extract({body}, '$.kwargs')",
             "status": "%s",
-            "finished_at": f"json_extract({run}, '$.finished_at')",
-            "return_value": f"json_extract({run}, '$.return_value')",
+            "finished_at": f"json_extract({run}, '$[1]')",
+            "return_value": f"json_extract({run}, '$[2]')",
             "errors": "'[]'",
             "worker_ids": f"json_array({m['owner']})",
         }
         # WHERE true: SQLite's grammar needs a WHERE before an upsert's ON CONFLICT.
         source = (f"FROM json_each(%s) r JOIN {q(Message._meta.db_table)} m "
-                  f"ON {m['id']} = json_extract({run}, '$.message_id') {join_queue} WHERE true")
+                  f"ON {m['id']} = json_extract({run}, '$[0]') {join_queue} WHERE true")
     else:
         body = m["body"]
         # MySQL has JSON_VALUE from 8.0.21 only; JSON_UNQUOTE of the extract is the same.
