@@ -219,14 +219,20 @@ class VendorBench(VendorDatabase):
         worker: its rate, and its CPU per message."""
         results = {}
         for key, options in variants.items():
-            self.clear()
-            fill()
-            cpu = self.run_worker(queue, *options, env=(env or {}).get(key))
-            found, drained = self.drain_rate()
-            results[key] = found
-            results[f"{key}_cpu_us"] = cpu / max(drained, 1) * 1e6
+            results[key], results[f"{key}_cpu_us"] = self._drain(
+                queue, options, fill, (env or {}).get(key))
         self.clear()
         return results
+
+    def _drain(self, queue: str, options: tuple[str, ...], fill: Callable[[], None],
+               env: dict[str, str] | None = None) -> tuple[float, float]:
+        """``fill`` the emptied tables and drain ``queue`` with a burst worker: its rate,
+        and its CPU µs per message (the tables are left as the drain left them)."""
+        self.clear()
+        fill()
+        cpu = self.run_worker(queue, *options, env=env)
+        found, drained = self.drain_rate()
+        return found, cpu / max(drained, 1) * 1e6
 
     def workers(self, count: int) -> dict[str, float]:
         """``djqueue_worker bench`` at its defaults, ``-b 100`` and ``-b 500``."""
@@ -258,9 +264,10 @@ class VendorBench(VendorDatabase):
         the insert rows take turns, a slow spell here falls on both."""
         plain, tasks, ratios = [], [], []
         for _ in range(turns):
-            plain.append(self.drains("bench", {"d": ()}, lambda: self.fill(count))["d"])
-            tasks.append(self.drains("default", {"d": ()}, lambda: enqueue_tasks(count))["d"])
+            plain.append(self._drain("bench", (), lambda: self.fill(count))[0])
+            tasks.append(self._drain("default", (), lambda: enqueue_tasks(count))[0])
             ratios.append(tasks[-1] / plain[-1])
+        self.clear()
         return {"turns_worker": statistics.median(plain), "turns_tasks": statistics.median(tasks),
                 "turns_ratio": statistics.median(ratios), "turns_ratio_min": min(ratios),
                 "turns_ratio_max": max(ratios)}
