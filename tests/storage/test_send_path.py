@@ -6,6 +6,7 @@ driver directly, observed by execute wrappers and with Django's exceptions."""
 import json
 import math
 import os
+import re
 import threading
 from datetime import timedelta
 
@@ -17,6 +18,7 @@ from django.utils import timezone
 import djqueue
 from djqueue.exceptions import InvalidMessage
 from djqueue.models import Message, State
+from djqueue.models.message import decode_payload
 from djqueue.storage import dialects, fastpath
 from djqueue.storage.payloads import encode
 from djqueue.storage.statements import message_inserts, prepared_values
@@ -177,6 +179,23 @@ def test_payload_text_equals_compact_json_dumps():
     for payload in PAYLOADS:
         assert encode(payload) == json.dumps(payload, separators=(",", ":"),
                                              ensure_ascii=False, allow_nan=False)
+
+
+def test_payload_decoding_equals_json_loads():
+    """Message.payload's decoder (raw_decode where it reads the whole text) gives what
+    json.loads gives, or raises what it raises, for any text a row may hold."""
+    texts = [encode(p) for p in PAYLOADS] + [
+        " {}", "{} ", "\n[1]\t", "\ufeff{}", "{} x", "{}{}", "", "   ", "nul", "{",
+        '{"a": NaN, "b": -Infinity}', '"\\ud800"', "1e400", b'{"a": 1}', bytearray(b"[2]")]
+    for text in texts:
+        try:
+            expected = json.loads(text)
+        except ValueError as exc:
+            with pytest.raises(type(exc), match=re.escape(str(exc))):
+                decode_payload(text)
+        else:
+            got = decode_payload(text)
+            assert repr(got) == repr(expected), text  # repr: NaN equals no NaN
 
 
 def test_unencodable_payloads_are_refused_with_the_reason():
