@@ -19,6 +19,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
+from djqueue.api import receiving
 from djqueue.api.receive_wakeups import receive_wakeups
 from djqueue.storage import host_clock
 from djqueue.storage.queue_lookup import forget_cached
@@ -140,6 +141,15 @@ def _fresh_queue_cache() -> Iterator[None]:
     forget_cached()
     yield
     forget_cached()
+
+
+@pytest.fixture(autouse=True)
+def _promotion_due() -> None:
+    """A receive promotes due scheduled messages at most once a PROMOTE_INTERVAL in a
+    process (``receiving._promotion``, module state): each test starts with one due, so
+    that an earlier test's promotion under a second ago does not leave its due messages
+    scheduled."""
+    receiving._promotion.last.clear()
 
 
 @pytest.fixture(autouse=True)

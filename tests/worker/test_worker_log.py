@@ -29,7 +29,7 @@ def test_a_failed_run_is_logged_with_its_queue_its_outcome_and_its_exception(cap
     caplog.set_level(logging.WARNING, logger="djqueue.worker")
     for queue in ("log", "log", "log.kept"):
         # The retried message is claimed after its promotion, which a receive makes at
-        # most once a PROMOTE_INTERVAL in a process: an earlier test's may be recent.
+        # most once a PROMOTE_INTERVAL in a process: this test's previous receive's is recent.
         receiving._promotion.last.clear()
         [message] = djqueue.receive(queue, visibility_timeout=0.01 if queue == "log" else 30)
         acks.add(Done(message, error=traceback))
