@@ -94,14 +94,16 @@ def _runs_json(conn: BaseDatabaseWrapper, runs: Sequence[RunEnd]) -> str:
         return json.dumps(rows, separators=(",", ":"))
     prepare = _preparers(conn)
     finished, returned = prepare["finished_at"], prepare["return_value"]
-    if prepared_values.plain_text(finished):
-        times = [f'"{finished(r.finished_at)}"' for r in runs]
-    else:
-        times = [dumps(finished(r.finished_at)) for r in runs]
+    quote = _quoted if prepared_values.plain_text(finished) else dumps
     return "[" + ",".join([
-        f'[{int(r.message_id)},{at},'
+        f'[{int(r.message_id)},{quote(finished(r.finished_at))},'
         f'{"null" if r.return_value is None else dumps(returned(r.return_value))}]'
-        for r, at in zip(runs, times, strict=True)]) + "]"
+        for r in runs]) + "]"
+
+
+def _quoted(text: object) -> str:
+    """A JSON string of ``text`` that has nothing to escape."""
+    return f'"{text}"'
 
 
 def _preparers(conn: BaseDatabaseWrapper) -> dict[str, Callable[[object], object]]:
