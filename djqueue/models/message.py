@@ -49,8 +49,9 @@ _decoder = json.JSONDecoder()
 def decode_payload(text: str | bytes) -> Any:
     """``json.loads(text)``, by the decoder's ``raw_decode`` where that reads the whole text.
 
-    Why: half of what ``json.loads`` takes on a task's payload is its own Python
-    around the C scanner (type checks, two whitespace matches), and a django.tasks
+    Why: a large share of what ``json.loads`` takes on a task's payload is its own
+    Python around the C scanner (type checks, two whitespace matches; docs/performance.md
+    gives the figures per Python version), and a django.tasks
     worker decodes every payload it runs. Anything ``raw_decode`` does not read to
     its end (leading or trailing whitespace, a byte string, bad JSON) goes to
     ``json.loads``, for its result or its error."""
