@@ -30,11 +30,14 @@ import math
 import os
 import threading
 import time
-from datetime import UTC, datetime
-from typing import NamedTuple
+from datetime import UTC, datetime, tzinfo
+from functools import cache
+from typing import Any, NamedTuple
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import DatabaseError, connections
+from django.dispatch import receiver
 
 from djqueue.conf import get_settings
 from djqueue.storage import placement
@@ -71,6 +74,11 @@ _scheduled = False
 
 #: When ``database_now`` may next compare each database by itself (time.monotonic()).
 _compare_due: dict[str, float] = {}
+
+#: The databases on this host (SQLite: a file here), whose time is this host's: what
+#: ``database_now`` returns for them without a look at a comparison (a django.tasks
+#: run asks it once, and SQLite's worker is the one bound by its Python per task).
+_on_this_host: set[str] = set()
 
 #: Seconds before a comparison ``database_now`` made, and the database did not answer,
 #: is tried again: soon, as the caller's own statement is about to find the database
@@ -179,6 +187,8 @@ def database_now(db: str) -> datetime:
     connection of its own, as it first needs database ``db``'s time and again once
     CLOCK_CHECK_INTERVAL has passed; one that runs them, only for a database they have
     not compared yet."""
+    if db in _on_this_host:
+        return datetime.fromtimestamp(time.time(), tz=_zone())
     latest = _latest.get(db)
     if latest is None or not _scheduled:
         latest = _compared_when_due(db)
@@ -187,7 +197,23 @@ def database_now(db: str) -> datetime:
         carried = time.clock_gettime(_STEADY) + latest.base
         if abs(now - carried) > WARN_PAST:
             now = carried
-    return datetime.fromtimestamp(now, tz=UTC if settings.USE_TZ else None)
+    return datetime.fromtimestamp(now, tz=_zone())
+
+
+@cache
+def _zone() -> tzinfo | None:
+    """The time zone of ``database_now``'s times: ``timezone.now()``'s (UTC, or none
+    without USE_TZ), read once rather than through the settings object at each call."""
+    return UTC if settings.USE_TZ else None
+
+
+@receiver(setting_changed)
+def _forget_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "USE_TZ":
+        _zone.cache_clear()
+    elif setting == "DATABASES":
+        _on_this_host.clear()
+        _compare_due.clear()
 
 
 def _compared_when_due(db: str) -> Comparison | None:
@@ -199,6 +225,7 @@ def _compared_when_due(db: str) -> Comparison | None:
     if at >= _compare_due.get(db, -math.inf):
         if connections[db].vendor == "sqlite":  # a file on this host: its clock is this one
             _compare_due[db] = math.inf
+            _on_this_host.add(db)
         else:  # set first, so other threads do not compare it too meanwhile
             _compare_due[db] = at + RETRY_UNANSWERED
             comparing = threading.Thread(target=_compare_apart, args=(db, at), daemon=True,
