@@ -20,8 +20,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from django.db import connections, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db import transaction
 
 from djqueue.exceptions import InvalidMessage, Postpone, RetryAfter, TaskCancelled, UntrustedTask
 from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskStatus
@@ -123,10 +122,11 @@ def run_task(message: Message) -> None:
     db = dialects.alias()
     payload = message.payload
     task_messages.check_shape(message, payload)
-    conn = connections[db]
-    batched = registry.hook_will_run() and not conn.in_atomic_block
-    if batched and _is_first_run(conn, message, payload):
-        _run_first(conn, message, payload)
+    # Under a worker's hook (never on an exactly-once queue: that ack is the run's own
+    # transaction), the record waits for the ack; no connection is looked up for it.
+    batched = registry.hook_will_run()
+    if batched and _is_first_run(db, message, payload):
+        _run_first(db, message, payload)
         return
     record = _record(db, message, payload)
     sender = task_messages.serving_backend(message, record.backend)
@@ -134,7 +134,7 @@ def run_task(message: Message) -> None:
         return  # a repeated delivery of a finished task
     task = load_task(record)
     if record.cancel_requested:
-        _finish(conn, message, record, batched, TaskStatus.FAILED,
+        _finish(db, message, record, batched, TaskStatus.FAILED,
                 error=TaskCancelled("Cancelled before it started."))
         task_finished.send(sender=sender,
                            task_result=to_task_result(record, task, from_json=True))
@@ -144,7 +144,7 @@ def run_task(message: Message) -> None:
     if workflow_joins.PAYLOAD_KEY in payload:
         prepared = step_checks.before_run(db, message, args, kwargs)
         if prepared is None:
-            _finish(conn, message, record, batched, TaskStatus.FAILED, error=TaskCancelled(
+            _finish(db, message, record, batched, TaskStatus.FAILED, error=TaskCancelled(
                 "Not started: its workflow was cancelled or failed meanwhile."))
             return
         args, kwargs = prepared.args, prepared.kwargs
@@ -156,10 +156,10 @@ def run_task(message: Message) -> None:
     try:
         value = task_calls.call(task, args, kwargs, result)
     except Exception as exc:
-        _failed(conn, message, record, batched, task, _run_error(exc))
+        _failed(db, message, record, batched, task, _run_error(exc))
         _send_finished(sender, finished_values(values, record))  # in the except block
         return
-    _finish(conn, message, record, batched, TaskStatus.SUCCESSFUL, value=value)
+    _finish(db, message, record, batched, TaskStatus.SUCCESSFUL, value=value)
     if not unheard:
         _send_finished(sender, finished_values(values, record))
 
@@ -171,7 +171,7 @@ def _send_finished(sender: type, finished: dict[str, Any]) -> None:
     task_finished.send(sender=sender, task_result=result_from(finished, from_json=True))
 
 
-def _is_first_run(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, Any]) -> bool:
+def _is_first_run(db: str, message: Message, payload: dict[str, Any]) -> bool:
     """Whether this claimed delivery is a task's first run whose success the ack can
     copy from its message's row: the common run, served by :func:`_run_first`.
 
@@ -179,11 +179,11 @@ def _is_first_run(conn: BaseDatabaseWrapper, message: Message, payload: dict[str
     :func:`task_record_copy.copies` applies): a result id given at enqueue, or an older
     message's ``task_result_id``, takes the path that looks that record up and checks it."""
     return (message.state == State.CLAIMED and workflow_joins.PAYLOAD_KEY not in payload
-            and task_record_copy.copyable_message(conn, message)
+            and task_record_copy.copyable_message(db, message)
             and record_id(message) == str(message.id))
 
 
-def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, Any]) -> None:
+def _run_first(db: str, message: Message, payload: dict[str, Any]) -> None:
     """A task's first run, under a worker whose ack copies its record from the message's
     row when it succeeds: its results are made straight from the message, and a record
     is built only if it fails (then as by :func:`run_task`).
@@ -204,10 +204,10 @@ def _run_first(conn: BaseDatabaseWrapper, message: Message, payload: dict[str, A
     except Exception as exc:
         error = _run_error(exc)
         record = running_record(message, record_from_message(message))
-        _failed(conn, message, record, True, task, error)
+        _failed(db, message, record, True, task, error)
         _send_finished(sender, finished_values(values or first_run_values(message, task), record))
         return
-    run = task_record_copy.RunEnd(message.id, host_clock.database_now(conn.alias), value)
+    run = task_record_copy.RunEnd(message.id, host_clock.database_now(db), value)
     with _lock:
         _finished[message.id] = Finished(copied=run)
     if unheard or values is None:  # (values is None only when unheard)
@@ -232,7 +232,7 @@ def _run_error(exc: Exception) -> Exception:
     raise exc
 
 
-def _failed(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, batched: bool,
+def _failed(db: str, message: Message, record: TaskRecord, batched: bool,
             task: Task, exc: Exception) -> None:
     """A run raised ``exc``: RetryTask, once its error is written, if the backend retries
     the task; else the record ends FAILED."""
@@ -242,10 +242,10 @@ def _failed(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, bat
             task, len(record.worker_ids), exc):
         record.errors = [*record.errors, error_entry(exc, tb)]
         record.status = TaskStatus.READY
-        message_inserts.upsert(conn.alias, [record], FINISHED_FIELDS)
+        message_inserts.upsert(db, [record], FINISHED_FIELDS)
         raise RetryTask(backend.retry_delay(task, len(record.worker_ids), message, exc),
                         f"{record.task_path} raised {exception_line(tb)}") from exc
-    _finish(conn, message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
+    _finish(db, message, record, batched, TaskStatus.FAILED, error=exc, tb=tb)
 
 
 def _record(db: str, message: Message, payload: dict[str, Any]) -> TaskRecord:
@@ -261,10 +261,9 @@ def _record(db: str, message: Message, payload: dict[str, Any]) -> TaskRecord:
     return running_record(message, stored or record_from_message(message))
 
 
-def _finish(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, batched: bool,
+def _finish(db: str, message: Message, record: TaskRecord, batched: bool,
             status: str, **outcome: Any) -> None:
     """Record the end of the run: with the worker's next ack when batched, else now."""
-    db = conn.alias
     ref = step_checks.reference(message)
     if not batched:
         with transaction.atomic(using=db):
@@ -274,7 +273,7 @@ def _finish(conn: BaseDatabaseWrapper, message: Message, record: TaskRecord, bat
         return
     finish(record, status, save=False, **outcome)
     step = None if ref is None else workflow_joins.settled_from(message.pk, ref, record)
-    if task_record_copy.copies(conn, message, record):
+    if task_record_copy.copies(db, message, record):
         assert record.finished_at is not None, "finish() stamps it"
         entry = Finished(copied=task_record_copy.RunEnd(
             message.pk, record.finished_at, record.return_value), step=step)

@@ -112,8 +112,9 @@ class HandlerCalls:
         entry = self.handlers[queue.name]
         exactly_once = _exactly_once(entry, queue.exactly_once)
         func = entry.func
-        around = (registry.hook_runs_after()
-                  if entry.in_claim_transaction is not None and not self.inline else _NOTHING)
+        # An exactly-once run's ack is its own transaction's, which runs no hook.
+        around = (registry.hook_runs_after() if entry.in_claim_transaction is not None
+                  and not self.inline and not exactly_once else _NOTHING)
 
         def call() -> None:
             with around, tracing.processing(queue.name, message.pk, message.attempts,

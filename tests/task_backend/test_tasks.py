@@ -230,6 +230,44 @@ def test_a_result_is_read_from_its_message_until_the_ack_writes_its_record():
     assert tasks.add.get_result(second.id).status == TaskResultStatus.RUNNING
 
 
+def test_a_first_run_that_succeeds_looks_up_no_connection_in_its_thread():
+    """Under a worker's hook, a task's first run that succeeds leaves its record to the
+    ack: where no receiver of the task signals writes to the database (the test
+    project's signal log is disconnected here), the handler's thread never looks its
+    database connection up, so Django's close_old_connections after the run finds none
+    to check (each lookup goes through asgiref's Local, a microsecond or two a run).
+    The record is the ack's, as ever."""
+    from django.db import connections
+
+    from djqueue.api.receiving import receive
+    from djqueue.storage.claims import ack_and_claim
+    from djqueue.tasks.compat import task_finished, task_started
+    from djqueue.tasks.task_handler import in_claim_transaction, run_task
+    from djqueue.worker import registry
+    from tests import signal_log
+
+    results = [tasks.add.enqueue(2, 3), tasks.add.enqueue(4, 5)]
+    held = receive("default", max_messages=2, owner="w1")
+
+    def run_in_a_handler_thread(slot: int) -> list[str]:
+        with registry.hook_runs_after():
+            run_task(held[slot])
+        return [conn.alias for conn in connections.all(initialized_only=True)]
+
+    task_started.disconnect(dispatch_uid="tests-started")
+    task_finished.disconnect(dispatch_uid="tests-finished")
+    try:
+        in_threads(run_in_a_handler_thread, 1)  # a process's first run may look it up
+        assert in_threads(lambda _: run_in_a_handler_thread(1), 1) == [[]]
+    finally:
+        signal_log.connect()
+    acked, _ = ack_and_claim(held, [], 0, owner="w1", hook=in_claim_transaction)
+    assert len(acked) == 2
+    for result, value in zip(results, (5, 9), strict=True):
+        done = tasks.add.get_result(result.id)
+        assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, value)
+
+
 def test_a_record_survives_an_ack_transaction_that_rolled_back():
     """The worker retries an ack whose transaction failed after the record hook ran (a
     deadlock, a lost connection at COMMIT): the retried ack still writes the record, so
