@@ -1,6 +1,7 @@
 """Storage: the only layer that writes SQL, and every database difference.
 
-Owns: the database differences with their reasons (``dialects``), session
+Owns: the database differences with their reasons (``dialects``; each alias's
+vendor, looked up once, in ``database_vendors``), session
 locks, the two claim engines (row-locking, serial) and the claim transaction
 (``claims``) and a receiver's round of claims over its queues and databases
 (``receiver_claims``), the resume point of a draining claim and the one path that

@@ -17,6 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from djqueue.conf import get_settings
 from djqueue.storage import fastpath
+from djqueue.storage.database_vendors import vendor_of
 
 if TYPE_CHECKING:
     from django.db.backends.mysql.base import DatabaseWrapper as MySQLDatabaseWrapper
@@ -68,10 +69,6 @@ class using:  # used like a function: ``with using(db) as alias:``
 
 def connection() -> BaseDatabaseWrapper:
     return connections[alias()]
-
-
-def vendor() -> str:
-    return connection().vendor
 
 
 def claims_by_skip_locked(conn: BaseDatabaseWrapper | None = None) -> bool:
@@ -127,12 +124,6 @@ def short_transaction(db: str) -> Iterator[None]:
         return
     with fastpath.mysql_transaction(conn, db):
         yield
-
-
-def supports_limit_in_subquery(conn: BaseDatabaseWrapper | None = None) -> bool:
-    """Why: MySQL/MariaDB reject ``IN (SELECT ... LIMIT n)``; those claim by id lists."""
-    conn = conn or connection()
-    return conn.vendor != "mysql"
 
 
 CLAIM_INDEX = "djqueue_msg_claim"
@@ -195,10 +186,11 @@ def is_mariadb(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor == "mysql" and cast("MySQLDatabaseWrapper", conn).mysql_is_mariadb
 
 
-def copies_task_records(conn: BaseDatabaseWrapper) -> bool:
-    """Whether a finished task's record can be copied by the server from its message's
-    row (djqueue.storage.statements.task_record_copy), so that what a record's JSON
-    columns read back is what they would read back had Python written them:
+def copies_task_records(db: str) -> bool:
+    """Whether a finished task's record on database ``db`` can be copied by the server
+    from its message's row (djqueue.storage.statements.task_record_copy), so that what
+    a record's JSON columns read back is what they would read back had Python written
+    them:
 
     - PostgreSQL and MySQL keep JSON columns parsed (``jsonb``; MySQL's binary JSON,
       which sorts object keys and stores a number too large for 64 bits as a double):
@@ -212,7 +204,8 @@ def copies_task_records(conn: BaseDatabaseWrapper) -> bool:
 
     On MySQL and MariaDB only on the fast path (:func:`writes_values_into_sql`): the
     copy carries the runs' values escaped into its text."""
-    return conn.vendor in ("postgresql", "sqlite") or writes_values_into_sql(conn)
+    vendor = vendor_of(db)
+    return vendor in ("postgresql", "sqlite") or (vendor == "mysql" and fastpath.verified.enabled)
 
 
 def escapes_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:

@@ -41,6 +41,7 @@ from django.dispatch import receiver
 
 from djqueue.conf import get_settings
 from djqueue.storage import placement
+from djqueue.storage.database_vendors import vendor_of
 from djqueue.storage.statements.vendor_sql import clock_sql
 
 #: Seconds apart past which a process warns. NTP keeps hosts within milliseconds; a
@@ -74,11 +75,6 @@ _scheduled = False
 
 #: When ``database_now`` may next compare each database by itself (time.monotonic()).
 _compare_due: dict[str, float] = {}
-
-#: The databases on this host (SQLite: a file here), whose time is this host's: what
-#: ``database_now`` returns for them without a look at a comparison (a django.tasks
-#: run asks it once, and SQLite's worker is the one bound by its Python per task).
-_on_this_host: set[str] = set()
 
 #: Seconds before a comparison ``database_now`` made, and the database did not answer,
 #: is tried again: soon, as the caller's own statement is about to find the database
@@ -147,7 +143,7 @@ def _compare(logger: logging.Logger, process: str,
     ``databases``, all by default) that answered; a WARNING logged for each far one."""
     offsets = {}
     for db in placement.databases() if databases is None else databases:
-        if connections[db].vendor == "sqlite":
+        if vendor_of(db) == "sqlite":
             continue
         try:
             offset, round_trip, base = read_clock(db)
@@ -187,7 +183,7 @@ def database_now(db: str) -> datetime:
     connection of its own, as it first needs database ``db``'s time and again once
     CLOCK_CHECK_INTERVAL has passed; one that runs them, only for a database they have
     not compared yet."""
-    if db in _on_this_host:
+    if vendor_of(db) == "sqlite":  # a file on this host: its time is this host's
         return datetime.fromtimestamp(time.time(), tz=_zone())
     latest = _latest.get(db)
     if latest is None or not _scheduled:
@@ -212,7 +208,6 @@ def _forget_settings(*, setting: str, **kwargs: Any) -> None:
     if setting == "USE_TZ":
         _zone.cache_clear()
     elif setting == "DATABASES":
-        _on_this_host.clear()
         _compare_due.clear()
 
 
@@ -223,15 +218,11 @@ def _compared_when_due(db: str) -> Comparison | None:
     caller waits up to COMPARE_WAIT for it; past that it goes on by its host's time."""
     at = time.monotonic()
     if at >= _compare_due.get(db, -math.inf):
-        if connections[db].vendor == "sqlite":  # a file on this host: its clock is this one
-            _compare_due[db] = math.inf
-            _on_this_host.add(db)
-        else:  # set first, so other threads do not compare it too meanwhile
-            _compare_due[db] = at + RETRY_UNANSWERED
-            comparing = threading.Thread(target=_compare_apart, args=(db, at), daemon=True,
-                                         name="djqueue-clock-comparison")
-            comparing.start()
-            comparing.join(COMPARE_WAIT)
+        _compare_due[db] = at + RETRY_UNANSWERED  # first, so other threads wait for it
+        comparing = threading.Thread(target=_compare_apart, args=(db, at), daemon=True,
+                                     name="djqueue-clock-comparison")
+        comparing.start()
+        comparing.join(COMPARE_WAIT)
     return _latest.get(db)
 
 

@@ -70,7 +70,7 @@ def test_records_upserted_from_python_then_updated():
 def test_records_copied_by_the_server_then_updated():
     """The INSERT ... SELECT form: a record copied from its message's row, and copied
     again over the record that now exists (only ``update_fields`` change)."""
-    if not dialects.copies_task_records(connection):
+    if not dialects.copies_task_records(connection.alias):
         pytest.skip("this connection writes task records from Python")
     result = tasks.add.enqueue(1, 2)
     message_id = int(result.id)

@@ -52,7 +52,8 @@ def copyable_message(db: str, message: Message) -> bool:
     own)."""
     payload = message.payload
     return (message.attempts == 1 and not message.errors and message.stored_body_id is None
-            and "task" in payload and "run_after" not in payload and _copies_on(db))
+            and "task" in payload and "run_after" not in payload
+            and dialects.copies_task_records(db))
 
 
 def copies(db: str, message: Message, record: TaskRecord) -> bool:
@@ -61,22 +62,6 @@ def copies(db: str, message: Message, record: TaskRecord) -> bool:
     alone describes."""
     return (record.status == TaskStatus.SUCCESSFUL and not record.errors
             and record.id == str(message.pk) and copyable_message(db, message))
-
-
-#: dialects.copies_task_records of each database, by alias (an alias's database does not
-#: change while a process runs). Why kept: a run asks it once, from a worker's handler
-#: thread, where looking the connection up (asgiref's Local raises and catches an
-#: error to find it is not in an event loop) costs more than the rest of the question,
-#: and makes Django's close_old_connections check that thread's connection after each
-#: run, a second lookup.
-_copying: dict[str, bool] = {}
-
-
-def _copies_on(db: str) -> bool:
-    copying = _copying.get(db)
-    if copying is None:
-        copying = _copying[db] = dialects.copies_task_records(connections[db])
-    return copying
 
 
 def copy_records(db: str, runs: Sequence[RunEnd], update_fields: Sequence[str]) -> None:
