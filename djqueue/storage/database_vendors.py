@@ -4,9 +4,8 @@ record copied by the server, is its time this host's).
 
 Why kept apart from the connection: in a handler thread, looking the connection up
 (asgiref's ``Local`` raises and catches an error to learn the thread is in no event
-loop) costs more than the question, and leaves Django's ``close_old_connections``
-that thread's connection to check after the run. An alias names the same database
-while a process runs; a test that changes DATABASES has the lookups made again."""
+loop) costs more than the question. An alias names the same database while a process
+runs; a test that changes DATABASES has the lookups made again."""
 
 from __future__ import annotations
 

@@ -23,3 +23,10 @@ def test_copied_records_follow_the_fast_path(monkeypatch, fast_path):
     monkeypatch.setattr(fastpath.verified, "enabled", fast_path)
     expected = fast_path or vendor_of("default") != "mysql"
     assert dialects.copies_task_records("default") is expected
+
+
+def test_an_alias_not_configured_is_refused_by_name():
+    from django.utils.connection import ConnectionDoesNotExist
+
+    with pytest.raises(ConnectionDoesNotExist, match="no-such-alias"):
+        vendor_of("no-such-alias")
