@@ -201,9 +201,18 @@ class HandlerCalls:
         which would fail the next message's handler, again and again on a worker
         whose idle connections keep being cut. A ping after IDLE_CHECK seconds of
         idleness costs nothing on a busy thread.
+
+        A thread's first run looks up every alias's connection (Django's wrapper: no
+        connection is opened). Why: Django's close_old_connections after each run asks
+        asgiref's Local for each alias, and for one never looked up in the thread that
+        raises and catches an AttributeError whose message formats the Local's repr,
+        which costs more than checking a wrapper that holds no connection.
         """
         last_used = getattr(self._thread_state, "last_used", None)
-        if last_used is None or time.monotonic() - last_used < IDLE_CHECK:
+        if last_used is None:  # this thread's first run: each alias's wrapper, no connection
+            connections.all()  # so close_old_connections finds them (see the docstring)
+            return
+        if time.monotonic() - last_used < IDLE_CHECK:
             return
         conn = connections[dialects.alias()]
         if conn.connection is not None and not conn.is_usable():
