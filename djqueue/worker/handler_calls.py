@@ -202,15 +202,18 @@ class HandlerCalls:
         whose idle connections keep being cut. A ping after IDLE_CHECK seconds of
         idleness costs nothing on a busy thread.
 
-        A thread's first run looks up every alias's connection (Django's wrapper: no
-        connection is opened). Why: Django's close_old_connections after each run asks
-        asgiref's Local for each alias, and for one never looked up in the thread that
-        raises and catches an AttributeError whose message formats the Local's repr,
-        which costs more than checking a wrapper that holds no connection.
+        A thread's first run looks up the connection of each database djqueue works on
+        (Django's wrapper: no connection is opened). Why: Django's close_old_connections
+        after each run asks asgiref's Local for each alias, and for one never looked up
+        in the thread that raises and catches an AttributeError whose message formats
+        the Local's repr, which costs more than checking a wrapper that holds no
+        connection. Not every alias: one djqueue does not use may name a backend whose
+        driver this process lacks, and its wrapper would fail to load.
         """
         last_used = getattr(self._thread_state, "last_used", None)
-        if last_used is None:  # this thread's first run: each alias's wrapper, no connection
-            connections.all()  # so close_old_connections finds them (see the docstring)
+        if last_used is None:  # this thread's first run
+            for db in placement.databases():  # so close_old_connections finds them
+                connections[db]
             return
         if time.monotonic() - last_used < IDLE_CHECK:
             return
