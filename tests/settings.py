@@ -215,6 +215,11 @@ if os.environ.get("DJQUEUE_TEST_GC_THRESHOLD"):  # tests/worker/test_garbage_col
     _threshold = os.environ["DJQUEUE_TEST_GC_THRESHOLD"]
     DJQUEUE["WORKER_GC_THRESHOLD"] = None if _threshold == "none" else int(_threshold)
 
+if os.environ.get("DJQUEUE_TEST_UNLOADABLE_ALIAS"):  # tests/worker/test_handler_threads.py
+    # A database djqueue does not use, whose backend this process cannot load (as one
+    # whose driver a worker's host lacks): nothing of djqueue's may look it up.
+    DATABASES["unused"] = {"ENGINE": "tests.no_such_backend"}
+
 # A deploy that fails to start (tests/worker/test_reloads.py): processes started while
 # the file this names exists fail as they load their settings.
 if os.environ.get("DJQUEUE_TEST_BROKEN_DEPLOY") and os.path.exists(
