@@ -204,11 +204,12 @@ class HandlerCalls:
 
         A thread's first run looks up the connection of each database djqueue works on
         (Django's wrapper: no connection is opened). Why: Django's close_old_connections
-        after each run asks asgiref's Local for each alias, and for one never looked up
-        in the thread that raises and catches an AttributeError whose message formats
-        the Local's repr, which costs more than checking a wrapper that holds no
-        connection. Not every alias: one djqueue does not use may name a backend whose
-        driver this process lacks, and its wrapper would fail to load.
+        after each run asks asgiref's Local for each alias, and does different work for
+        one the thread has looked up and one it has not (raising and catching an
+        AttributeError); which it was had depended on which thread first asked a
+        database's vendor. Both cost about the same (docs: performance). Not every
+        alias: one djqueue does not use may name a backend whose driver this process
+        lacks, and its wrapper would fail to load.
         """
         last_used = getattr(self._thread_state, "last_used", None)
         if last_used is None:  # this thread's first run
