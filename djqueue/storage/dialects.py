@@ -205,7 +205,7 @@ def copies_task_records(db: str) -> bool:
     On MySQL and MariaDB only on the fast path (:func:`writes_values_into_sql`): the
     copy carries the runs' values escaped into its text."""
     vendor = vendor_of(db)
-    return vendor in ("postgresql", "sqlite") or (vendor == "mysql" and fastpath.verified.enabled)
+    return vendor in ("postgresql", "sqlite") or writes_values_into_sql(vendor)
 
 
 def escapes_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:
@@ -219,11 +219,13 @@ def escapes_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | 
     return None if literal is None else lambda value: literal(value).replace("%", "%%")
 
 
-def writes_values_into_sql(conn: BaseDatabaseWrapper) -> bool:
-    """Whether hot-path statements carry their values escaped into their text by the
-    driver (MySQL/MariaDB, on the fast path: see fastpath.driver_literal); otherwise
-    every value is a parameter."""
-    return conn.vendor == "mysql" and fastpath.verified.enabled
+def writes_values_into_sql(vendor: str) -> bool:
+    """Whether hot-path statements on a ``vendor`` database (a connection's
+    ``.vendor``) carry their values escaped into their text by the driver
+    (MySQL/MariaDB, on the fast path: see fastpath.driver_literal); otherwise every
+    value is a parameter. Takes the vendor, not a connection, so that a caller holding
+    only an alias asks it too (:func:`copies_task_records`)."""
+    return vendor == "mysql" and fastpath.verified.enabled
 
 
 def literal_client_side(conn: BaseDatabaseWrapper) -> Callable[[object], str] | None:

@@ -77,7 +77,7 @@ def _insert_one(db: str, conn: BaseDatabaseWrapper, message: Message) -> None:
                                           _params([message], conn))
         fastpath.mark_saved(message, pk, db)
         return
-    if dialects.writes_values_into_sql(conn):
+    if dialects.writes_values_into_sql(conn.vendor):
         text = _one_row_templates.render(conn, message) or prepared_values.render(
             conn, message, _INSERT_ATTNAMES, _message_preparers(conn),
             cast("Callable[[object], str]", dialects.literal_client_side(conn)))  # (the driver's)

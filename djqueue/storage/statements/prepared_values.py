@@ -89,7 +89,7 @@ class RowTemplates:
         constant (an int, a short string, either as an enum, or None), which
         :func:`render` handles; None too where values are not written into SQL
         (dialects.writes_values_into_sql)."""
-        if not dialects.writes_values_into_sql(conn):
+        if not dialects.writes_values_into_sql(conn.vendor):
             return None
         values = obj.__dict__
         key = (id(conn), self._shared(values))
