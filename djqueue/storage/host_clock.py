@@ -59,9 +59,12 @@ class Comparison(NamedTuple):
     """This process's latest comparison with a database."""
 
     offset: float  #: this host's clock minus the database's, in seconds
-    far: bool  #: whether that was past WARN_PAST (and half the read's round trip)
+    far: bool  #: whether that was past ``margin``
     at: float  #: time.monotonic() when read
     base: float  #: the database's clock minus the steady clock, then
+    #: WARN_PAST and half the read's round trip: the database's clock was read somewhere
+    #: within the round trip, so two clocks read this far apart may be the same.
+    margin: float
 
 
 #: This process's latest comparison with each database. One host, one clock: every
@@ -149,9 +152,10 @@ def _compare(logger: logging.Logger, process: str,
             offset, round_trip, base = read_clock(db)
         except DatabaseError:
             continue
-        far = abs(offset) > WARN_PAST + round_trip / 2
+        margin = WARN_PAST + round_trip / 2
+        far = abs(offset) > margin
         offsets[db] = offset, far
-        _latest[db] = Comparison(offset, far, time.monotonic(), base)
+        _latest[db] = Comparison(offset, far, time.monotonic(), base, margin)
         if far:
             logger.warning(
                 "%s: this host's clock is %.1f s %s database %s's. djqueue stamps and "
@@ -175,9 +179,11 @@ def database_now(db: str) -> datetime:
     right again (whose latest comparison still says far). The steady clock drifts from
     the database's by NTP's few parts a million, some milliseconds between comparisons.
 
-    Why the host's own time whenever the two are within WARN_PAST: a near host's offset
+    Why the host's own time whenever the two are within the comparison's margin (the
+    one it is warned by: WARN_PAST and half the read's round trip): a near host's offset
     is NTP's milliseconds plus the comparison's own noise, and moving its times by that
-    would change nothing but make them jitter.
+    would change nothing but make them jitter. A read slowed by a busy server, its round
+    trip seconds long, would otherwise move every time by up to half of it unwarned.
 
     A process that runs no ``ClockChecks`` (a web process) compares here, on a
     connection of its own, as it first needs database ``db``'s time and again once
@@ -191,7 +197,7 @@ def database_now(db: str) -> datetime:
     now = time.time()
     if latest is not None:
         carried = time.clock_gettime(_STEADY) + latest.base
-        if abs(now - carried) > WARN_PAST:
+        if abs(now - carried) > latest.margin:
             now = carried
     return datetime.fromtimestamp(now, tz=_zone())
 

@@ -24,6 +24,7 @@ from djqueue.http import access
 from djqueue.maintenance.reaper import Reaper
 from djqueue.models import ApiClient, ApiPermission, Message, ProcessKind, State, Worker
 from djqueue.storage import host_clock
+from djqueue.storage.statements.vendor_sql import clock_sql
 from tests.conftest import wait_until
 from tests.http.conftest import start_api_server
 from tests.models import Effect
@@ -129,6 +130,50 @@ def test_a_clock_stepped_during_a_comparison_is_read_again(monkeypatch):
     assert 89.0 < offsets["default"] < 91.0, offsets
     carried = host_clock.database_now("default")
     assert abs((carried - timezone.now()).total_seconds()) < host_clock.WARN_PAST, carried
+
+
+class SlowReadClock:
+    """This process's clocks, both moved 3 s on while a query runs: a comparison's read
+    whose round trip a busy server made 3 s long, the database's clock read at its
+    start."""
+
+    def __init__(self) -> None:
+        self.shift, self.slow_reads = 0.0, 1
+
+    def time(self) -> float:
+        return time.time() + self.shift
+
+    def clock_gettime(self, clock: int) -> float:
+        return time.clock_gettime(clock) + self.shift
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+    def during_query(self, execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if self.slow_reads and sql == f"SELECT {clock_sql(connection.vendor)}":
+            self.slow_reads -= 1
+            self.shift += 3.0
+        return result
+
+
+def test_a_slow_read_within_its_margin_neither_warns_nor_moves_times(monkeypatch, caplog):
+    """A read whose round trip is 3 s gives an offset of 1.5 s, past WARN_PAST but
+    within half the round trip, where the database's clock may have been read: it is
+    not warned of, and ``database_now`` keeps this host's time rather than one 1.5 s
+    behind it (it was moved before, unwarned, by any offset past WARN_PAST)."""
+    for name, value in (("_scheduled", True), ("_latest", {}), ("_compare_due", {})):
+        monkeypatch.setattr(host_clock, name, value)
+    clock = SlowReadClock()
+    monkeypatch.setattr(host_clock, "time", clock)
+    with connection.execute_wrapper(clock.during_query), caplog.at_level(logging.WARNING):
+        offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
+    assert host_clock.WARN_PAST < offsets["default"] < 2.0, offsets
+    assert not caplog.records, caplog.text
+    latest = host_clock._latest["default"]
+    assert not latest.far and 2.5 <= latest.margin < 3.0, latest
+    now = host_clock.database_now("default")
+    assert abs(now.timestamp() - clock.time()) < 0.2, (now, clock.time())
 
 
 def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
