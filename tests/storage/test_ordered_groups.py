@@ -94,13 +94,20 @@ def test_stale_guard_flags_a_redelivery_older_than_the_last_ack(ordered):
 
 
 def lock_waits() -> int:
-    """How many transactions on this test database wait for a row lock right now."""
+    """How many transactions wait for a lock right now: on MySQL/MariaDB, those on this
+    test database; on PostgreSQL, those waiting for this connection's transaction.
+
+    Why not PostgreSQL's pg_stat_activity (which names each backend's database): a
+    transaction reads it as a snapshot taken at its first read, so a waiter whose
+    connection opened after that was never seen (the deadlock test below then waited
+    its 30 s for a sender that was waiting all along). pg_locks and pg_blocking_pids
+    are read live."""
     sql = ("SELECT COUNT(*) FROM information_schema.innodb_trx t "
            "JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
            "WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()"
            if connection.vendor == "mysql" else
-           "SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-           "WHERE NOT l.granted AND a.datname = current_database()")
+           "SELECT COUNT(*) FROM pg_locks l "
+           "WHERE NOT l.granted AND pg_backend_pid() = ANY(pg_blocking_pids(l.pid))")
     with connection.cursor() as cursor:
         cursor.execute(sql)
         return cursor.fetchone()[0]
