@@ -95,24 +95,28 @@ def test_database_now_compares_again_unless_a_clock_check_runs(monkeypatch):
     assert host_clock._latest["default"].at == third > second
 
 
-class SteppedClock:
-    """This process's clocks, its time of day set 90 s ahead while a query runs: the
-    step of a clock (a hand, NTP) falling into a comparison's read."""
+class ShiftedClock:
+    """This process's clocks, moved on once while a comparison's read of the database's
+    clock runs (after the query, before the reading that follows it): by ``time_of_day``
+    seconds for the time of day and ``steady`` for the steady clock."""
 
-    def __init__(self) -> None:
-        self.step, self.steps_left = 0.0, 1
+    def __init__(self, time_of_day: float, steady: float) -> None:
+        self.moves, self.shifts = (time_of_day, steady), (0.0, 0.0)
 
     def time(self) -> float:
-        return time.time() + self.step
+        return time.time() + self.shifts[0]
+
+    def clock_gettime(self, clock: int) -> float:
+        return time.clock_gettime(clock) + self.shifts[1]
 
     def __getattr__(self, name: str) -> object:
         return getattr(time, name)
 
     def during_query(self, execute, sql, params, many, context):
-        if self.steps_left:
-            self.steps_left -= 1
-            self.step = 90.0
-        return execute(sql, params, many, context)
+        result = execute(sql, params, many, context)
+        if self.moves and sql == f"SELECT {clock_sql(connection.vendor)}":
+            self.shifts, self.moves = self.moves, None
+        return result
 
 
 def test_a_clock_stepped_during_a_comparison_is_read_again(monkeypatch):
@@ -123,38 +127,13 @@ def test_a_clock_stepped_during_a_comparison_is_read_again(monkeypatch):
     The read is made again; the time carried is the database's, step or none."""
     for name, value in (("_scheduled", True), ("_latest", {}), ("_compare_due", {})):
         monkeypatch.setattr(host_clock, name, value)
-    clock = SteppedClock()
+    clock = ShiftedClock(90.0, 0.0)  # a step of the time of day (a hand, NTP)
     monkeypatch.setattr(host_clock, "time", clock)
     with connection.execute_wrapper(clock.during_query):
         offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
     assert 89.0 < offsets["default"] < 91.0, offsets
     carried = host_clock.database_now("default")
     assert abs((carried - timezone.now()).total_seconds()) < host_clock.WARN_PAST, carried
-
-
-class SlowReadClock:
-    """This process's clocks, both moved 3 s on while a query runs: a comparison's read
-    whose round trip a busy server made 3 s long, the database's clock read at its
-    start."""
-
-    def __init__(self) -> None:
-        self.shift, self.slow_reads = 0.0, 1
-
-    def time(self) -> float:
-        return time.time() + self.shift
-
-    def clock_gettime(self, clock: int) -> float:
-        return time.clock_gettime(clock) + self.shift
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(time, name)
-
-    def during_query(self, execute, sql, params, many, context):
-        result = execute(sql, params, many, context)
-        if self.slow_reads and sql == f"SELECT {clock_sql(connection.vendor)}":
-            self.slow_reads -= 1
-            self.shift += 3.0
-        return result
 
 
 def test_a_slow_read_within_its_margin_neither_warns_nor_moves_times(monkeypatch, caplog):
@@ -164,7 +143,7 @@ def test_a_slow_read_within_its_margin_neither_warns_nor_moves_times(monkeypatch
     behind it (it was moved before, unwarned, by any offset past WARN_PAST)."""
     for name, value in (("_scheduled", True), ("_latest", {}), ("_compare_due", {})):
         monkeypatch.setattr(host_clock, name, value)
-    clock = SlowReadClock()
+    clock = ShiftedClock(3.0, 3.0)  # a read a busy server made 3 s long
     monkeypatch.setattr(host_clock, "time", clock)
     with connection.execute_wrapper(clock.during_query), caplog.at_level(logging.WARNING):
         offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
