@@ -60,8 +60,9 @@ def _age(now: datetime, then: datetime | None) -> float | None:
 
 def clock_text(offset: float | None) -> str:
     """An offset as the listing and the dashboard show it: signed ("+" when the host is
-    ahead), "(far)" past the bound its log warns at, "-" when none was compared (SQLite,
-    or not yet)."""
+    ahead), "(far)" past WARN_PAST (1 s: the log's bound, less the half round trip it
+    adds for the read, which the row does not keep), "-" when none was compared
+    (SQLite, or not yet)."""
     if offset is None:
         return "-"
     return f"{offset:+.3f} s" + (" (far)" if abs(offset) > host_clock.WARN_PAST else "")

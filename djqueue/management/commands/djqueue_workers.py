@@ -11,9 +11,9 @@ whose ``receive()`` waits (kind ``receive``) or a long-running reaper (kind
 receive register so that sends wake them, a reaper so that it is seen. A process
 silent past ``WORKER_TIMEOUT`` is marked late: the reaper judges it dead and returns
 its claims. CLOCK is how far its host's clock was from the database servers' at its
-latest comparison (the furthest, "+" when ahead; "(far)" past the 1 s its log warns
-at). A heartbeat time a hand edit left unreadable shows as "unreadable" (``null`` in
-``--json``).
+latest comparison (the furthest, "+" when ahead; "(far)" past 1 s, where its log
+warns unless the comparison's read took twice the excess). A heartbeat time a hand
+edit left unreadable shows as "unreadable" (``null`` in ``--json``).
 """
 
 from __future__ import annotations
