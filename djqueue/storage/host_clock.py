@@ -59,12 +59,16 @@ class Comparison(NamedTuple):
     """This process's latest comparison with a database."""
 
     offset: float  #: this host's clock minus the database's, in seconds
-    far: bool  #: whether that was past ``margin``
     at: float  #: time.monotonic() when read
     base: float  #: the database's clock minus the steady clock, then
     #: WARN_PAST and half the read's round trip: the database's clock was read somewhere
     #: within the round trip, so two clocks read this far apart may be the same.
     margin: float
+
+    @property
+    def far(self) -> bool:
+        """Whether the two clocks were past ``margin`` apart."""
+        return abs(self.offset) > self.margin
 
 
 #: This process's latest comparison with each database. One host, one clock: every
@@ -152,11 +156,10 @@ def _compare(logger: logging.Logger, process: str,
             offset, round_trip, base = read_clock(db)
         except DatabaseError:
             continue
-        margin = WARN_PAST + round_trip / 2
-        far = abs(offset) > margin
-        offsets[db] = offset, far
-        _latest[db] = Comparison(offset, far, time.monotonic(), base, margin)
-        if far:
+        latest = _latest[db] = Comparison(offset, time.monotonic(), base,
+                                          WARN_PAST + round_trip / 2)
+        offsets[db] = offset, latest.far
+        if latest.far:
             logger.warning(
                 "%s: this host's clock is %.1f s %s database %s's. djqueue stamps and "
                 "judges leases, delays and retry times by the database's clock, but this "
