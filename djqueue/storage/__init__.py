@@ -19,7 +19,8 @@ lookup, payload encoding, the hand-written statements of the hot path
 (``fastpath``, quarantined there with a plain path each), and a process's
 presence (``registration``: its row in ``djqueue_worker``, session locks and
 heartbeat, shared by workers, API servers, waiting receives and reapers), how far this host's
-clock is from each database server's (``host_clock``), whether djqueue's migrations
+clock is from each database server's (``host_clock``; one read of a server's clock,
+``clock_reads``), whether djqueue's migrations
 are applied on a database (``migration_state``), whether a failed connection was
 refused for good (``connection_refusals``: its user, password or database), how a failure that repeats is
 logged (``failure_streaks``: an outage is a few lines, not a traceback a try), rows holding a time no

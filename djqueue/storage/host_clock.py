@@ -41,18 +41,12 @@ from django.dispatch import receiver
 
 from djqueue.conf import get_settings
 from djqueue.storage import placement
+from djqueue.storage.clock_reads import STEADY, read_clock
 from djqueue.storage.database_vendors import vendor_of
-from djqueue.storage.statements.vendor_sql import clock_sql
 
 #: Seconds apart past which a process warns. NTP keeps hosts within milliseconds; a
 #: second apart means a host whose clock nothing sets.
 WARN_PAST = 1.0
-
-#: The clock the database's time is carried on between comparisons: one no one sets, so
-#: a step of the time of day (a hand, NTP correcting a far clock) does not move it. The
-#: boot clock counts a suspended host's sleep; the monotonic clock, where it is missing,
-#: does not.
-_STEADY = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 
 
 class Comparison(NamedTuple):
@@ -76,12 +70,17 @@ class Comparison(NamedTuple):
 #: and adds to the same record.
 _latest: dict[str, Comparison] = {}
 
-#: Whether a ClockChecks runs in this process: then it compares on that schedule, and
-#: ``database_now`` compares by itself only a database not compared with yet.
-_scheduled = False
+#: The logger and the process's name of a ClockChecks running in this process, if one
+#: runs: then it compares on its schedule, ``database_now`` compares by itself only a
+#: database not compared with yet or a clock that stepped, and logs it by that name.
+_scheduled: tuple[logging.Logger, str] | None = None
 
 #: When ``database_now`` may next compare each database by itself (time.monotonic()).
 _compare_due: dict[str, float] = {}
+
+#: When ``database_now`` may next compare each database again because a clock stepped
+#: since the latest comparison (time.monotonic()): once in RETRY_UNANSWERED at most.
+_step_compare_due: dict[str, float] = {}
 
 #: Seconds before a comparison ``database_now`` made, and the database did not answer,
 #: is tried again: soon, as the caller's own statement is about to find the database
@@ -94,46 +93,6 @@ RETRY_UNANSWERED = 1.0
 COMPARE_WAIT = 1.0
 
 _logger = logging.getLogger("djqueue")
-
-
-#: Seconds by which the time of day may move unlike the steady clock during one read
-#: before the read is taken for one a step of the clock fell into, and made again.
-STEP_DURING_READ = 0.05
-
-#: Reads made at most before the last is kept whatever fell into it.
-READ_ATTEMPTS = 3
-
-
-class Reading(NamedTuple):
-    """One read of a database's clock."""
-
-    offset: float  #: this host's clock minus the database's, in seconds
-    round_trip: float  #: seconds the read took
-    base: float  #: the database's clock minus the steady clock
-
-
-def read_clock(db: str) -> Reading:
-    """Database ``db``'s clock read against this host's, its reading set against the
-    middle of the round trip.
-
-    A read a step of this host's clock falls into (a hand, NTP) would give an offset
-    between the two, and a database time carried from it would be off by that much: a
-    heartbeat stamped by it would read as tens of seconds old, and its worker as dead.
-    So the time of day is read with the steady clock around the query, and a read in
-    which the two moved apart is made again. The database's time carried between
-    comparisons (``Reading.base``) is read against the steady clock alone."""
-    connection = connections[db]
-    with connection.cursor() as cursor:
-        for _ in range(READ_ATTEMPTS):
-            steady_before, before = time.clock_gettime(_STEADY), time.time()
-            cursor.execute(f"SELECT {clock_sql(connection.vendor)}")
-            after, steady_after = time.time(), time.clock_gettime(_STEADY)
-            [database_now] = cursor.fetchone()
-            if abs((after - before) - (steady_after - steady_before)) <= STEP_DURING_READ:
-                break
-    database_now = float(database_now)
-    return Reading((before + after) / 2 - database_now, after - before,
-                   database_now - (steady_before + steady_after) / 2)
 
 
 def warn_if_far(logger: logging.Logger, process: str) -> dict[str, float]:
@@ -177,10 +136,17 @@ def database_now(db: str) -> datetime:
     runs delays off time. Returned as ``timezone.now()`` returns it.
 
     The database's time is carried from the latest comparison on a steady clock (the
-    comparison's reading plus the time passed since): the read costs no round trip,
-    and a clock set apart between two comparisons is followed at once, as is one set
-    right again (whose latest comparison still says far). The steady clock drifts from
-    the database's by NTP's few parts a million, some milliseconds between comparisons.
+    comparison's reading plus the time passed since): the read costs no round trip.
+    The steady clock drifts from the database's by NTP's few parts a million, some
+    milliseconds between comparisons.
+
+    When this host's time of day has moved more than WARN_PAST from the carried time
+    since the comparison, a clock stepped: this host's alone (set apart, or set right
+    again), or this host's and the database's at once (NTP setting a fleet, a database
+    on this host). The carried time is right in the first case and off by the step in
+    the second, and only a read tells them apart: so the database is compared again at
+    once (as a web process compares, below; once a RETRY_UNANSWERED at most), and its
+    times follow what that finds. Carried until it answers.
 
     Why the host's own time whenever the two are within the comparison's margin (the
     one it is warned by: WARN_PAST and half the read's round trip): a near host's offset
@@ -199,7 +165,10 @@ def database_now(db: str) -> datetime:
         latest = _compared_when_due(db)
     now = time.time()
     if latest is not None:
-        carried = time.clock_gettime(_STEADY) + latest.base
+        carried = time.clock_gettime(STEADY) + latest.base
+        if abs(now - carried - latest.offset) > WARN_PAST:  # a clock stepped since
+            latest = _compared_when_due(db, _step_compare_due) or latest
+            now, carried = time.time(), time.clock_gettime(STEADY) + latest.base
         if abs(now - carried) > latest.margin:
             now = carried
     return datetime.fromtimestamp(now, tz=_zone())
@@ -218,16 +187,18 @@ def _forget_settings(*, setting: str, **kwargs: Any) -> None:
         _zone.cache_clear()
     elif setting == "DATABASES":
         _compare_due.clear()
+        _step_compare_due.clear()
 
 
-def _compared_when_due(db: str) -> Comparison | None:
-    """The latest comparison with database ``db``, made first if one is due (for
-    ``database_now``), on a thread of its own: so on a connection of its own, neither
-    in the caller's transaction nor among its queries (a test counting them). The
-    caller waits up to COMPARE_WAIT for it; past that it goes on by its host's time."""
+def _compared_when_due(db: str, due: dict[str, float] | None = None) -> Comparison | None:
+    """The latest comparison with database ``db``, made first if one is due by ``due``
+    (``_compare_due`` by default), on a thread of its own: so on a connection of its
+    own, neither in the caller's transaction nor among its queries (a test counting
+    them). The caller waits up to COMPARE_WAIT for it; past that it goes on without."""
+    due = _compare_due if due is None else due
     at = time.monotonic()
-    if at >= _compare_due.get(db, -math.inf):
-        _compare_due[db] = at + RETRY_UNANSWERED  # first, so other threads wait for it
+    if at >= due.get(db, -math.inf):
+        due[db] = at + RETRY_UNANSWERED  # first, so other threads wait for it
         comparing = threading.Thread(target=_compare_apart, args=(db, at), daemon=True,
                                      name="djqueue-clock-comparison")
         comparing.start()
@@ -237,18 +208,19 @@ def _compared_when_due(db: str) -> Comparison | None:
 
 def _compare_apart(db: str, at: float) -> None:
     try:
-        if _compare(_logger, f"Process {os.getpid()}", [db]):
+        logger, process = _scheduled or (_logger, f"Process {os.getpid()}")
+        if _compare(logger, process, [db]):
             _compare_due[db] = at + get_settings().CLOCK_CHECK_INTERVAL
     finally:
         connections.close_all()  # this thread's
 
 
-def _now_scheduled() -> None:
+def _now_scheduled(logger: logging.Logger, process: str) -> None:
     """A ClockChecks compares on its schedule from now on, so ``database_now`` leaves to it
     the databases compared already. Set as one is first run, not made: a process that
     makes one and never runs it (the supervisor, the metrics server) compares by itself."""
     global _scheduled
-    _scheduled = True
+    _scheduled = logger, process
 
 
 def latest_offset(db: str) -> float | None:
@@ -281,12 +253,12 @@ class ClockChecks:
         return time.monotonic() >= self._due
 
     def check_when_due(self) -> None:
-        _now_scheduled()
+        _now_scheduled(self.logger, self.process)
         if self.due:
             self.check()
 
     def check(self) -> None:
-        _now_scheduled()
+        _now_scheduled(self.logger, self.process)
         self._due = time.monotonic() + get_settings().CLOCK_CHECK_INTERVAL
         for db, (offset, far) in _compare(self.logger, self.process).items():
             if far:

@@ -23,7 +23,7 @@ import djqueue
 from djqueue.http import access
 from djqueue.maintenance.reaper import Reaper
 from djqueue.models import ApiClient, ApiPermission, Message, ProcessKind, State, Worker
-from djqueue.storage import host_clock
+from djqueue.storage import clock_reads, host_clock
 from djqueue.storage.statements.vendor_sql import clock_sql
 from tests.conftest import wait_until
 from tests.http.conftest import start_api_server
@@ -61,12 +61,25 @@ def test_checks_made_after_a_comparison_start_from_it(settings):
     assert host_clock.latest_offset("no-such-database") is None
 
 
+@pytest.fixture
+def no_comparisons(monkeypatch) -> None:
+    """This process's record of comparisons set aside for the test: none made, none due,
+    no ClockChecks running (a web process), until the test makes them."""
+    for name in ("_latest", "_compare_due", "_step_compare_due"):
+        monkeypatch.setattr(host_clock, name, {})
+    monkeypatch.setattr(host_clock, "_scheduled", None)
+
+
+@pytest.fixture
+def scheduled_checks(no_comparisons, monkeypatch) -> None:
+    """As ``no_comparisons``, in a process whose ClockChecks runs (a worker's)."""
+    monkeypatch.setattr(host_clock, "_scheduled", (logging.getLogger("tests"), "test"))
+
+
 def test_a_process_that_compares_by_itself_does_so_beside_the_callers_connection(
-        monkeypatch):
+        no_comparisons):
     """A web process's comparison (``database_now``'s own) is made on a connection of
     its own: not among the caller's queries, nor in its transaction."""
-    for name, value in (("_scheduled", False), ("_latest", {}), ("_compare_due", {})):
-        monkeypatch.setattr(host_clock, name, value)
     djqueue.create_queue("t.record")
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
         djqueue.send("t.record", {"n": 1}, delay=60)
@@ -75,12 +88,10 @@ def test_a_process_that_compares_by_itself_does_so_beside_the_callers_connection
                 or "clock_timestamp" in q["sql"]], queries.captured_queries
 
 
-def test_database_now_compares_again_unless_a_clock_check_runs(monkeypatch):
+def test_database_now_compares_again_unless_a_clock_check_runs(no_comparisons):
     """A process that makes a ClockChecks and never runs it (the supervisor, the metrics
     server) is compared for by ``database_now`` every CLOCK_CHECK_INTERVAL, as a web
     process is; once one runs, ``database_now`` leaves the comparisons to it."""
-    for name, value in (("_scheduled", False), ("_latest", {}), ("_compare_due", {})):
-        monkeypatch.setattr(host_clock, name, value)
     checks = host_clock.ClockChecks(logging.getLogger("tests"), "test")
     host_clock.database_now("default")
     first = host_clock._latest["default"].at
@@ -96,12 +107,21 @@ def test_database_now_compares_again_unless_a_clock_check_runs(monkeypatch):
 
 
 class ShiftedClock:
-    """This process's clocks, moved on once while a comparison's read of the database's
-    clock runs (after the query, before the reading that follows it): by ``time_of_day``
-    seconds for the time of day and ``steady`` for the steady clock."""
+    """This process's clocks as djqueue reads them (``install``), moved on once while a
+    comparison's read of the database's clock runs (after the query, before the reading
+    that follows it): by ``time_of_day`` seconds for the time of day and ``steady`` for
+    the steady clock; or at once (``step``)."""
 
-    def __init__(self, time_of_day: float, steady: float) -> None:
+    def __init__(self, time_of_day: float = 0.0, steady: float = 0.0) -> None:
         self.moves, self.shifts = (time_of_day, steady), (0.0, 0.0)
+
+    def install(self, monkeypatch) -> "ShiftedClock":
+        for module in (host_clock, clock_reads):
+            monkeypatch.setattr(module, "time", self)
+        return self
+
+    def step(self, time_of_day: float, steady: float) -> None:
+        self.shifts = time_of_day, steady
 
     def time(self) -> float:
         return time.time() + self.shifts[0]
@@ -119,16 +139,13 @@ class ShiftedClock:
         return result
 
 
-def test_a_clock_stepped_during_a_comparison_is_read_again(monkeypatch):
+def test_a_clock_stepped_during_a_comparison_is_read_again(monkeypatch, scheduled_checks):
     """A step of the clock falling between the two readings around the query would
     read as an offset of half the step, and the database's time carried from it would
     be off by as much: a heartbeat stamped by it 45 s old, and its process taken for
     dead (the reaper reaped its own row so, as its clock came back from 90 s ahead).
     The read is made again; the time carried is the database's, step or none."""
-    for name, value in (("_scheduled", True), ("_latest", {}), ("_compare_due", {})):
-        monkeypatch.setattr(host_clock, name, value)
-    clock = ShiftedClock(90.0, 0.0)  # a step of the time of day (a hand, NTP)
-    monkeypatch.setattr(host_clock, "time", clock)
+    clock = ShiftedClock(90.0, 0.0).install(monkeypatch)  # a step (a hand, NTP)
     with connection.execute_wrapper(clock.during_query):
         offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
     assert 89.0 < offsets["default"] < 91.0, offsets
@@ -136,15 +153,13 @@ def test_a_clock_stepped_during_a_comparison_is_read_again(monkeypatch):
     assert abs((carried - timezone.now()).total_seconds()) < host_clock.WARN_PAST, carried
 
 
-def test_a_slow_read_within_its_margin_neither_warns_nor_moves_times(monkeypatch, caplog):
+def test_a_slow_read_within_its_margin_neither_warns_nor_moves_times(
+        monkeypatch, caplog, scheduled_checks):
     """A read whose round trip is 3 s gives an offset of 1.5 s, past WARN_PAST but
     within half the round trip, where the database's clock may have been read: it is
     not warned of, and ``database_now`` keeps this host's time rather than one 1.5 s
     behind it (it was moved before, unwarned, by any offset past WARN_PAST)."""
-    for name, value in (("_scheduled", True), ("_latest", {}), ("_compare_due", {})):
-        monkeypatch.setattr(host_clock, name, value)
-    clock = ShiftedClock(3.0, 3.0)  # a read a busy server made 3 s long
-    monkeypatch.setattr(host_clock, "time", clock)
+    clock = ShiftedClock(3.0, 3.0).install(monkeypatch)  # a read a busy server made 3 s long
     with connection.execute_wrapper(clock.during_query), caplog.at_level(logging.WARNING):
         offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
     assert host_clock.WARN_PAST < offsets["default"] < 2.0, offsets
@@ -153,6 +168,47 @@ def test_a_slow_read_within_its_margin_neither_warns_nor_moves_times(monkeypatch
     assert not latest.far and 2.5 <= latest.margin < 3.0, latest
     now = host_clock.database_now("default")
     assert abs(now.timestamp() - clock.time()) < 0.2, (now, clock.time())
+
+
+def test_clocks_stepped_together_after_a_comparison_are_compared_again(
+        monkeypatch, caplog, scheduled_checks):
+    """This host's clock and the database's stepped 15 s forward together after a
+    comparison (NTP setting a fleet; a database on this host). Seen from this process,
+    that is its time of day moving 15 s from the steady clock the database's time is
+    carried on while the database's moves with it: here the steady clock is stepped
+    15 s back, the same thing. The carried time is now 15 s behind both clocks (times
+    stamped by it were so until the next comparison, ten minutes on: a clean-clone run
+    saw 15 s); the database is compared again at once and its times are the host's."""
+    clock = ShiftedClock().install(monkeypatch)
+    host_clock.warn_if_far(logging.getLogger("tests"), "test")
+    first = host_clock._latest["default"]
+    clock.step(0.0, -15.0)
+    with caplog.at_level(logging.WARNING):
+        now = host_clock.database_now("default")
+    assert abs(now.timestamp() - clock.time()) < host_clock.WARN_PAST, (now, clock.time())
+    again = host_clock._latest["default"]
+    assert again.at > first.at and not again.far and not caplog.records, caplog.text
+
+
+def test_this_hosts_clock_stepped_alone_is_compared_again_and_warned_of(
+        monkeypatch, caplog, scheduled_checks):
+    """This host's time of day stepped 15 s forward after a comparison, the database's
+    not (a hand, or NTP setting a clock gone wrong the wrong way): compared again at
+    once, warned of under the process's own name, and its times are the database's.
+    Compared once: the next call finds the clocks as the comparison left them."""
+    clock = ShiftedClock().install(monkeypatch)
+    host_clock.warn_if_far(logging.getLogger("tests"), "test")
+    first = host_clock._latest["default"]
+    clock.step(15.0, 0.0)
+    with caplog.at_level(logging.WARNING):
+        now = host_clock.database_now("default")
+    assert abs(clock.time() - 15.0 - now.timestamp()) < host_clock.WARN_PAST, now
+    again = host_clock._latest["default"]
+    assert again.at > first.at and again.far and 14.0 < again.offset < 16.0, again
+    assert [m for m in caplog.messages if re.match(
+        r"test: this host's clock is 1[45]\.\d s ahead of database default's", m)], caplog.text
+    host_clock.database_now("default")
+    assert host_clock._latest["default"] == again
 
 
 def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):

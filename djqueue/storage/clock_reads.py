@@ -1,0 +1,61 @@
+"""One read of a database server's clock against this host's (for ``host_clock``).
+
+Kept apart from the comparisons made of it: a read is the part where the clocks of
+this host can move under it (a step of the time of day during the query), and the
+part tests move them in.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+from django.db import connections
+
+from djqueue.storage.statements.vendor_sql import clock_sql
+
+#: The clock the database's time is carried on between comparisons: one no one sets, so
+#: a step of the time of day (a hand, NTP correcting a far clock) does not move it. The
+#: boot clock counts a suspended host's sleep; the monotonic clock, where it is missing,
+#: does not.
+STEADY = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
+#: Seconds by which the time of day may move unlike the steady clock during one read
+#: before the read is taken for one a step of the clock fell into, and made again.
+STEP_DURING_READ = 0.05
+
+#: Reads made at most before the last is kept whatever fell into it.
+READ_ATTEMPTS = 3
+
+
+class Reading(NamedTuple):
+    """One read of a database's clock."""
+
+    offset: float  #: this host's clock minus the database's, in seconds
+    round_trip: float  #: seconds the read took
+    base: float  #: the database's clock minus the steady clock
+
+
+def read_clock(db: str) -> Reading:
+    """Database ``db``'s clock read against this host's, its reading set against the
+    middle of the round trip.
+
+    A read a step of this host's clock falls into (a hand, NTP) would give an offset
+    between the two, and a database time carried from it would be off by that much: a
+    heartbeat stamped by it would read as tens of seconds old, and its worker as dead.
+    So the time of day is read with the steady clock around the query, and a read in
+    which the two moved apart is made again. The database's time carried between
+    comparisons (``Reading.base``) is read against the steady clock alone."""
+    connection = connections[db]
+    with connection.cursor() as cursor:
+        for _ in range(READ_ATTEMPTS):
+            steady_before, before = time.clock_gettime(STEADY), time.time()
+            cursor.execute(f"SELECT {clock_sql(connection.vendor)}")
+            after, steady_after = time.time(), time.clock_gettime(STEADY)
+            [database_now] = cursor.fetchone()
+            if abs((after - before) - (steady_after - steady_before)) <= STEP_DURING_READ:
+                break
+    database_now = float(database_now)
+    return Reading((before + after) / 2 - database_now, after - before,
+                   database_now - (steady_before + steady_after) / 2)
