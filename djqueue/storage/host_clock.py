@@ -95,18 +95,14 @@ COMPARE_WAIT = 1.0
 _logger = logging.getLogger("djqueue")
 
 
-def warn_if_far(logger: logging.Logger, process: str) -> dict[str, float]:
-    """Compare this host's clock with each database server's (SQLite is on this host);
-    log a WARNING for each that is more than WARN_PAST seconds (and half the read's
-    round trip) apart. Returns the offsets read, by database. A database that does not
-    answer is passed over: the process's own start says so, or its heartbeat later."""
-    return {db: offset for db, (offset, _) in _compare(logger, process).items()}
-
-
-def _compare(logger: logging.Logger, process: str,
-             databases: list[str] | None = None) -> dict[str, tuple[float, bool]]:
-    """{database: (offset, whether it is far)} for each server database (of
-    ``databases``, all by default) that answered; a WARNING logged for each far one."""
+def warn_if_far(logger: logging.Logger, process: str,
+                databases: list[str] | None = None) -> dict[str, float]:
+    """Compare this host's clock with each database server's (of ``databases``, all by
+    default; SQLite is on this host); log a WARNING for each that is more than WARN_PAST
+    seconds (and half the read's round trip) apart, and one INFO line for each the
+    latest comparison before found so and that is back within it. Returns the offsets
+    read, by database. A database that does not answer is passed over: the process's
+    own start says so, or its heartbeat later."""
     offsets = {}
     for db in placement.databases() if databases is None else databases:
         if vendor_of(db) == "sqlite":
@@ -115,9 +111,10 @@ def _compare(logger: logging.Logger, process: str,
             offset, round_trip, base = read_clock(db)
         except DatabaseError:
             continue
+        before = _latest.get(db)
         latest = _latest[db] = Comparison(offset, time.monotonic(), base,
                                           WARN_PAST + round_trip / 2)
-        offsets[db] = offset, latest.far
+        offsets[db] = offset
         if latest.far:
             logger.warning(
                 "%s: this host's clock is %.1f s %s database %s's. djqueue stamps and "
@@ -126,6 +123,9 @@ def _compare(logger: logging.Logger, process: str,
                 "(NTP, chrony).", process, abs(offset),
                 "ahead of" if offset > 0 else "behind", db,
                 extra={"database": db, "clock_offset": offset})
+        elif before is not None and before.far:
+            logger.info("%s: this host's clock is back within %.1f s of database %s's",
+                        process, WARN_PAST, db, extra={"database": db, "clock_offset": offset})
     return offsets
 
 
@@ -209,7 +209,7 @@ def _compared_when_due(db: str, due: dict[str, float] | None = None) -> Comparis
 def _compare_apart(db: str, at: float) -> None:
     try:
         logger, process = _scheduled or (_logger, f"Process {os.getpid()}")
-        if _compare(logger, process, [db]):
+        if warn_if_far(logger, process, [db]):
             _compare_due[db] = at + get_settings().CLOCK_CHECK_INTERVAL
     finally:
         connections.close_all()  # this thread's
@@ -234,16 +234,15 @@ class ClockChecks:
     """The comparison repeated for a long-running process: ``check()`` now, and
     ``check_when_due()`` from its heartbeat or its pass, which compares again once
     CLOCK_CHECK_INTERVAL seconds have passed since the last. While a database stays far
-    it is warned of at each check; when it comes back within WARN_PAST, one INFO line
-    says so. It starts from the process's comparisons so far, if any (``djqueue_http``
-    compares as it starts, its long polls' checks later): the first is due an interval
-    after the latest of them, and a database found far then is told of when it is back."""
+    it is warned of at each check; when it comes back, one INFO line says so
+    (``warn_if_far``). It starts from the process's comparisons so far, if any
+    (``djqueue_http`` compares as it starts, its long polls' checks later): the first
+    is due an interval after the latest of them."""
 
     def __init__(self, logger: logging.Logger, process: str) -> None:
         self.logger, self.process = logger, process
         self._due = max((c.at for c in _latest.values()), default=-math.inf)
         self._due += get_settings().CLOCK_CHECK_INTERVAL
-        self._far = {db for db, c in _latest.items() if c.far}
 
     @property
     def due(self) -> bool:
@@ -260,11 +259,4 @@ class ClockChecks:
     def check(self) -> None:
         _now_scheduled(self.logger, self.process)
         self._due = time.monotonic() + get_settings().CLOCK_CHECK_INTERVAL
-        for db, (offset, far) in _compare(self.logger, self.process).items():
-            if far:
-                self._far.add(db)
-            elif db in self._far:
-                self._far.discard(db)
-                self.logger.info("%s: this host's clock is back within %.1f s of database "
-                                 "%s's", self.process, WARN_PAST, db,
-                                 extra={"database": db, "clock_offset": offset})
+        warn_if_far(self.logger, self.process)

@@ -195,20 +195,29 @@ def test_this_hosts_clock_stepped_alone_is_compared_again_and_warned_of(
     """This host's time of day stepped 15 s forward after a comparison, the database's
     not (a hand, or NTP setting a clock gone wrong the wrong way): compared again at
     once, warned of under the process's own name, and its times are the database's.
-    Compared once: the next call finds the clocks as the comparison left them."""
+    Compared once: the next call finds the clocks as the comparison left them. Set
+    right again, it is compared again and told of as back."""
     clock = ShiftedClock().install(monkeypatch)
     host_clock.warn_if_far(logging.getLogger("tests"), "test")
     first = host_clock._latest["default"]
     clock.step(15.0, 0.0)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         now = host_clock.database_now("default")
-    assert abs(clock.time() - 15.0 - now.timestamp()) < host_clock.WARN_PAST, now
-    again = host_clock._latest["default"]
-    assert again.at > first.at and again.far and 14.0 < again.offset < 16.0, again
-    assert [m for m in caplog.messages if re.match(
-        r"test: this host's clock is 1[45]\.\d s ahead of database default's", m)], caplog.text
-    host_clock.database_now("default")
-    assert host_clock._latest["default"] == again
+        assert abs(clock.time() - 15.0 - now.timestamp()) < host_clock.WARN_PAST, now
+        ahead = host_clock._latest["default"]
+        assert ahead.at > first.at and ahead.far and 14.0 < ahead.offset < 16.0, ahead
+        host_clock.database_now("default")
+        assert host_clock._latest["default"] == ahead
+        assert [m for m in caplog.messages if re.match(
+            r"test: this host's clock is 1[45]\.\d s ahead of database default's", m)]
+
+        host_clock._step_compare_due.clear()  # a second on: one comparison a second
+        clock.step(0.0, 0.0)
+        now = host_clock.database_now("default")
+        assert abs(now.timestamp() - time.time()) < host_clock.WARN_PAST, now
+        assert not host_clock._latest["default"].far
+    assert caplog.messages[-1] == ("test: this host's clock is back within 1.0 s of "
+                                   "database default's"), caplog.messages
 
 
 def test_a_worker_ahead_and_a_reaper_behind_warn_as_they_start(spawn):
