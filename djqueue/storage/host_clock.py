@@ -17,7 +17,9 @@ server's clock (``database_now``: the server's time at the latest comparison, ca
 on by a clock no one sets). Any other process (a web process that sends, or receives
 without waiting) compares as it first needs the time of a database, and again once
 CLOCK_CHECK_INTERVAL has passed: a connection and a query, once in ten minutes by
-default, on a thread of its own. Rate limits read the database's clock in their statements
+default, on a thread of its own. Every process also compares at once when its time of
+day steps against the clock the server's time is carried on (``database_now`` says
+why). Rate limits read the database's clock in their statements
 (docs/limits.md). A registered process writes its latest offset on its row at each
 heartbeat (``latest_offset``), for the metrics and the workers' listing: a fleet's
 clocks seen in one place.
