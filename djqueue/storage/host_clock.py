@@ -159,7 +159,7 @@ def database_now(db: str) -> datetime:
     A process that runs no ``ClockChecks`` (a web process) compares here, on a
     connection of its own, as it first needs database ``db``'s time and again once
     CLOCK_CHECK_INTERVAL has passed; one that runs them, only for a database they have
-    not compared yet."""
+    not compared yet. Either compares here after a step (above)."""
     if vendor_of(db) == "sqlite":  # a file on this host: its time is this host's
         return datetime.fromtimestamp(time.time(), tz=_zone())
     latest = _latest.get(db)
