@@ -20,13 +20,13 @@ from djqueue.storage.statements.vendor_sql import clock_sql
 #: does not.
 STEADY = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 
-
 #: Seconds by which the time of day may move unlike the steady clock during one read
 #: before the read is taken for one a step of the clock fell into, and set aside.
 STEP_DURING_READ = 0.05
 
 #: Reads a comparison makes, the quickest kept: three queries of a few hundred
-#: microseconds each, once in CLOCK_CHECK_INTERVAL.
+#: microseconds each, at a process's start, once in CLOCK_CHECK_INTERVAL, and after a
+#: step of a clock.
 READS = 3
 
 

@@ -97,7 +97,7 @@ COMPARE_WAIT = 1.0
 _logger = logging.getLogger("djqueue")
 
 
-def warn_if_far(logger: logging.Logger, process: str,
+def compare_clocks(logger: logging.Logger, process: str,
                 databases: list[str] | None = None) -> dict[str, float]:
     """Compare this host's clock with each database server's (of ``databases``, all by
     default; SQLite is on this host); log a WARNING for each that is more than WARN_PAST
@@ -211,7 +211,7 @@ def _compared_when_due(db: str, due: dict[str, float] | None = None) -> Comparis
 def _compare_apart(db: str, at: float) -> None:
     try:
         logger, process = _scheduled or (_logger, f"Process {os.getpid()}")
-        if warn_if_far(logger, process, [db]):
+        if compare_clocks(logger, process, [db]):
             _compare_due[db] = at + get_settings().CLOCK_CHECK_INTERVAL
     finally:
         connections.close_all()  # this thread's
@@ -237,7 +237,7 @@ class ClockChecks:
     ``check_when_due()`` from its heartbeat or its pass, which compares again once
     CLOCK_CHECK_INTERVAL seconds have passed since the last. While a database stays far
     it is warned of at each check; when it comes back, one INFO line says so
-    (``warn_if_far``). It starts from the process's comparisons so far, if any
+    (``compare_clocks``). It starts from the process's comparisons so far, if any
     (``djqueue_http`` compares as it starts, its long polls' checks later): the first
     is due an interval after the latest of them."""
 
@@ -261,4 +261,4 @@ class ClockChecks:
     def check(self) -> None:
         _now_scheduled(self.logger, self.process)
         self._due = time.monotonic() + get_settings().CLOCK_CHECK_INTERVAL
-        warn_if_far(self.logger, self.process)
+        compare_clocks(self.logger, self.process)

@@ -46,7 +46,7 @@ def _server_database() -> None:
 
 
 def test_this_hosts_clock_reads_as_the_database_servers():
-    offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
+    offsets = host_clock.compare_clocks(logging.getLogger("tests"), "test")
     assert set(offsets) == {"default"} and abs(offsets["default"]) < host_clock.WARN_PAST
 
 
@@ -55,7 +55,7 @@ def test_checks_made_after_a_comparison_start_from_it(settings):
     started: the first is due an interval after that comparison, and its offsets are
     what the process's row shows until then."""
     settings.DJQUEUE = {**settings.DJQUEUE, "CLOCK_CHECK_INTERVAL": 600.0}
-    offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
+    offsets = host_clock.compare_clocks(logging.getLogger("tests"), "test")
     checks = host_clock.ClockChecks(logging.getLogger("tests"), "test")
     assert not checks.due and host_clock.latest_offset("default") == offsets["default"]
     assert host_clock.latest_offset("no-such-database") is None
@@ -159,7 +159,7 @@ def test_a_clock_stepped_during_a_comparison_is_read_again(monkeypatch, schedule
     That read is set aside; the time carried is the database's, step or none."""
     clock = ShiftedClock(90.0, 0.0).install(monkeypatch)  # a step (a hand, NTP)
     with connection.execute_wrapper(clock.during_query):
-        offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
+        offsets = host_clock.compare_clocks(logging.getLogger("tests"), "test")
     assert 89.0 < offsets["default"] < 91.0, offsets
     carried = host_clock.database_now("default")
     assert abs((carried - timezone.now()).total_seconds()) < host_clock.WARN_PAST, carried
@@ -171,7 +171,7 @@ def test_a_slow_read_is_passed_over_for_a_quicker_one(monkeypatch, caplog,
     of 2.5 s; the comparison keeps the quickest of its reads instead."""
     clock = ShiftedClock(slow=3.0).install(monkeypatch)
     with connection.execute_wrapper(clock.during_query), caplog.at_level(logging.WARNING):
-        offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
+        offsets = host_clock.compare_clocks(logging.getLogger("tests"), "test")
     latest = host_clock._latest["default"]
     assert clock.reads == 0 and abs(offsets["default"]) < 0.2, offsets
     assert latest.margin < host_clock.WARN_PAST + 0.2 and not caplog.records, latest
@@ -185,7 +185,7 @@ def test_a_slow_read_within_its_margin_neither_warns_nor_moves_times(
     behind it (it was moved before, unwarned, by any offset past WARN_PAST)."""
     clock = ShiftedClock(slow=3.0, reads=clock_reads.READS).install(monkeypatch)
     with connection.execute_wrapper(clock.during_query), caplog.at_level(logging.WARNING):
-        offsets = host_clock.warn_if_far(logging.getLogger("tests"), "test")
+        offsets = host_clock.compare_clocks(logging.getLogger("tests"), "test")
     assert host_clock.WARN_PAST < offsets["default"] < 2.0, offsets
     assert not caplog.records, caplog.text
     latest = host_clock._latest["default"]
@@ -204,7 +204,7 @@ def test_clocks_stepped_together_after_a_comparison_are_compared_again(
     stamped by it were so until the next comparison, ten minutes on: a clean-clone run
     saw 15 s); the database is compared again at once and its times are the host's."""
     clock = ShiftedClock().install(monkeypatch)
-    host_clock.warn_if_far(logging.getLogger("tests"), "test")
+    host_clock.compare_clocks(logging.getLogger("tests"), "test")
     first = host_clock._latest["default"]
     clock.step(0.0, -15.0)
     with caplog.at_level(logging.WARNING):
@@ -222,7 +222,7 @@ def test_this_hosts_clock_stepped_alone_is_compared_again_and_warned_of(
     Compared once: the next call finds the clocks as the comparison left them. Set
     right again, it is compared again and told of as back."""
     clock = ShiftedClock().install(monkeypatch)
-    host_clock.warn_if_far(logging.getLogger("tests"), "test")
+    host_clock.compare_clocks(logging.getLogger("tests"), "test")
     first = host_clock._latest["default"]
     clock.step(15.0, 0.0)
     with caplog.at_level(logging.INFO):

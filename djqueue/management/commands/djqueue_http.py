@@ -74,7 +74,7 @@ class Command(DatabaseReadyCommand):
         application = with_api(application)  # no-op if project/asgi.py did it
         # Its receives stamp lease ends by the database's clock, as a worker's claims do:
         # compared as it starts, it warns of a far clock before it serves.
-        host_clock.warn_if_far(logging.getLogger("djqueue.http"), "HTTP API server")
+        host_clock.compare_clocks(logging.getLogger("djqueue.http"), "HTTP API server")
         switch = get_settings().WORKER_SWITCH_INTERVAL
         if switch is not None:
             # As in workers: the event loop and the database threads hand the GIL to each
