@@ -44,7 +44,7 @@ none_selected_ok() { "$@"; local rc=$?; [ $rc -eq 5 ] && return 0; return $rc; }
 # env(1) for shell functions too: with_env NAME=VALUE ... command [arguments]
 with_env() ( while [[ $1 == *=* ]]; do export "$1"; shift; done; "$@" )
 # tests/faults/test_faults.py runs once, in its own step: it starts a private MariaDB.
-suite() { DATABASE_URL=$1 "$PY" -m pytest -p no:cacheprovider -q --durations=5 \
+suite() { DATABASE_URL=$1 "$PY" -m pytest -p no:cacheprovider -q --durations=15 \
   --ignore=tests/faults/test_faults.py --ignore=tests/packaging "${@:2}"; }
 
 step "ruff" .venv/bin/ruff check .
