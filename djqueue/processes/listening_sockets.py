@@ -14,6 +14,7 @@ being refused for those seconds.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 
@@ -24,11 +25,17 @@ LISTENING_FDS = "DJQUEUE_LISTENING_FDS"
 #: uvicorn's and the standard library's servers' backlog, at least.
 BACKLOG = 2048
 
+#: Free ports that port 0 on several addresses tries before it gives up, each found free
+#: on the first address and in use on another. Even two in a row are rare.
+PORT_0_TRIES = 10
+
 
 def listening_sockets(host: str, port: int) -> list[socket.socket]:
     """The sockets to serve: those a reload kept open, or new ones bound to each of
-    ``host``'s addresses on ``port`` (port 0: one free port, the same on every address).
-    An address that cannot be listened on is a ``CannotListen`` naming it."""
+    ``host``'s addresses on ``port`` (port 0: one free port, the same on every address,
+    so a start line names one port; one free on the first address and in use on another
+    is passed over for the next). An address that cannot be listened on is a
+    ``CannotListen`` naming it."""
     inherited = os.environ.pop(LISTENING_FDS, None)
     if inherited is not None:
         return _inherited(inherited)
@@ -39,20 +46,35 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
         raise CannotListen(f"Cannot listen on {where}: {error.strerror or error}") from None
     except UnicodeError as error:  # IDNA: an empty label, one past 63 characters, no UTF-8
         raise CannotListen(f"Cannot listen on {where}: not a host name ({error})") from None
-    listeners: list[socket.socket] = []
-    for family, address in addresses:
-        if port == 0 and listeners:
-            address = (address[0], listeners[0].getsockname()[1], *address[2:])
-        try:
-            listeners.append(socket.create_server(address, family=family, backlog=BACKLOG))
-        except OSError as error:
-            for listener in listeners:
-                listener.close()
-            which = f" (on {_url_host(address)})" if address[0] != host else ""
-            # create_server's own message repeats the address, as a tuple.
-            reason = os.strerror(error.errno) if error.errno else str(error)
-            raise CannotListen(f"Cannot listen on {where}: {reason}{which}") from None
-    return listeners
+    # Port 0: the first address's free port may be taken on another (free on IPv4, in use
+    # on IPv6). Its socket is then held until the end, so that the next try's is another.
+    passed_over: list[socket.socket] = []
+    try:
+        while True:
+            listeners: list[socket.socket] = []
+            try:
+                for family, address in addresses:
+                    if port == 0 and listeners:
+                        address = (address[0], listeners[0].getsockname()[1], *address[2:])
+                    listeners.append(socket.create_server(address, family=family,
+                                                          backlog=BACKLOG))
+                return listeners
+            except OSError as error:
+                try_another = (port == 0 and bool(listeners)
+                               and error.errno == errno.EADDRINUSE
+                               and len(passed_over) < PORT_0_TRIES - 1)
+                if try_another:
+                    passed_over.append(listeners.pop(0))
+                for listener in listeners:
+                    listener.close()
+                if not try_another:
+                    which = f" (on {_url_host(address)})" if address[0] != host else ""
+                    # create_server's own message repeats the address, as a tuple.
+                    reason = os.strerror(error.errno) if error.errno else str(error)
+                    raise CannotListen(f"Cannot listen on {where}: {reason}{which}") from None
+    finally:
+        for listener in passed_over:
+            listener.close()
 
 
 class CannotListen(OSError):

@@ -2,9 +2,14 @@
 (as uvicorn did when it bound its own); an address they cannot listen on is one line
 naming it, and the sockets bound before it are closed. Real sockets."""
 
+import json
 import re
+import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -12,6 +17,7 @@ from django.core.management import CommandError, call_command
 from djqueue.processes.listening_sockets import listening_sockets, urls
 
 SERVERS = ["djqueue_http", "djqueue_metrics"]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.django_db  # the commands check their database as they start
 
@@ -87,3 +93,67 @@ def test_port_0_is_one_free_port_on_every_address():
     finally:
         for listener in listeners:
             listener.close()
+
+
+#: Run by root in a network namespace of its own (``unshare -n``), whose loopback is up
+#: and whose free ports are 40000-40003: listen on every interface's port 0 with the
+#: ports argv names in use on IPv6 alone, print the ports found or the refusal.
+IN_A_NAMESPACE = """
+import json, socket, sys
+from djqueue.processes.listening_sockets import CannotListen, listening_sockets
+in_use = [socket.create_server(("::", int(port)), family=socket.AF_INET6)
+          for port in sys.argv[1:]]
+try:
+    listeners = listening_sockets("", 0)
+except CannotListen as refused:
+    print(json.dumps({"refused": str(refused)}))
+else:
+    print(json.dumps({"ports": [[listener.family.name, listener.getsockname()[1]]
+                                for listener in listeners]}))
+    for listener in listeners:
+        listener.close()
+# No socket is left: every port of the range binds again, on both.
+for family, host in [(socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")]:
+    for port in range(40000, 40004):
+        if not (family == socket.AF_INET6 and str(port) in sys.argv[1:]):
+            socket.create_server((host, port), family=family).close()
+"""
+
+
+def in_a_namespace(*in_use_on_ipv6: int) -> dict[str, object]:
+    """IN_A_NAMESPACE's result; the test is skipped where no namespace can be made
+    (not root, or a container that forbids it)."""
+    setup = ("ip link set lo up && echo '40000 40003' > /proc/sys/net/ipv4/ip_local_port_range"
+             ' && exec "$0" -c "$1" "${@:2}"')
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("no unshare(1) or ip(8) here")
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no network namespace can be made here (unshare -n needs root)")
+    ran = subprocess.run(["unshare", "-n", "bash", "-c", setup, sys.executable, IN_A_NAMESPACE,
+                          *map(str, in_use_on_ipv6)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    return json.loads(ran.stdout)
+
+
+def test_port_0_passes_over_a_free_port_in_use_on_another_address():
+    """40001 and 40003 in use on IPv6: the IPv4 socket's free port may be one of them
+    (Linux gives bind() ports of the opposite parity to the range's first, so 40001 or
+    40003, first, as it did every time on this host's Linux 6.18), in use on IPv6. The
+    port is passed over for another, the same on both addresses, and the sockets of
+    those passed over are closed. Before, that was a refusal: "Address already in use
+    (on [::]:40001)"."""
+    found = in_a_namespace(40001, 40003)
+    assert "ports" in found, found
+    ipv4, ipv6 = found["ports"]
+    assert ipv4[0] == "AF_INET" and ipv6[0] == "AF_INET6"
+    assert ipv4[1] == ipv6[1] and ipv4[1] in (40000, 40002), found
+
+
+def test_port_0_with_every_free_port_in_use_on_another_address_is_one_line():
+    """Each of the namespace's four ports in use on IPv6: each is tried on IPv4 (held,
+    so that the next try finds another), none is free on both, and the refusal names
+    the address no port was left on."""
+    found = in_a_namespace(40000, 40001, 40002, 40003)
+    assert found == {"refused": "Cannot listen on every interface's port 0: Address "
+                                "already in use (on 0.0.0.0:0)"}
