@@ -98,7 +98,7 @@ _logger = logging.getLogger("djqueue")
 
 
 def compare_clocks(logger: logging.Logger, process: str,
-                databases: list[str] | None = None) -> dict[str, float]:
+                   databases: list[str] | None = None) -> dict[str, float]:
     """Compare this host's clock with each database server's (of ``databases``, all by
     default; SQLite is on this host); log a WARNING for each that is more than WARN_PAST
     seconds (and half the read's round trip) apart, and one INFO line for each the
