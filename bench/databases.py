@@ -237,6 +237,10 @@ def targets(summary: dict[str, dict]) -> list[tuple[str, str, float | None, str,
                   "raw_insert_1_unprepared", 0.8)
             ratio(db, "send, OPTIONS prepare_threshold, vs raw insert", "send_1_prepared",
                   "raw_insert_1", 0.8)
+            ratio(db, "  the same, vs raw insert with the queue's foreign key",
+                  "send_1_prepared", "raw_insert_1_queue_key", None)
+            ratio(db, "raw insert with the queue's foreign key vs without",
+                  "raw_insert_1_queue_key", "raw_insert_1", None)
             # PgQueuer is a plain job queue (a name and bytes a job), as djqueue's
             # messages are: its rates beside the plain worker's and send's too.
             ratio(db, "worker (defaults) vs pgqueuer", "worker_defaults",
@@ -285,6 +289,8 @@ def report(summary: dict[str, dict]) -> list[dict]:
 LABELS = {
     "raw_insert_1": "raw insert, 1 per commit", "send_1": "send, 1 per commit",
     "raw_insert_1_unprepared": "raw insert, 1 per commit, not prepared (Django's default)",
+    "raw_insert_1_queue_key": "raw insert, 1 per commit, into a copy with the queue's "
+                              "foreign key",
     "send_1_prepared": "send, 1 per commit, OPTIONS `prepare_threshold: 5`",
     "raw_claim_ack_100": "raw claim+ack loop, 100 per transaction",
     "worker_defaults": "worker, default options", "worker_b100": "worker, `-b 100`",
