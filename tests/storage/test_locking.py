@@ -134,7 +134,11 @@ def test_a_deadlock_victim_is_run_again():
         return dialects.retry_deadlocks(txn)
 
     assert in_threads(work, 2) == [True, True]
-    assert sum(runs.values()) == 3, "exactly one victim, run once more"
+    # At least one victim, run again. Not exactly one: a victim's rerun, after its
+    # 1-10 ms pause, may lock its first row again before the woken survivor takes it
+    # (a loaded CI host, once on PostgreSQL), and the two deadlock once more.
+    assert sum(runs.values()) >= 3, "a victim, run once more"
+    assert max(runs.values()) <= dialects.DEADLOCK_RETRIES
 
 
 @needs_row_locks
