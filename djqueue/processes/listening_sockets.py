@@ -51,30 +51,41 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
     passed_over: list[socket.socket] = []
     try:
         while True:
-            listeners: list[socket.socket] = []
-            try:
-                for family, address in addresses:
-                    if port == 0 and listeners:
-                        address = (address[0], listeners[0].getsockname()[1], *address[2:])
-                    listeners.append(socket.create_server(address, family=family,
-                                                          backlog=BACKLOG))
+            listeners = _bind_each_address(addresses, port, passed_over, where, host)
+            if listeners:
                 return listeners
-            except OSError as error:
-                try_another = (port == 0 and bool(listeners)
-                               and error.errno == errno.EADDRINUSE
-                               and len(passed_over) < PORT_0_TRIES - 1)
-                if try_another:
-                    passed_over.append(listeners.pop(0))
-                for listener in listeners:
-                    listener.close()
-                if not try_another:
-                    which = f" (on {_url_host(address)})" if address[0] != host else ""
-                    # create_server's own message repeats the address, as a tuple.
-                    reason = os.strerror(error.errno) if error.errno else str(error)
-                    raise CannotListen(f"Cannot listen on {where}: {reason}{which}") from None
     finally:
         for listener in passed_over:
             listener.close()
+
+
+def _bind_each_address(addresses: list[tuple[int, tuple[object, ...]]], port: int,
+                       passed_over: list[socket.socket], where: str,
+                       host: str) -> list[socket.socket]:
+    """One try at a listening socket on each address: the sockets, or none when port 0's
+    free port on the first address is in use on another (that socket then joins
+    ``passed_over``, while fewer than ``PORT_0_TRIES`` have). Any other failure closes
+    what was bound and is a ``CannotListen`` naming the address."""
+    listeners: list[socket.socket] = []
+    try:
+        for family, address in addresses:
+            if port == 0 and listeners:
+                address = (address[0], listeners[0].getsockname()[1], *address[2:])
+            listeners.append(socket.create_server(address, family=family, backlog=BACKLOG))
+        return listeners
+    except OSError as error:
+        try_another = (port == 0 and bool(listeners) and error.errno == errno.EADDRINUSE
+                       and len(passed_over) < PORT_0_TRIES - 1)
+        if try_another:
+            passed_over.append(listeners.pop(0))
+        for listener in listeners:
+            listener.close()
+        if try_another:
+            return []
+        which = f" (on {_url_host(address)})" if address[0] != host else ""
+        # create_server's own message repeats the address, as a tuple.
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        raise CannotListen(f"Cannot listen on {where}: {reason}{which}") from None
 
 
 class CannotListen(OSError):

@@ -33,27 +33,32 @@ class NumericHeader(Func):
         return sql.format(column=column), (*params, key, key)
 
 
-class IntDiv(Func):
+class _VendorBinaryOperator(Func):
+    """Two integer operands written into the database's own template for the operator
+    (``{a}`` and ``{b}``), which ``vendor_template`` gives for a connection's vendor."""
+
+    output_field = BigIntegerField()
+    arity = 2
+
+    @staticmethod
+    def vendor_template(vendor_name: str) -> str:
+        raise NotImplementedError
+
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper,
+               function: str | None = None, template: str | None = None,
+               arg_joiner: str | None = None, **extra: Any) -> tuple[str, tuple[Any, ...]]:
+        (a, a_params), (b, b_params) = (compiler.compile(e) for e in self.source_expressions)
+        sql = self.vendor_template(connection.vendor).format(a=a, b=b)
+        return sql, (*a_params, *b_params)
+
+
+class IntDiv(_VendorBinaryOperator):
     """Integer division truncating toward zero, NULL for a zero divisor (MySQL's DIV)."""
 
-    output_field = BigIntegerField()
-    arity = 2
-
-    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper,
-               function: str | None = None, template: str | None = None,
-               arg_joiner: str | None = None, **extra: Any) -> tuple[str, tuple[Any, ...]]:
-        (a, a_params), (b, b_params) = (compiler.compile(e) for e in self.source_expressions)
-        return int_div_sql(connection.vendor).format(a=a, b=b), (*a_params, *b_params)
+    vendor_template = staticmethod(int_div_sql)
 
 
-class BitXor(Func):
+class BitXor(_VendorBinaryOperator):
     """Bitwise XOR of two integers, each operand written once (see vendor_sql.bit_xor_sql)."""
 
-    output_field = BigIntegerField()
-    arity = 2
-
-    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper,
-               function: str | None = None, template: str | None = None,
-               arg_joiner: str | None = None, **extra: Any) -> tuple[str, tuple[Any, ...]]:
-        (a, a_params), (b, b_params) = (compiler.compile(e) for e in self.source_expressions)
-        return bit_xor_sql(connection.vendor).format(a=a, b=b), (*a_params, *b_params)
+    vendor_template = staticmethod(bit_xor_sql)
