@@ -7,7 +7,7 @@ MySQL's ``DIV`` does; each database spells both differently (djqueue.storage.dia
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BigIntegerField, F, FloatField, Func
@@ -35,14 +35,12 @@ class NumericHeader(Func):
 
 class _VendorBinaryOperator(Func):
     """Two integer operands written into the database's own template for the operator
-    (``{a}`` and ``{b}``), which ``vendor_template`` gives for a connection's vendor."""
+    (``{a}`` and ``{b}``), which each operator's ``vendor_template`` gives for a
+    connection's vendor (djqueue.storage.statements.vendor_sql)."""
 
     output_field = BigIntegerField()
     arity = 2
-
-    @staticmethod
-    def vendor_template(vendor_name: str) -> str:
-        raise NotImplementedError
+    vendor_template: ClassVar[staticmethod[[str], str]]
 
     def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper,
                function: str | None = None, template: str | None = None,
