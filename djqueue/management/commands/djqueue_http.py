@@ -13,13 +13,9 @@ the restart.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
-import socket
 import sys
-import time
-from types import FrameType
 from typing import Any
 
 from django.conf import settings
@@ -38,11 +34,6 @@ from djqueue.processes.listening_sockets import (
 )
 from djqueue.storage import host_clock
 
-#: Seconds a stopping server goes on reading the connections it accepted before
-#: closing those with no request: a client sends its request as it connects, so it
-#: arrives within a round trip.
-ACCEPTED_GRACE = 0.2
-
 
 class Command(DatabaseReadyCommand):
     help = "Serve the project (and its djqueue HTTP API) over ASGI with uvicorn."
@@ -60,8 +51,8 @@ class Command(DatabaseReadyCommand):
         return True
 
     def handle(self, *args: object, **options: Any) -> None:
-        import uvicorn
-
+        # Here, not at the top: uvicorn is the ``http`` extra.
+        from djqueue.http import serving
         from djqueue.http.asgi import with_api
 
         path = getattr(settings, "ASGI_APPLICATION", None)
@@ -85,62 +76,16 @@ class Command(DatabaseReadyCommand):
             listeners = listening_sockets(host, port)
         except CannotListen as error:
             raise CommandError(str(error)) from None
+
         def say_serving() -> None:
             self.stdout.write(f"Serving the project and its djqueue HTTP API on "
                               f"{urls(listeners)}")
             self.stdout.flush()
 
-        class Server(uvicorn.Server):
-            """Says it serves once it does; stops accepting before it closes what it
-            accepted."""
-
-            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-                await super().startup(sockets)
-                if self.started:
-                    say_serving()
-
-            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-                """uvicorn's, after up to ACCEPTED_GRACE seconds of accepting nothing more
-                (until no connection is open, if sooner).
-                Its shutdown closes at once each connection with no request in progress,
-                one accepted a moment before included: that client's request, in flight
-                or unread, was then answered by a reset (once in a CI run's reloads).
-                Given the grace, the request arrives and is answered; connections
-                waiting in the backlog go to the next server (a reload) or are refused
-                (a stop)."""
-                for accepting in self.servers:
-                    accepting.close()
-                # uvicorn's own record of the open connections (its shutdown reads it
-                # too): with none, nothing is in flight, and a stop takes no grace.
-                grace_ends = time.monotonic() + ACCEPTED_GRACE
-                while self.server_state.connections and time.monotonic() < grace_ends:
-                    await asyncio.sleep(0.01)
-                await super().shutdown(sockets)
-
-        # No lifespan: Django's ASGI handler does not take lifespan events.
-        server = Server(uvicorn.Config(
-            application, log_level=str(options["log_level"]), lifespan="off",
-            timeout_graceful_shutdown=5))
-        asked: list[int] = []
-
-        def stop(signum: int, frame: FrameType | None) -> None:
-            """Stop as uvicorn's graceful shutdown does (its own handlers replace this one
-            for SIGTERM and SIGINT while it serves, and call it after). SIGHUP alone:
-            then run anew on the code deployed since, as every djqueue process does
-            (processes.base). Handled from the start, a stop signal sent on seeing the
-            start line, or before it, stops the server gracefully rather than killing
-            it, and the command exits 0 as the other djqueue processes do."""
-            asked.append(signum)
-            server.should_exit = True
-
-        previous = {number: signal.signal(number, stop)
-                    for number in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
-        try:
-            # Copies: uvicorn closes the sockets it serves as it stops.
-            server.run(sockets=[listener.dup() for listener in listeners])
-        finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
-        if asked and set(asked) == {signal.SIGHUP}:  # a stop signal after it: for good
+        asked = serving.serve(application, listeners, log_level=str(options["log_level"]),
+                              on_serving=say_serving)
+        # SIGHUP alone: run anew on the code deployed since, as every djqueue process
+        # does (processes.base); a stop signal after it: stop for good.
+        if asked and set(asked) == {signal.SIGHUP}:
             keep_for_run_anew(listeners)
             run_anew()
