@@ -137,15 +137,7 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
     """
     if not isinstance(name, str):
         raise ConfigurationError(f"A queue's name is a string, not {type(name).__name__}.")
-    if partition:
-        db = database or placement.home()
-        existing = working_rows(db).filter(name=name).first()
-    elif placement.ruled_partitions(name) is not None:
-        raise ConfigurationError(f"Queue {name!r} is partitioned by DJQUEUE['QUEUE_DATABASES']"
-                                 ": create it with djqueue.create_queue().")
-    else:
-        db = placement.creation_database(name, database)
-        existing = _find(name)
+    db, existing = _database_and_row(name, database, partition)
     if existing is not None:
         there = placement.database_of(existing)
         if there != db and (database is not None or placement.ruled(name) is not None):
@@ -155,18 +147,9 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
             return existing
         raise ConfigurationError(f"Invalid queue {name!r}: a queue of this name already "
                                  f"exists (on database {there!r}).")
-    dlq = options.get("dead_letter_queue")
-    if isinstance(dlq, str):  # a partition's is the dead-letter queue's row beside it
-        options["dead_letter_queue"] = dlq = (get_queue_on(dlq, db) if partition
-                                              else get_queue(dlq, fresh=True))
-    elif dlq is not None and not isinstance(dlq, Queue):
-        raise ConfigurationError(f"dead_letter_queue is a queue's name or a Queue, not "
-                                 f"{shown_value(dlq)}.")
-    if dlq is not None and placement.database_of(dlq) != db:
-        raise ConfigurationError(
-            f"Queue {name!r} lives on database {db!r}; its dead-letter queue "
-            f"{dlq.name!r} lives on {placement.database_of(dlq)!r}. A message is moved to "
-            f"its dead-letter queue in one transaction, so both must share a database.")
+    if options.get("dead_letter_queue") is not None:
+        options["dead_letter_queue"] = _dead_letter_queue_beside(
+            name, options["dead_letter_queue"], db, partition)
     unknown = set(options) - {f.name for f in Queue._meta.get_fields()
                               if getattr(f, "editable", False) and f.name not in {"id", "name"}}
     if unknown:
@@ -188,6 +171,35 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
     if not partition:
         placement.remember(name, db)
     return queue
+
+
+def _database_and_row(name: str, database: str | None,
+                      partition: bool) -> tuple[str, Queue | None]:
+    """The database a new queue ``name`` goes to, and the row of that name that
+    already exists (a partition's: on that database; any other's: on any)."""
+    if partition:
+        db = database or placement.home()
+        return db, working_rows(db).filter(name=name).first()
+    if placement.ruled_partitions(name) is not None:
+        raise ConfigurationError(f"Queue {name!r} is partitioned by DJQUEUE['QUEUE_DATABASES']"
+                                 ": create it with djqueue.create_queue().")
+    return placement.creation_database(name, database), _find(name)
+
+
+def _dead_letter_queue_beside(name: str, dlq: object, db: str, partition: bool) -> Queue:
+    """The ``dead_letter_queue`` option (a name or a Queue) as the Queue on ``db``; a
+    ConfigurationError if it is neither, or lives on another database."""
+    if isinstance(dlq, str):  # a partition's is the dead-letter queue's row beside it
+        dlq = get_queue_on(dlq, db) if partition else get_queue(dlq, fresh=True)
+    elif not isinstance(dlq, Queue):
+        raise ConfigurationError(f"dead_letter_queue is a queue's name or a Queue, not "
+                                 f"{shown_value(dlq)}.")
+    if placement.database_of(dlq) != db:
+        raise ConfigurationError(
+            f"Queue {name!r} lives on database {db!r}; its dead-letter queue "
+            f"{dlq.name!r} lives on {placement.database_of(dlq)!r}. A message is moved to "
+            f"its dead-letter queue in one transaction, so both must share a database.")
+    return dlq
 
 
 def get_queue_on(name: str, db: str) -> Queue:
