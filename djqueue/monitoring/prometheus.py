@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError
@@ -63,69 +64,84 @@ class DjqueueCollector:
         read = {db: placement.read_database(db) for db in placement.databases()}
         by_database = {db: list(rollups.with_depths(Queue.objects.using(read[db]))
                                 .order_by("name")) for db in read}
-        queues = [q for found in by_database.values() for q in found]
-
-        messages = GaugeMetricFamily("djqueue_queue_messages",
-                                     "Messages in the queue by state, at the reaper's last sample.",
-                                     labels=["queue", "state"])
-        oldest = GaugeMetricFamily("djqueue_queue_oldest_ready_age_seconds",
-                                   "Age of the oldest ready message.", labels=["queue"])
-        paused = GaugeMetricFamily("djqueue_queue_paused", "1 if the queue is paused.",
-                                   labels=["queue"])
-        sampled = GaugeMetricFamily("djqueue_depth_sampled_timestamp_seconds",
-                                    "When the reaper last sampled the queues' depths.")
-        latest = 0.0
-        # A partitioned queue has a row on each partition (and its directory row): one
-        # series each, its rows' counts summed.
-        is_paused: dict[str, bool] = {}
-        counts: dict[str, dict[str, float]] = {}
-        ages: dict[str, float] = {}
-        for queue in queues:
-            is_paused[queue.name] = is_paused.get(queue.name, False) or queue.paused
-            depth = getattr(queue, "depth", None)
-            if depth is None:
-                continue
-            found = counts.setdefault(queue.name, dict.fromkeys(STATE_FIELDS, 0.0))
-            for field in STATE_FIELDS:
-                found[field] += float(getattr(depth, field))
-            age = ((now - depth.oldest_ready_at).total_seconds()
-                   if depth.oldest_ready_at is not None else 0.0)
-            ages[queue.name] = max(ages.get(queue.name, 0.0), age)
-            latest = max(latest, depth.sampled_at.timestamp())
-        for name, is_it in is_paused.items():
-            paused.add_metric([name], 1.0 if is_it else 0.0)
-        for name, found in counts.items():
-            for label, field in STATES:
-                messages.add_metric([name, label], found[field])
-            oldest.add_metric([name], ages[name])
-        if latest:
-            sampled.add_metric([], latest)
-        yield from (messages, oldest, paused, sampled)
+        yield from _depths([q for found in by_database.values() for q in found], now,
+                           GaugeMetricFamily)
         replicas = {db: replica for db, replica in read.items() if replica != db}
-        by_database = {read[db]: queues for db, queues in by_database.items()}
+        # From here, keyed by the database each list was read from.
+        by_database = {read[db]: found for db, found in by_database.items()}
         yield from _totals(by_database, CounterMetricFamily, HistogramMetricFamily)
         yield from _workers(list(by_database), now, GaugeMetricFamily)
         yield from _limits(by_database, now, GaugeMetricFamily, CounterMetricFamily)
         if replicas:
-            lag = GaugeMetricFamily(
-                "djqueue_read_database_lag_seconds",
+            yield _replica_lags(replicas, GaugeMetricFamily)
+        yield from _stats_counted_until(list(by_database), GaugeMetricFamily)
+
+
+def _depths(queues: list[Queue], now: datetime, gauge: Any) -> Iterator[Any]:
+    """The queues' depths by state, their oldest ready ages and paused flags, as the
+    reaper last sampled them. A partitioned queue has a row on each partition (and its
+    directory row): one series each, its rows' counts summed."""
+    messages = gauge("djqueue_queue_messages",
+                     "Messages in the queue by state, at the reaper's last sample.",
+                     labels=["queue", "state"])
+    oldest = gauge("djqueue_queue_oldest_ready_age_seconds",
+                   "Age of the oldest ready message.", labels=["queue"])
+    paused = gauge("djqueue_queue_paused", "1 if the queue is paused.", labels=["queue"])
+    sampled = gauge("djqueue_depth_sampled_timestamp_seconds",
+                    "When the reaper last sampled the queues' depths.")
+    latest = 0.0
+    is_paused: dict[str, bool] = {}
+    counts: dict[str, dict[str, float]] = {}
+    ages: dict[str, float] = {}
+    for queue in queues:
+        is_paused[queue.name] = is_paused.get(queue.name, False) or queue.paused
+        depth = getattr(queue, "depth", None)
+        if depth is None:
+            continue
+        found = counts.setdefault(queue.name, dict.fromkeys(STATE_FIELDS, 0.0))
+        for field in STATE_FIELDS:
+            found[field] += float(getattr(depth, field))
+        age = ((now - depth.oldest_ready_at).total_seconds()
+               if depth.oldest_ready_at is not None else 0.0)
+        ages[queue.name] = max(ages.get(queue.name, 0.0), age)
+        latest = max(latest, depth.sampled_at.timestamp())
+    for name, is_it in is_paused.items():
+        paused.add_metric([name], 1.0 if is_it else 0.0)
+    for name, found in counts.items():
+        for label, field in STATES:
+            messages.add_metric([name, label], found[field])
+        oldest.add_metric([name], ages[name])
+    if latest:
+        sampled.add_metric([], latest)
+    yield from (messages, oldest, paused, sampled)
+
+
+def _replica_lags(replicas: dict[str, str], gauge: Any) -> Any:
+    """How far each read replica is behind its primary (no series while it is not
+    replicating, or does not answer)."""
+    lag = gauge("djqueue_read_database_lag_seconds",
                 "How far the read replica the metrics come from is behind its primary "
                 "(absent while it is not replicating).", labels=["database", "replica"])
-            for db, replica in replicas.items():
-                try:
-                    behind = placement.replica_lag(replica)
-                except DatabaseError:
-                    behind = None
-                if behind is not None:
-                    lag.add_metric([db, replica], behind)
-            yield lag
-        counted = min((until for db in by_database for until in StatsCursor.objects.using(
-            db).filter(name="stats").values_list("until", flat=True)), default=None)
-        if counted is not None:  # the database counted least far says it
-            until = GaugeMetricFamily("djqueue_stats_counted_until_timestamp_seconds",
-                                      "How far the reaper's statistics have counted.")
-            until.add_metric([], counted.timestamp())
-            yield until
+    for db, replica in replicas.items():
+        try:
+            behind = placement.replica_lag(replica)
+        except DatabaseError:
+            behind = None
+        if behind is not None:
+            lag.add_metric([db, replica], behind)
+    return lag
+
+
+def _stats_counted_until(databases: list[str], gauge: Any) -> Iterator[Any]:
+    """How far the reaper's statistics have counted: the database counted least far
+    says it (nothing before the first count)."""
+    counted = min((until for db in databases for until in StatsCursor.objects.using(
+        db).filter(name="stats").values_list("until", flat=True)), default=None)
+    if counted is not None:
+        until = gauge("djqueue_stats_counted_until_timestamp_seconds",
+                      "How far the reaper's statistics have counted.")
+        until.add_metric([], counted.timestamp())
+        yield until
 
 
 def _totals(by_database: dict[str, list[Queue]], counter: Any,
@@ -187,7 +203,7 @@ def _buckets(hist: dict[str, int]) -> list[tuple[str, float]]:
     return buckets
 
 
-def _workers(databases: list[str], now: Any, gauge: Any) -> Iterator[Any]:
+def _workers(databases: list[str], now: datetime, gauge: Any) -> Iterator[Any]:
     up = gauge("djqueue_worker_up", "1 for each registered process; kind is worker, http "
                "(an HTTP API server), receive (a process whose receive() waits) or "
                "reaper.",
@@ -217,7 +233,7 @@ def _workers(databases: list[str], now: Any, gauge: Any) -> Iterator[Any]:
     yield from (up, held, age, threads, clock)
 
 
-def _limits(by_database: dict[str, list[Queue]], now: Any, gauge: Any,
+def _limits(by_database: dict[str, list[Queue]], now: datetime, gauge: Any,
             counter: Any) -> Iterator[Any]:
     limited = {(db, q.pk): q for db, queues in by_database.items() for q in queues
                if q.limits_claims}
