@@ -85,7 +85,7 @@ async def _sending(function: Any, args: tuple, options: dict[str, Any], *, block
     call = sync_to_async(function, thread_sensitive=True)
     if not block:
         return await call(*args, timeout=timeout, **options)
-    timeout = validate_delay(timeout)  # refused before the first try, as the sync send does
+    timeout = validate_delay(timeout, "timeout")  # refused before the first try, as the sync send does
     sent: list[Any] = []
     refused: list[QueueFull] = []
 

@@ -27,7 +27,7 @@ def with_flow_control(insert: Callable[[], T], *, block: bool, timeout: float | 
     Inside an outer transaction the queue row stays locked by the first try,
     so other senders to this queue wait too; consumers are not affected.
     """
-    timeout = validate_delay(timeout)  # None stays None
+    timeout = validate_delay(timeout, "timeout")  # None stays None
     if not block:
         return insert()
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -33,6 +33,8 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
 
     They become ready with a fresh attempt count; their errors are kept.
     """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidMessage(f"limit must be a positive integer, got {shown_value(limit)}.")
     source = get_queue(dead_letter_queue, fresh=True)
     target = get_queue(to, fresh=True) if to is not None else None
     if source.partitions is not None:  # each partition's dead letters, where they are
@@ -44,8 +46,6 @@ def redrive(dead_letter_queue: QueueRef, to: QueueRef | None = None,
             if limit is not None and moved >= limit:
                 break
         return moved
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InvalidMessage(f"limit must be a positive integer, got {shown_value(limit)}.")
     chunks: list[list[int] | None] = [None] if ids is None else list(id_chunks(ids))
     db = placement.database_of(source)
     if target is not None and placement.database_of(target) != db:

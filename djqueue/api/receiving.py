@@ -136,7 +136,7 @@ class Receiving:
         self.max_messages = max_messages
         self.visibility_timeout = (None if visibility_timeout is None
                                    else check_lease(visibility_timeout))
-        self.deadline = time.monotonic() + (validate_delay(wait) or 0.0)
+        self.deadline = time.monotonic() + (validate_delay(wait, "wait") or 0.0)
         self.owner = check_owner(owner)
         self.backoff = Backoff()
         #: What the last claim learnt of its queues' rate and concurrency limits.

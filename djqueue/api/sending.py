@@ -136,9 +136,10 @@ def _send_partitioned(queue: Queue, payloads: list[Any], keys: list[Any], *,
                       block: bool, timeout: float | None, **options: Any) -> list[Message]:
     """send_batch on a partitioned queue: the keyed messages of each partition in one
     batch there, the keyless ones in one batch on the next partition in turn; each batch
-    is all or none (one transaction a partition)."""
-    for key in keys:
-        validate_group_key(key)
+    is all or none (one transaction a partition). Every message is checked first, as a
+    batch on the queue's directory row: a bad one found in a later partition's batch
+    would be refused after the earlier ones had committed."""
+    _build(queue, payloads, keys, **options)
     parts: dict[str | None, list[int]] = {}
     for index, key in enumerate(keys):
         parts.setdefault(None if key is None else partitions.partition_for(queue, key),

@@ -50,6 +50,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from djqueue.exceptions import ConfigurationError, PartitionUnavailable, QueueNotFound
 from djqueue.models import Queue
 from djqueue.storage.queue_lookup import get_queue_on
+from djqueue.storage.transitions import validate_delay
 
 logger = logging.getLogger("djqueue")
 T = TypeVar("T")
@@ -124,6 +125,7 @@ def send_to_partition(queue: Queue, group_key: str | None, send: Callable[[Queue
                       block: bool = False, timeout: float | None = None) -> T:
     """``send(partition row)`` on the partition the message belongs to, passing over those
     that do not answer; see the module's docstring."""
+    timeout = validate_delay(timeout, "timeout")  # as a send to any queue checks it
     deadline = None if timeout is None else time.monotonic() + timeout
     tried: set[str] = set()
     while True:

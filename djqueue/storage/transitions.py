@@ -220,15 +220,19 @@ def extend(message: Message, seconds: float) -> None:
     message.visible_at = until
 
 
-def validate_delay(delay: float | timedelta | None) -> float | None:
+def validate_delay(delay: float | timedelta | None, what: str = "delay") -> float | None:
+    """``delay`` in seconds (None stays None); InvalidMessage naming ``what`` (the
+    argument's name: a send's ``timeout`` and a receive's ``wait`` are checked so too)
+    unless it is 0 to MAX_DELAY seconds."""
     if delay is None:
         return None
     if isinstance(delay, timedelta):
         delay = delay.total_seconds()
     if isinstance(delay, bool) or not isinstance(delay, int | float):
-        raise InvalidMessage(f"delay must be seconds or a timedelta, got {shown_value(delay)}.")
+        raise InvalidMessage(f"{what} must be seconds or a timedelta, got {shown_value(delay)}.")
     if not 0 <= delay <= MAX_DELAY:  # also refuses NaN and infinity
-        raise InvalidMessage(f"delay must be 0 to {MAX_DELAY:g} seconds, got {shown_value(delay)}.")
+        raise InvalidMessage(f"{what} must be 0 to {MAX_DELAY:g} seconds, "
+                             f"got {shown_value(delay)}.")
     return float(delay)
 
 

@@ -258,6 +258,46 @@ def test_bad_keys_for_a_partitioned_queue_are_refused_before_routing(keys):
     assert not any(per_partition("parted.bad").values())
 
 
+@pytest.mark.parametrize("bad", [
+    {"payloads": [{"n": 1}, {"n": 2}, {1, 2}]},  # a payload JSON cannot hold
+    {"payloads": [{"n": 1}, {"n": 2}, "x" * 300_000]},  # over the queue's size limit
+    {"payloads": [{"n": 1}, {"n": 2}, {"n": 3}], "priority": "high"},
+    {"payloads": [{"n": 1}, {"n": 2}, {"n": 3}], "timeout": "soon", "block": True},
+])
+def test_a_batch_with_bad_input_for_a_partitioned_queue_sends_nothing_on_any_partition(bad):
+    """Refused before routing: keys on different partitions are one transaction each,
+    so an error found in the second would come after the first had committed."""
+    from djqueue.exceptions import InvalidMessage, PayloadTooLarge
+
+    djqueue.create_queue("parted.batch", max_payload_bytes=100_000)
+    # The last payload's key on a partition of its own, whose batch is sent last.
+    first = PARTS[zlib.crc32(b"k0") % 3]
+    other = next(f"k{n}" for n in range(1, 50) if PARTS[zlib.crc32(f"k{n}".encode()) % 3] != first)
+    keys = ["k0", "k0", other]
+    with pytest.raises((InvalidMessage, PayloadTooLarge)) as refused:
+        djqueue.send_batch("parted.batch", group_keys=keys, **bad)
+    assert not any(per_partition("parted.batch").values())
+    if "timeout" in bad:
+        assert str(refused.value).startswith("timeout must be")
+
+
+@pytest.mark.parametrize(("call", "said"), [
+    (lambda: djqueue.send("parted.args", {"n": 1}, block=True, timeout="soon"),
+     "timeout must be seconds"),
+    (lambda: djqueue.send("parted.args", {"n": 1}, group_key="k", block=True, timeout=-1),
+     "timeout must be 0 to"),
+    (lambda: djqueue.redrive("parted.args", limit="5"), "limit must be a positive integer"),
+    (lambda: djqueue.redrive("parted.args", limit=True), "limit must be a positive integer"),
+])
+def test_bad_arguments_for_a_partitioned_queue_get_the_same_errors_as_for_any_queue(call, said):
+    from djqueue.exceptions import InvalidMessage
+
+    djqueue.create_queue("parted.args")
+    with pytest.raises(InvalidMessage, match=said):
+        call()
+    assert not any(per_partition("parted.args").values())
+
+
 def test_drain_with_delayed_runs_every_partitions_delayed_and_retried_messages():
     """djqueue.drain(delayed=True) makes each partition's waiting messages ready: those
     sent with a delay, and failures waiting out a backoff no test would wait for."""
