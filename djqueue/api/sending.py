@@ -114,6 +114,10 @@ def send_batch(
     check_payloads(payloads)
     payloads = list(payloads)
     if group_keys is not None:
+        if isinstance(group_keys, str | bytes | bytearray) or not isinstance(group_keys,
+                                                                               Iterable):
+            raise InvalidMessage(f"group_keys takes one key (or None) per payload, in a "
+                                 f"list, say; not {type(group_keys).__name__}.")
         group_keys = list(group_keys)
         if group_key is not None or len(group_keys) != len(payloads):
             raise InvalidMessage("group_keys needs one key (or None) per payload, "

@@ -54,6 +54,7 @@ def create_partitioned(name: str, databases: Sequence[str], *, exist_ok: bool = 
 def add_partition(name: str, db: str) -> Queue:
     """Spread queue ``name`` over database ``db`` too; it takes new messages at once (and
     keys hash over one more partition from then on)."""
+    _check_alias(name, db)
     directory = _directory(name)
     current = active_partitions(directory)
     if db in current:
@@ -72,6 +73,7 @@ def add_partition(name: str, db: str) -> Queue:
 def remove_partition(name: str, db: str) -> Queue:
     """Send queue ``name`` nothing more on database ``db``; its messages there are still
     served, and the reaper drops it from the layout once it is empty."""
+    _check_alias(name, db)
     directory = _directory(name)
     current = active_partitions(directory)
     if db not in current:
@@ -132,10 +134,16 @@ def _change(name: str, change: Callable[[list[str], list[str]],
     return directory
 
 
+def _check_alias(name: str, db: object) -> None:
+    if not isinstance(db, str):
+        raise ConfigurationError(f"Queue {name!r}: a partition is a database alias, not "
+                                 f"{shown_value(db)}.")
+
+
 def _checked(name: str, databases: Sequence[str]) -> list[str]:
     databases = list(databases)
-    if len(databases) < 1 or len(set(databases)) != len(databases) or not all(
-            isinstance(db, str) for db in databases):
+    if len(databases) < 1 or not all(isinstance(db, str) for db in databases) or len(
+            set(databases)) != len(databases):
         raise ConfigurationError(f"Queue {name!r}: partitions are different database "
                                  f"aliases, got {shown_value(databases)}.")
     unknown = [db for db in databases if db not in placement.databases()]

@@ -59,6 +59,13 @@ CASES = {
     "headers not JSON": (lambda: djqueue.send("jobs", {}, headers={"a": object()}), InvalidMessage),
     "max_messages zero": (lambda: djqueue.receive("jobs", max_messages=0), InvalidMessage),
     "negative wait": (lambda: djqueue.receive("jobs", wait=-1), InvalidMessage),
+    "send's timeout not a number": (
+        lambda: djqueue.send("jobs", {}, block=True, timeout="soon"), InvalidMessage),
+    # A string is iterable: "ab" would have been the keys "a" and "b".
+    "group_keys a string": (lambda: djqueue.send_batch("jobs", [1, 2], group_keys="ab"),
+                            InvalidMessage),
+    "group_keys a number": (lambda: djqueue.send_batch("jobs", [1, 2], group_keys=5),
+                            InvalidMessage),
     "bad visibility timeout": (lambda: djqueue.receive("jobs", visibility_timeout=0),
                                InvalidMessage),
     "redrive unknown queue": (lambda: djqueue.redrive("nope"), QueueNotFound),

@@ -288,14 +288,17 @@ def test_a_batch_with_bad_input_for_a_partitioned_queue_sends_nothing_on_any_par
      "timeout must be 0 to"),
     (lambda: djqueue.redrive("parted.args", limit="5"), "limit must be a positive integer"),
     (lambda: djqueue.redrive("parted.args", limit=True), "limit must be a positive integer"),
+    (lambda: djqueue.add_partition("parted.args", ["p2"]), "a partition is a database alias"),
+    (lambda: djqueue.remove_partition("parted.args", 2), "a partition is a database alias"),
 ])
 def test_bad_arguments_for_a_partitioned_queue_get_the_same_errors_as_for_any_queue(call, said):
-    from djqueue.exceptions import InvalidMessage
+    from djqueue.exceptions import DjqueueError
 
     djqueue.create_queue("parted.args")
-    with pytest.raises(InvalidMessage, match=said):
+    with pytest.raises(DjqueueError, match=said):
         call()
     assert not any(per_partition("parted.args").values())
+    assert djqueue.get_queue("parted.args", fresh=True).partitions == PARTS
 
 
 def test_drain_with_delayed_runs_every_partitions_delayed_and_retried_messages():
