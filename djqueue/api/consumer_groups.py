@@ -40,7 +40,7 @@ from djqueue.models import (
 from djqueue.models.names import is_valid_name
 from djqueue.storage import dialects, ordered_groups
 from djqueue.storage.claim_engines import engine_for
-from djqueue.storage.queue_lookup import create_queue, get_queue_by_id
+from djqueue.storage.queue_lookup import check_options, create_queue, get_queue_by_id
 from djqueue.storage.unreadable_rows import ReadableTime, read_rows, without_times
 
 
@@ -81,6 +81,8 @@ def subscribe(topic: str | Topic, group: str, *, mode: str = GroupMode.CLUSTER,
     check_name(group, "group", 20)
     if isinstance(queue_options.get("dead_letter_queue"), Queue):
         queue_options["dead_letter_queue"] = queue_options["dead_letter_queue"].name
+    # Now, not as each consumer's queue is created (a broadcast group's, later).
+    check_options(f"{t.name}:{group}", queue_options)
     db = dialects.alias()
     with transaction.atomic(using=db):
         if ConsumerGroup.objects.using(db).filter(topic=t, name=group).exists():

@@ -18,13 +18,13 @@ from djqueue import durations
 from djqueue.api.condition_parser import compile_condition
 from djqueue.api.receive_wakeups import receive_wakeups
 from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter, shown_value
-from djqueue.models import Message, Queue
+from djqueue.models import Message
 from djqueue.polling import Backoff
 from djqueue.rates import LimitWait
 from djqueue.storage import dialects, partitions
 from djqueue.storage.claims import by_database
 from djqueue.storage.payloads import unstorable
-from djqueue.storage.queue_lookup import QueueRef, get_queue, get_queues
+from djqueue.storage.queue_lookup import QueueRef, get_queue, get_queues, queue_refs
 from djqueue.storage.receiver_claims import PromotionClock, claim_ready, queues_with_ready
 from djqueue.storage.requeueing import promote_due
 from djqueue.storage.transitions import asked_delay, fail, release, validate_delay
@@ -126,7 +126,7 @@ class Receiving:
                  visibility_timeout: float | None, wait: float, owner: str,
                  where: Q | str | None) -> None:
         self.condition = compile_condition(where)
-        self.refs = [queues] if isinstance(queues, str | Queue) else list(queues)
+        self.refs = queue_refs(queues)
         if not self.refs:
             raise InvalidMessage("receive() needs at least one queue.")
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or not (

@@ -204,7 +204,9 @@ class Queue(models.Model):
                 0 <= jitter <= 1):
             raise ValidationError({"retry_jitter": f"Must be a fraction from 0 to 1, got "
                                                    f"{jitter!r}."})
-        if self.max_attempts is not None and not 1 <= self.max_attempts <= MAX_ATTEMPTS:
+        attempts = self.max_attempts  # still the value given, where its field refused it
+        if attempts is not None and (isinstance(attempts, bool) or not isinstance(
+                attempts, int) or not 1 <= attempts <= MAX_ATTEMPTS):
             raise ValidationError({"max_attempts": f"Must be 1 to {MAX_ATTEMPTS}."})
         if self.group_concurrency == 0:
             raise ValidationError({"group_concurrency": "Must be at least 1 (or empty)."})

@@ -9,7 +9,7 @@ it is djqueue.storage.partitions.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from django.db import DatabaseError, transaction
 
@@ -141,6 +141,9 @@ def _check_alias(name: str, db: object) -> None:
 
 
 def _checked(name: str, databases: Sequence[str]) -> list[str]:
+    if isinstance(databases, str | bytes) or not isinstance(databases, Iterable):
+        raise ConfigurationError(f"Queue {name!r}: partitions are a list of database "
+                                 f"aliases, not {shown_value(databases)}.")
     databases = list(databases)
     if len(databases) < 1 or not all(isinstance(db, str) for db in databases) or len(
             set(databases)) != len(databases):

@@ -41,9 +41,7 @@ def get_queue(ref: QueueRef, *, fresh: bool = False) -> Queue:
     """The queue named ``ref`` (or ``ref`` itself), read at most QUEUE_CACHE_TTL seconds ago."""
     if isinstance(ref, Queue):
         return ref
-    if not isinstance(ref, str):
-        raise TypeError(
-            f"A queue is named by a string or given as a Queue, not {type(ref).__name__}.")
+    check_ref(ref)
     key = ("", ref)
     now = time.monotonic()
     if not fresh and (cached := _cached(key, now)) is not None:
@@ -53,6 +51,26 @@ def get_queue(ref: QueueRef, *, fresh: bool = False) -> Queue:
         raise QueueNotFound(ref)
     _keep(key, queue, placement.database_of(queue), now)
     return queue
+
+
+def check_ref(ref: object) -> None:
+    """TypeError unless ``ref`` names a queue (a string) or is one."""
+    if not isinstance(ref, str | Queue):
+        raise TypeError(
+            f"A queue is named by a string or given as a Queue, not {type(ref).__name__}.")
+
+
+def queue_refs(queues: QueueRef | Iterable[QueueRef]) -> list[QueueRef]:
+    """One queue, or an iterable of them, as a list (each checked by check_ref)."""
+    if isinstance(queues, str | Queue):
+        return [queues]
+    if isinstance(queues, bytes | bytearray | dict) or not isinstance(queues, Iterable):
+        raise TypeError(f"Queues are a queue's name, a Queue, or a list of those; not "
+                        f"{type(queues).__name__}.")
+    refs = list(queues)
+    for ref in refs:
+        check_ref(ref)
+    return refs
 
 
 def get_queues(names: Iterable[str]) -> dict[str, Queue]:
@@ -150,10 +168,7 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
     if options.get("dead_letter_queue") is not None:
         options["dead_letter_queue"] = _dead_letter_queue_beside(
             name, options["dead_letter_queue"], db, partition)
-    unknown = set(options) - {f.name for f in Queue._meta.get_fields()
-                              if getattr(f, "editable", False) and f.name not in {"id", "name"}}
-    if unknown:
-        raise ConfigurationError(f"Unknown queue option(s): {', '.join(sorted(unknown))}")
+    _check_option_names(options)
     queue = Queue(name=name, **options)
     # Why: the check that the dead-letter queue's row exists reads the database the row
     # is on (Django's default router); the name's uniqueness was checked above, on
@@ -171,6 +186,23 @@ def create_queue(name: str, *, exist_ok: bool = False, database: str | None = No
     if not partition:
         placement.remember(name, db)
     return queue
+
+
+def check_options(name: str, options: dict[str, Any]) -> None:
+    """ConfigurationError for any of ``options`` create_queue would refuse a queue
+    ``name`` (its ``dead_letter_queue`` aside: create_queue looks that up), for options
+    stored now and given to create_queue later (a consumer group's)."""
+    _check_option_names(options)
+    check_row(Queue(name=name, **{option: value for option, value in options.items()
+                                  if option != "dead_letter_queue"}),
+              f"queue {name!r}", validate_unique=False)
+
+
+def _check_option_names(options: dict[str, Any]) -> None:
+    unknown = set(options) - {f.name for f in Queue._meta.get_fields()
+                              if getattr(f, "editable", False) and f.name not in {"id", "name"}}
+    if unknown:
+        raise ConfigurationError(f"Unknown queue option(s): {', '.join(sorted(unknown))}")
 
 
 def _database_and_row(name: str, database: str | None,

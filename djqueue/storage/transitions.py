@@ -41,9 +41,16 @@ def ack_many(messages: Iterable[Message]) -> list[Message]:
     One transaction: lock the rows still carrying our lease tokens, append
     them to history, delete them by primary key.
     """
+    if isinstance(messages, Message) or not isinstance(messages, Iterable):
+        raise TypeError(f"ack_many() takes the Messages a receive returned, in a list, say; "
+                        f"not {type(messages).__name__}.")
     messages = list(messages)
     if not messages:
         return []
+    for message in messages:
+        if not isinstance(message, Message):
+            raise TypeError(f"ack_many() acks Messages a receive returned, not "
+                            f"{type(message).__name__}.")
     by_database = _by_database(messages)
     if len(by_database) > 1:
         return [m for group in by_database.values() for m in ack_many(group)]

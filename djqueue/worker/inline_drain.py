@@ -19,7 +19,7 @@ from djqueue.api.receiving import receive
 from djqueue.exceptions import NotOwner, QueueNotFound, shown_value
 from djqueue.models import Message, Queue, State
 from djqueue.storage import partitions, placement
-from djqueue.storage.queue_lookup import get_queue_on
+from djqueue.storage.queue_lookup import get_queue_on, queue_refs
 from djqueue.worker import registry
 from djqueue.worker.ack_batches import Done, settle_unacked
 from djqueue.worker.handler_calls import HandlerCalls
@@ -63,7 +63,8 @@ def drain(*queues: str | Queue, delayed: bool = False, limit: int = DRAIN_LIMIT)
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"drain() needs a limit of at least 1 run, got {shown_value(limit)}.")
-    names = [q.name if isinstance(q, Queue) else q for q in queues] or _handled_queues()
+    names = [q.name if isinstance(q, Queue) else q for q in queue_refs(queues)] or (
+        _handled_queues())
     handlers, rows = registry.serving(names)
     calls = HandlerCalls("djqueue.drain", handlers, None, inline=True)
     drained = Drained()

@@ -10,7 +10,7 @@ from django.utils import timezone
 import djqueue
 from djqueue.api.topics import collect_bodies
 from djqueue.exceptions import ConfigurationError, InvalidMessage, QueueNotFound
-from djqueue.models import Body, Message
+from djqueue.models import Body, ConsumerGroup, Message
 from tests.conftest import in_threads, wait_until
 from tests.models import Effect
 
@@ -186,12 +186,19 @@ def test_unregistering_a_broadcast_consumer_drops_its_queue():
     (lambda: djqueue.create_topic("news\n"), ConfigurationError),
     (lambda: djqueue.subscribe("v", "g\n"), ConfigurationError),
     (lambda: djqueue.reset_group("v", "dup", to="now"), InvalidMessage),
+    # A group's queue options, refused as it subscribes: a broadcast group's queues are
+    # created only as consumers register.
+    (lambda: djqueue.subscribe("v", "g", mode="broadcast", colour="red"), ConfigurationError),
+    (lambda: djqueue.subscribe("v", "g", mode="broadcast", max_attempts="x"),
+     ConfigurationError),
+    (lambda: djqueue.subscribe("v", "g", visibility_timeout=-1), ConfigurationError),
 ])
 def test_bad_topic_calls_are_refused(call, error):
     djqueue.create_topic("v")
     djqueue.subscribe("v", "dup")
     with pytest.raises(error):
         call()
+    assert [group.name for group in ConsumerGroup.objects.all()] == ["dup"]
 
 
 def test_broadcast_workers_each_process_every_message(spawn):
