@@ -94,7 +94,7 @@ def set_limits(ref: QueueRef, **limits: Any) -> Queue:
         queue = queue_lookup.working_rows(db).select_for_update().get(pk=found.pk)
         before = Queue(**{f: getattr(queue, f) for f in LIMIT_FIELDS})
         for name, value in limits.items():
-            setattr(queue, name, "" if value is None and name.endswith("rate_limit") else value)
+            setattr(queue, name, value)  # a rate of None is stored as "" by Queue.clean
         # Not the creation time it left unread: no limit depends on it.
         check_row(queue, f"limits for {queue.name!r}", exclude=queue.get_deferred_fields(),
                   validate_unique=False)

@@ -186,6 +186,10 @@ class Queue(models.Model):
         return self.name
 
     def clean(self) -> None:
+        # No rate limit is stored as "" (the column is not nullable); None says the same.
+        for rate in ("rate_limit", "group_rate_limit"):
+            if getattr(self, rate) is None:
+                setattr(self, rate, "")
         # (name, upper bound, whether 0 is refused): retention 0 keeps no history.
         checks = [("visibility_timeout", durations.MAX_LEASE, True),
                   ("retention", durations.MAX_RETENTION, False),
