@@ -16,6 +16,7 @@ from djqueue.exceptions import ConfigurationError, PartitionUnavailable
 from djqueue.models import History, Message, Queue, State, Worker
 from djqueue.monitoring import queue_listing
 from djqueue.storage import partition_layout, partitions
+from tests.api.test_hostile_arguments import CALLS, odd_arguments_get_djqueues_own_errors
 from tests.conftest import wait_until
 from tests.models import Effect
 from tests.placement.conftest import PLACED_ENV, PLACEMENT_DATABASES
@@ -299,6 +300,24 @@ def test_bad_arguments_for_a_partitioned_queue_get_the_same_errors_as_for_any_qu
         call()
     assert not any(per_partition("parted.args").values())
     assert djqueue.get_queue("parted.args", fresh=True).partitions == PARTS
+
+
+def every_databases_rows() -> tuple:
+    return tuple((list(Queue.objects.using(db).order_by("pk").values_list(
+                      "pk", "name", "paused", "max_attempts", "partitions")),
+                  list(Message.objects.using(db).order_by("pk").values_list(
+                      "pk", "state", "attempts")),
+                  History.objects.using(db).count())
+                 for db in ["default", *PARTS])
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_an_odd_argument_for_a_partitioned_queue_gets_djqueues_own_error(call):
+    """tests/api/test_hostile_arguments.py's calls on a partitioned queue, whose
+    calls route to each partition: each odd value is refused before any partition
+    changes."""
+    djqueue.create_queue("parted.odd")
+    odd_arguments_get_djqueues_own_errors(CALLS[call], "parted.odd", every_databases_rows)
 
 
 def test_drain_with_delayed_runs_every_partitions_delayed_and_retried_messages():
