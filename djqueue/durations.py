@@ -10,8 +10,10 @@ cannot raise ``OverflowError`` in a worker or the reaper.
 from __future__ import annotations
 
 import math
+import traceback
+from datetime import timedelta
 
-from djqueue.exceptions import shown_value
+from djqueue.exceptions import InvalidMessage, Postpone, RetryAfter, shown_value
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 YEAR = 365 * DAY
@@ -50,3 +52,30 @@ def clamp(value: object, *, high: float, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return default
     return min(max(float(value), 0.0), high)
+
+
+def validate_delay(delay: float | timedelta | None, what: str = "delay") -> float | None:
+    """``delay`` in seconds (None stays None); InvalidMessage naming ``what`` (the
+    argument's name: a send's ``timeout`` and a receive's ``wait`` are checked so too)
+    unless it is 0 to MAX_DELAY seconds."""
+    if delay is None:
+        return None
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise InvalidMessage(f"{what} must be seconds or a timedelta, got {shown_value(delay)}.")
+    if not 0 <= delay <= MAX_DELAY:  # also refuses NaN and infinity
+        raise InvalidMessage(f"{what} must be 0 to {MAX_DELAY:g} seconds, "
+                             f"got {shown_value(delay)}.")
+    return float(delay)
+
+
+def asked_delay(asked: Postpone | RetryAfter) -> tuple[float | None, str | None]:
+    """The delay a handler's Postpone or RetryAfter asks for, checked: ``(seconds,
+    None)``, or ``(None, error)`` when it is out of bounds, and the delivery is then to
+    fail with that error on the queue's backoff (a handler's mistake is not lost)."""
+    try:
+        return validate_delay(asked.delay), None
+    except InvalidMessage as bad:
+        return None, (f"{type(asked).__name__} asked for an invalid delay: {bad}\n"
+                      + "".join(traceback.format_exception(asked)))

@@ -28,11 +28,11 @@ from asgiref.sync import sync_to_async
 from djqueue.api.sending import send, send_batch
 from djqueue.api.topics import publish, publish_batch
 from djqueue.conf import get_settings
+from djqueue.durations import validate_delay
 from djqueue.exceptions import QueueFull
 from djqueue.models import Body, History, Message, Topic
 from djqueue.polling import apoll_until
 from djqueue.storage.queue_lookup import QueueRef
-from djqueue.storage.transitions import validate_delay
 
 Delay = float | timedelta | datetime | None
 

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from djqueue.durations import validate_delay
 from djqueue.exceptions import QueueFull
 from djqueue.models import Message, Queue
 from djqueue.polling import Backoff
 from djqueue.storage import dialects
-from djqueue.storage.transitions import validate_delay
 
 T = TypeVar("T")
 

@@ -17,6 +17,7 @@ from django.db.models import Q
 from djqueue import durations
 from djqueue.api.condition_parser import compile_condition
 from djqueue.api.receive_wakeups import receive_wakeups
+from djqueue.durations import asked_delay, validate_delay
 from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter, shown_value
 from djqueue.models import Message
 from djqueue.polling import Backoff
@@ -27,7 +28,7 @@ from djqueue.storage.payloads import unstorable
 from djqueue.storage.queue_lookup import QueueRef, get_queue, get_queues, queue_refs
 from djqueue.storage.receiver_claims import PromotionClock, claim_ready, queues_with_ready
 from djqueue.storage.requeueing import promote_due
-from djqueue.storage.transitions import asked_delay, fail, release, validate_delay
+from djqueue.storage.transitions import fail, release
 
 #: The longest receiver name (the message row's owner column).
 MAX_OWNER_CHARS = 100

@@ -23,6 +23,7 @@ from djqueue.api.message_checks import (
     validate_priority,
 )
 from djqueue.conf import get_settings
+from djqueue.durations import validate_delay
 from djqueue.exceptions import InvalidMessage, PayloadTooLarge
 from djqueue.models import Event, History, Message, Queue, State
 from djqueue.storage import (
@@ -40,7 +41,6 @@ from djqueue.storage.claim_resume import resume_points
 from djqueue.storage.payloads import utf8_size
 from djqueue.storage.queue_lookup import QueueRef, get_queue
 from djqueue.storage.statements.message_inserts import insert_messages
-from djqueue.storage.transitions import validate_delay
 
 
 def send(

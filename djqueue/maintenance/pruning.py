@@ -14,6 +14,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 
 from djqueue.api.topics import collect_bodies
 from djqueue.conf import get_settings
+from djqueue.maintenance import queue_errors
 from djqueue.models import (
     FINISHED_STATUSES,
     Alarm,
@@ -33,7 +34,7 @@ from djqueue.models import (
     WorkflowStep,
 )
 from djqueue.monitoring import rollups
-from djqueue.storage import dedup, dialects, host_clock, queue_lookup
+from djqueue.storage import dedup, dialects, host_clock
 
 logger = logging.getLogger("djqueue.reaper")
 
@@ -52,7 +53,7 @@ def prune_history(now: datetime | None = None) -> int:
         except Exception as exc:  # one queue's absurd row must not stop the others
             logger.exception("Pruning queue %s failed; going on with the other queues",
                              queue.name, extra={"queue": queue.name})
-            queue_lookup.note_error(queue.pk, f"pruning: {type(exc).__name__}: {exc}")
+            queue_errors.note_error(queue.pk, f"pruning: {type(exc).__name__}: {exc}")
     removed += dedup.prune(db, now)
     removed += rollups.prune(db, now)
     removed += collect_bodies(now)

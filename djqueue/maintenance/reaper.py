@@ -22,6 +22,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import Q, QuerySet
 
 from djqueue.conf import get_settings
+from djqueue.maintenance import queue_errors
 from djqueue.maintenance.dead_workers import DeadWorkerFinder
 from djqueue.maintenance.periodic import Scheduler
 from djqueue.maintenance.pruning import prune_history
@@ -39,7 +40,6 @@ from djqueue.storage import (
     partition_layout,
     partitions,
     placement,
-    queue_lookup,
 )
 from djqueue.storage.failure_streaks import FailureStreaks
 from djqueue.storage.registration import Registration
@@ -251,13 +251,13 @@ class Reaper(ProcessBase):
                 total += expiry.sweep_head(db, queue_id, now)
             except Exception as exc:
                 logger.exception("Reaper: the expiry of queue %s failed; going on", queue_id)
-                queue_lookup.note_error(queue_id, f"reaper: {type(exc).__name__}: {exc}")
+                queue_errors.note_error(queue_id, f"reaper: {type(exc).__name__}: {exc}")
         return total
 
     def _drain(self, query: QuerySet[Message], error: str) -> int:
         """Return the claims of ``query``, queue by queue: an error serving one queue
         (an absurd value in its row, say) is logged and counted on the queue
-        (queue_lookup.note_error), and the others are still served. A queue that got
+        (queue_errors.note_error), and the others are still served. A queue that got
         messages back wakes its idle receivers once each transaction commits, as a send
         does: each is a failure retried at once (djqueue.api.ready_wakeups)."""
         db = dialects.alias()
@@ -270,7 +270,7 @@ class Reaper(ProcessBase):
                     "name", flat=True).first()
                 logger.exception("Reaper: returning claims of queue %s failed; going on with "
                                  "the other queues", name, extra={"queue": name})
-                queue_lookup.note_error(queue_id, f"reaper: {type(exc).__name__}: {exc}")
+                queue_errors.note_error(queue_id, f"reaper: {type(exc).__name__}: {exc}")
                 continue
             total += returned
         return total

@@ -47,10 +47,10 @@ from typing import TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
+from djqueue.durations import validate_delay
 from djqueue.exceptions import ConfigurationError, PartitionUnavailable, QueueNotFound
 from djqueue.models import Queue
 from djqueue.storage.queue_lookup import get_queue_on
-from djqueue.storage.transitions import validate_delay
 
 logger = logging.getLogger("djqueue")
 T = TypeVar("T")

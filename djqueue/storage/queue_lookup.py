@@ -7,14 +7,13 @@ QUEUE_CACHE_TTL seconds per process, and a change saved through the ORM
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import DatabaseError, transaction
-from django.db.models import F, QuerySet
+from django.db import transaction
+from django.db.models import QuerySet
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
@@ -24,13 +23,9 @@ from djqueue.models import Queue
 from djqueue.models.names import is_valid_name
 from djqueue.models.row_checks import check_row
 from djqueue.storage import dialects, placement
-from djqueue.storage.payloads import storable
 from djqueue.storage.statements import lookup_statements
 
 QueueRef = str | Queue
-logger = logging.getLogger("djqueue")
-#: The longest error text a queue row keeps.
-MAX_ERROR_CHARS = 2000
 
 _cache: dict[tuple[str, str], tuple[float, Queue]] = {}
 _cache_by_id: dict[tuple[str, int], tuple[float, Queue]] = {}
@@ -270,16 +265,6 @@ def _keep(key: tuple[str, str], queue: Queue, db: str, now: float) -> None:
 
 def _option_names() -> list[str]:
     return [f.attname for f in Queue._meta.concrete_fields if f.name not in {"id", "name"}]
-
-
-def note_error(queue_id: int, error: str) -> None:
-    """Count an error that a worker or the reaper met serving this queue alone, and keep
-    its text (the dashboard shows both). Best effort: a database error is logged."""
-    try:
-        Queue.objects.using(dialects.alias()).filter(pk=queue_id).update(
-            errors_seen=F("errors_seen") + 1, last_error=storable(error[:MAX_ERROR_CHARS]))
-    except DatabaseError:
-        logger.exception("Could not count an error of queue %s", queue_id)
 
 
 def forget_cached() -> None:

@@ -7,7 +7,6 @@ handed to someone else can no longer ack, fail or extend the message.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
@@ -15,7 +14,7 @@ from django.db import transaction
 from django.db.models import F
 
 from djqueue import durations, signals
-from djqueue.exceptions import InvalidMessage, NotOwner, Postpone, RetryAfter, shown_value
+from djqueue.exceptions import InvalidMessage, NotOwner, shown_value
 from djqueue.models import Event, History, Message, Outcome, Queue, State
 from djqueue.storage import (
     dialects,
@@ -107,7 +106,7 @@ def release(messages: Iterable[Message], *, delay: float | None = None) -> int:
     Once the release commits it sends ``djqueue.signals.messages_released``; given back
     without a delay, the messages wake idle receivers of their queues in this and other
     processes, as a send does (djqueue.api.worker_wakeups)."""
-    delay = validate_delay(delay)
+    delay = durations.validate_delay(delay)
     messages = list(messages)
     if not messages:
         return 0
@@ -144,7 +143,7 @@ def fail(message: Message, error: str, *, delay: float | None = None,
          dead_letter: bool = False) -> Message:
     """Record a failed delivery; retry after ``delay`` (default: backoff) or dead-letter
     (at once with ``dead_letter``: the message can never be processed)."""
-    delay = validate_delay(delay)
+    delay = durations.validate_delay(delay)
     db = _database(message)
 
     def failing() -> Message:
@@ -207,7 +206,6 @@ def dead_letter(row: Message, queue: Queue, now: datetime) -> None:
 
 
 MAX_LEASE = durations.MAX_LEASE
-MAX_DELAY = durations.MAX_DELAY
 
 
 def extend(message: Message, seconds: float) -> None:
@@ -225,33 +223,6 @@ def extend(message: Message, seconds: float) -> None:
     if not updated:
         raise NotOwner(f"Message {message.pk} is no longer leased to this receiver.")
     message.visible_at = until
-
-
-def validate_delay(delay: float | timedelta | None, what: str = "delay") -> float | None:
-    """``delay`` in seconds (None stays None); InvalidMessage naming ``what`` (the
-    argument's name: a send's ``timeout`` and a receive's ``wait`` are checked so too)
-    unless it is 0 to MAX_DELAY seconds."""
-    if delay is None:
-        return None
-    if isinstance(delay, timedelta):
-        delay = delay.total_seconds()
-    if isinstance(delay, bool) or not isinstance(delay, int | float):
-        raise InvalidMessage(f"{what} must be seconds or a timedelta, got {shown_value(delay)}.")
-    if not 0 <= delay <= MAX_DELAY:  # also refuses NaN and infinity
-        raise InvalidMessage(f"{what} must be 0 to {MAX_DELAY:g} seconds, "
-                             f"got {shown_value(delay)}.")
-    return float(delay)
-
-
-def asked_delay(asked: Postpone | RetryAfter) -> tuple[float | None, str | None]:
-    """The delay a handler's Postpone or RetryAfter asks for, checked: ``(seconds,
-    None)``, or ``(None, error)`` when it is out of bounds, and the delivery is then to
-    fail with that error on the queue's backoff (a handler's mistake is not lost)."""
-    try:
-        return validate_delay(asked.delay), None
-    except InvalidMessage as bad:
-        return None, (f"{type(asked).__name__} asked for an invalid delay: {bad}\n"
-                      + "".join(traceback.format_exception(asked)))
 
 
 def run_and_ack(message: Message, call: Callable[[], object]) -> None:

@@ -22,13 +22,13 @@ from typing import Any, NamedTuple
 
 from django.db import transaction
 
+from djqueue.durations import validate_delay
 from djqueue.exceptions import InvalidMessage, Postpone, RetryAfter, TaskCancelled, UntrustedTask
 from djqueue.models import FINISHED_STATUSES, Message, State, TaskRecord, TaskStatus
 from djqueue.models.message import exception_line
 from djqueue.storage import dialects, host_clock
 from djqueue.storage.statements import message_inserts, task_record_copy
 from djqueue.storage.statements.prepared_values import RowTemplates
-from djqueue.storage.transitions import validate_delay
 from djqueue.tasks import (
     known_tasks,
     step_checks,

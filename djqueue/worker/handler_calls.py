@@ -27,6 +27,7 @@ from asgiref.sync import async_to_sync
 from django.db import DatabaseError, close_old_connections, connections
 
 from djqueue import tracing
+from djqueue.durations import asked_delay
 from djqueue.exceptions import (
     BatchFailures,
     NotOwner,
@@ -36,7 +37,7 @@ from djqueue.exceptions import (
 )
 from djqueue.models import Message
 from djqueue.storage import dialects, fastpath, handler_reports, ordered_groups, placement
-from djqueue.storage.transitions import asked_delay, run_and_ack
+from djqueue.storage.transitions import run_and_ack
 from djqueue.worker import registry
 from djqueue.worker.ack_batches import Done
 from djqueue.worker.prefetch import Prefetch

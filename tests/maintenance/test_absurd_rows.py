@@ -14,8 +14,8 @@ from django.db import connection
 from django.utils import timezone
 
 import djqueue
+from djqueue.maintenance import queue_errors
 from djqueue.models import Message, Queue, State
-from djqueue.storage import queue_lookup
 from tests.conftest import wait_until
 from tests.models import Effect
 
@@ -63,8 +63,8 @@ def test_a_reaper_and_a_worker_outlive_a_queue_row_of_absurd_values(spawn):
 
 def test_an_error_serving_one_queue_is_counted_on_it():
     queue = djqueue.create_queue("counted")
-    queue_lookup.note_error(queue.pk, "reaper: OverflowError: too big")
-    queue_lookup.note_error(queue.pk, "pruning: ValueError: x" * 1000)
+    queue_errors.note_error(queue.pk, "reaper: OverflowError: too big")
+    queue_errors.note_error(queue.pk, "pruning: ValueError: x" * 1000)
     row = Queue.objects.get(pk=queue.pk)
     assert row.errors_seen == 2
     assert row.last_error.startswith("pruning: ValueError") and len(row.last_error) == 2000
