@@ -4,7 +4,8 @@ Owns: ``QueueBackend`` and ``QueueTask`` (``backend``), cancelling a task,
 reading its progress and logs by result id and waiting for its result
 (``task_operations``), the handler of task
 queues and the records of their runs (``task_handler``; it is the handler
-source djqueue's AppConfig adds to the worker's registry), the checks of a task
+source djqueue's AppConfig adds to the worker's registry), the checks of a task's
+options as it is defined and enqueued (``task_options``), the checks of a task
 message before it runs (``task_messages``), calling a task's function
 (``task_calls``), the framework's INFO records of each run left unmade in a worker
 while no handler would write them (``task_run_logs``), the one place that tells

@@ -27,36 +27,36 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.checks import CheckMessage, Error
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from djqueue import durations
 from djqueue.api.message_checks import encode_payload, holds_json_nul
 from djqueue.api.queues import LIMIT_FIELDS, create_queue, set_limits
 from djqueue.api.sending import send
-from djqueue.exceptions import InvalidMessage, QueueNotFound, RetryAfter, TaskCancelled, shown_value
+from djqueue.exceptions import InvalidMessage, QueueNotFound, RetryAfter, TaskCancelled
 from djqueue.models import (
     FINISHED_STATUSES,
     Message,
     Queue,
     TaskRecord,
 )
-from djqueue.models.queue import stepped_delay, validate_backoff
+from djqueue.models.queue import stepped_delay
 from djqueue.storage import fastpath, host_clock, placement
 from djqueue.storage.queue_lookup import get_queue, get_queue_by_id
 from djqueue.storage.unreadable_rows import first_row
 from djqueue.tasks import known_tasks, workflow_joins
+from djqueue.tasks.backend_options import queue_option_errors, read_options
 from djqueue.tasks.compat import (
     BaseTaskBackend,
     InvalidTask,
     Task,
     TaskResult,
-    TaskResultDoesNotExist,
     task_backends,
     task_enqueued,
 )
 from djqueue.tasks.records import (
+    no_result,
     pending_record,
     record_from_message,
     record_id,
@@ -66,6 +66,7 @@ from djqueue.tasks.records import (
 
 # cancel and cancel_requested: documented under this module's name too (docs/tasks.md).
 from djqueue.tasks.task_operations import cancel, cancel_requested, pending_message  # noqa: F401
+from djqueue.tasks.task_options import check_task
 
 #: The longest group key (the column's width).
 GROUP_KEY_CHARS = 200
@@ -116,38 +117,32 @@ class QueueBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        self.max_attempts = int(self.options.get("MAX_ATTEMPTS", 1))
-        self.retry_on = tuple(import_string(p) for p in self.options.get("RETRY_ON", []))
+        read = read_options(alias, self.options)  # ConfigurationError for a bad one
+        self.options_read = read
+        self.max_attempts, self.retry_on = read.max_attempts, read.retry_on
         # QUEUE_OPTIONS: options for every queue the backend creates, and, under a
         # queue's name, a dict of that queue's own (its limits, say).
-        options = dict(self.options.get("QUEUE_OPTIONS", {}))
-        self.queue_options = {k: v for k, v in options.items() if not isinstance(v, dict)}
-        self.per_queue_options = {k: dict(v) for k, v in options.items() if isinstance(v, dict)}
+        self.queue_options, self.per_queue_options = read.queue_options, read.per_queue_options
         #: The keyword argument whose value is a run's group key (see QueueTask.group_key).
-        self.group_key_kwarg = self.options.get("GROUP_KEY_KWARG")
+        self.group_key_kwarg = read.group_key_kwarg
         self._limits_applied: set[str] = set()
         #: Defer the enqueue to the commit of the surrounding transaction on this
         #: alias: for projects whose djqueue DATABASE is not the one they write to
         #: (on the same database a send is transactional anyway).
-        self.enqueue_on_commit = self.options.get("ENQUEUE_ON_COMMIT")
+        self.enqueue_on_commit = read.enqueue_on_commit
         #: Modules of tasks outside the installed apps' ``tasks`` modules: workers import
         #: them at start, since a message's task path is never imported (known_tasks).
-        self.task_modules = tuple(self.options.get("TASK_MODULES", ()))
+        self.task_modules = read.task_modules
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """Django's system check of this backend: the options each of its queues would be
+        created with (djqueue.E007)."""
+        return [Error(text, id="djqueue.E007", obj=f"TASKS[{self.alias!r}]")
+                for text in queue_option_errors(self.queues, self.options_read)]
 
     def validate_task(self, task: Task) -> None:
+        check_task(task)  # each option's type, before Django's checks compare them
         super().validate_task(task)
-        expires = getattr(task, "expires", None)
-        if expires is not None:
-            try:
-                durations.check(expires, "A task's expires", high=durations.MAX_RETENTION)
-            except ValueError as error:
-                raise InvalidTask(str(error)) from None
-        backoff = getattr(task, "backoff", None)
-        if backoff is not None:
-            try:
-                validate_backoff(list(backoff) if isinstance(backoff, tuple) else backoff)
-            except ValidationError as error:
-                raise InvalidTask(f"A task's backoff: {' '.join(error.messages)}") from None
         known_tasks.remember(task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
@@ -218,7 +213,7 @@ class QueueBackend(BaseTaskBackend):
         if not isinstance(result_id, str):  # an int (a message id) reads as its digits
             if isinstance(result_id, bool) or not isinstance(result_id, int) or (
                     result_id.bit_length() > 64):
-                raise TaskResultDoesNotExist(shown_value(result_id))
+                raise no_result(result_id)
             result_id = str(result_id)
         for db, message_id in result_locations(result_id):
             # A time a hand edit left unreadable is None in the result (first_row).
@@ -231,7 +226,7 @@ class QueueBackend(BaseTaskBackend):
                 record = pending_record(message, record) if message else first_row(records)
             if record is not None:
                 return to_task_result(record)
-        raise TaskResultDoesNotExist(result_id)
+        raise no_result(result_id)
 
     def ensure_queue(self, name: str) -> Queue:
         """The task queue ``name``, created with QUEUE_OPTIONS if missing. The limits that

@@ -13,13 +13,13 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from djqueue.exceptions import TaskDeadLettered, UntrustedTask
+from djqueue.exceptions import TaskDeadLettered, UntrustedTask, shown_value
 from djqueue.models import Message, State, TaskRecord, TaskStatus
 from djqueue.storage import dialects, fastpath, host_clock, placement
 from djqueue.storage.payloads import storable, unstorable
 from djqueue.storage.statements import message_inserts
 from djqueue.tasks import known_tasks
-from djqueue.tasks.compat import Task, TaskError, TaskResult
+from djqueue.tasks.compat import Task, TaskError, TaskResult, TaskResultDoesNotExist
 
 
 def record_id(message: Message) -> str:
@@ -47,6 +47,12 @@ def result_locations(result_id: str) -> list[tuple[str, int | None]]:
     if is_message_id(result_id):
         return [(placement.home(), int(result_id))]
     return [(db, None) for db in placement.databases()]
+
+
+def no_result(result_id: object) -> TaskResultDoesNotExist:
+    """The error for a result id no task result has, showing the id as given (an empty
+    one too: Django's own error would read as no message at all)."""
+    return TaskResultDoesNotExist(f"No task result has the id {shown_value(result_id)}.")
 
 
 def is_message_id(text: str) -> bool:

@@ -28,8 +28,14 @@ from djqueue.polling import apoll_until, poll_until
 from djqueue.storage import dialects
 from djqueue.storage.statements import message_inserts
 from djqueue.storage.unreadable_rows import first_row
-from djqueue.tasks.compat import TaskResult, TaskResultDoesNotExist
-from djqueue.tasks.records import FINISHED_FIELDS, finish, result_locations, running_record
+from djqueue.tasks.compat import TaskResult
+from djqueue.tasks.records import (
+    FINISHED_FIELDS,
+    finish,
+    no_result,
+    result_locations,
+    running_record,
+)
 
 
 def cancel(result_id: str) -> bool:
@@ -39,10 +45,10 @@ def cancel(result_id: str) -> bool:
     """
     for db, message_id in result_locations(str(result_id)):
         with dialects.using(db):
-            cancelled = _cancel(db, result_id, message_id)
+            cancelled = _cancel(db, str(result_id), message_id)
         if cancelled is not None:
             return cancelled
-    raise TaskResultDoesNotExist(result_id)
+    raise no_result(result_id)
 
 
 def _cancel(db: str, result_id: str, message_id: int | None) -> bool | None:

@@ -127,8 +127,10 @@ def _checked_backend(step: Step) -> QueueBackend:
 
 
 def _name(name: str) -> str:
-    if not isinstance(name, str) or len(name) > 200:
-        raise InvalidWorkflow("A workflow's name is text of at most 200 characters")
+    """A workflow's or batch's name: text PostgreSQL can store too (no NUL)."""
+    if not isinstance(name, str) or len(name) > 200 or "\x00" in name:
+        raise InvalidWorkflow(f"A workflow's name is text of at most 200 characters, "
+                              f"without NUL, got {shown_value(name)}.")
     return name
 
 
@@ -149,6 +151,10 @@ class batch:  # used like a function: ``with djqueue.batch(...) as handle:``
             if not isinstance(callback, Step):
                 raise InvalidWorkflow(f"A batch's callback is a step, got {shown_value(callback)}")
         self.name = _name(name)
+        if database is not None and database not in placement.databases():
+            raise InvalidWorkflow(f"A batch's database is one djqueue keeps queues on "
+                                  f"({', '.join(placement.databases())}), got "
+                                  f"{shown_value(database)}.")
         self.members: list[WorkflowStep] = []
         self._checked: dict[int, QueueBackend] = {}
         #: Where it lives: its callbacks' queues' database, else ``database``, else the

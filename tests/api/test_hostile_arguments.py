@@ -88,6 +88,7 @@ CALLS: dict[str, Callable[[str, Any], Any]] = {
     "create_queue(retention)": lambda q, v: djqueue.create_queue(fresh("h.new"), retention=v),
     "create_queue(dead_letter_queue)":
         lambda q, v: djqueue.create_queue(fresh("h.new"), dead_letter_queue=v),
+    "create_queue(database)": lambda q, v: djqueue.create_queue(fresh("h.new"), database=v),
     "create_queue(exist_ok)": lambda q, v: djqueue.create_queue(q, exist_ok=v),
     "set_limits(group_concurrency)":
         lambda q, v: djqueue.set_limits(q, group_concurrency=v),
