@@ -27,6 +27,7 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
+from djqueue.exceptions import shown_value
 from djqueue.models import GROUP_HOLDING_STATES, Message, MessageGroup, State
 from djqueue.polling import local_wakeup
 from djqueue.storage import dialects, fastpath, host_clock
@@ -209,6 +210,8 @@ def is_stale(message: Message) -> bool:
     """The consumer-side guard: is this delivery not newer than the last message acked
     in its group? That happens only to a redelivery after an expired lease, when a
     later message of the group has been processed meanwhile."""
+    if not isinstance(message, Message):
+        raise TypeError(f"is_stale takes a received Message, not {shown_value(message)}.")
     group = ordered_group(message)
     if group is None:
         return False

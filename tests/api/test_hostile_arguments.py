@@ -115,6 +115,23 @@ CALLS: dict[str, Callable[[str, Any], Any]] = {
     "register_consumer(consumer)": lambda q, v: djqueue.register_consumer("h.topic", "g", v),
     "reset_group(to)": lambda q, v: djqueue.reset_group("h.topic", "g", to=v),
     "drain(queues)": lambda q, v: djqueue.drain(v),
+    "purge(queue)": lambda q, v: djqueue.purge(v),
+    "resume(ref)": lambda q, v: djqueue.resume(v),
+    "get_progress(message)": lambda q, v: djqueue.get_progress(v),
+    "is_stale(message)": lambda q, v: djqueue.is_stale(v),
+    "group_lag(group)": lambda q, v: djqueue.group_lag("h.topic", v),
+    "group_lag(topic)": lambda q, v: djqueue.group_lag(v, "g"),
+    "group_queues(group)": lambda q, v: djqueue.group_queues("h.topic", v),
+    "unregister_consumer(consumer)":
+        lambda q, v: djqueue.unregister_consumer("h.topic", "g", v),
+    "publish(topic)": lambda q, v: djqueue.publish(v, {}),
+    "create_topic(name)": lambda q, v: djqueue.create_topic(v),
+    "add_partition(alias)": lambda q, v: djqueue.add_partition(q, v),
+    "OwnerSession(queues)": lambda q, v: djqueue.OwnerSession(v).next(),
+    "OwnerSession(visibility_timeout)":
+        lambda q, v: djqueue.OwnerSession(q, visibility_timeout=v).next(),
+    "OwnerSession.next(wait)": lambda q, v: djqueue.OwnerSession(q).next(wait=v),
+    "report_progress(message)": lambda q, v: djqueue.report_progress(0.5, v),
 }
 
 
