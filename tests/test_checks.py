@@ -101,6 +101,12 @@ def test_handler_that_does_not_import_is_e003():
         assert ids() == {"djqueue.E003"}
 
 
+@pytest.mark.parametrize("queue", ["", "bad name!", "x" * 101])
+def test_a_handler_for_what_is_no_queue_name_is_e003(queue):
+    with override_settings(DJQUEUE={"HANDLERS": {queue: "tests.handlers.record"}}):
+        assert ids() == {"djqueue.E003"}
+
+
 @pytest.mark.parametrize("spec", [
     {"handler": "tests.handlers.record_windowed", "batch": 0},
     {"handler": "tests.handlers.record_windowed", "batch_wait": 2},

@@ -22,6 +22,7 @@ from djqueue.api.queues import create_queue
 from djqueue.conf import get_settings
 from djqueue.exceptions import ConfigurationError, HandlerNotFound, shown_value
 from djqueue.models import Queue
+from djqueue.models.names import is_valid_name
 from djqueue.storage.queue_lookup import get_queue
 from djqueue.types import AckHook, HandlerFunc
 
@@ -117,6 +118,9 @@ def handler(
     batch handler cannot be exactly-once: its messages are settled after it returns.
     ``DJQUEUE["HANDLERS"]`` takes the same options (:func:`configured_handler`).
     """
+    if not is_valid_name(queue):  # a handler no worker could look its queue up for
+        raise ConfigurationError(f"@handler takes a queue's name (1-100 letters, digits, "
+                                 f"'_', '.', ':' or '-'), got {shown_value(queue)}.")
     options = _checked_options(queue, exactly_once=exactly_once, batch=batch,
                                batch_wait=batch_wait)
 
@@ -156,6 +160,9 @@ def configured_handler(queue: str, spec: object) -> tuple[str, dict[str, Any]]:
     """The dotted path and options of ``DJQUEUE["HANDLERS"][queue]``: a path, or a dict
     with the path as ``"handler"`` and the decorator's options beside it
     (``{"handler": "myapp.handlers.index", "batch": 100, "batch_wait": 2}``)."""
+    if not is_valid_name(queue):
+        raise ConfigurationError(f"DJQUEUE['HANDLERS'] has the key {shown_value(queue)}, "
+                                 f"which is no queue's name.")
     if isinstance(spec, str):
         return spec, {}
     if not isinstance(spec, dict) or not isinstance(spec.get("handler"), str):

@@ -137,6 +137,14 @@ def test_a_batch_handler_is_refused_where_it_cannot_work(options):
         registry.handler("t.nowhere", **options)
 
 
+@pytest.mark.parametrize("queue", ["", "bad name!", "x" * 101, "a\x00b", None, 5, b"jobs"])
+def test_a_handler_is_refused_for_what_is_no_queue_name(queue):
+    """It was registered, and a worker serving every handler's queue then failed on it."""
+    with pytest.raises(ConfigurationError, match="@handler takes a queue's name"):
+        registry.handler(queue)
+    assert queue not in registry.known_queues()
+
+
 def test_a_worker_refuses_a_batch_handler_on_an_exactly_once_queue():
     djqueue.create_queue("t.batched", exactly_once=True)
     with pytest.raises(ConfigurationError, match="exactly-once and its handler takes batches"):
