@@ -4,12 +4,14 @@ Every duration is checked where it enters (the API, the admin's forms, settings,
 command options) against the bounds below: finite, not negative (positive where
 zero means nothing), and not absurd. A row written past these checks (by an old
 version, or by hand) is read back clamped by :func:`clamp`, so one absurd value
-cannot raise ``OverflowError`` in a worker or the reaper.
+cannot raise ``OverflowError`` in a worker or the reaper. A retry's delay from a
+backoff schedule (:func:`stepped_delay`) is read so too.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import traceback
 from datetime import timedelta
 
@@ -79,3 +81,13 @@ def asked_delay(asked: Postpone | RetryAfter) -> tuple[float | None, str | None]
     except InvalidMessage as bad:
         return None, (f"{type(asked).__name__} asked for an invalid delay: {bad}\n"
                       + "".join(traceback.format_exception(asked)))
+
+
+def stepped_delay(steps: object, attempt: int, jitter: object) -> timedelta:
+    """The delay before the retry that follows failure number ``attempt`` (1-based) of a
+    backoff schedule ``steps`` (the last step repeats), lengthened by up to ``jitter`` of
+    it at random: a queue's, or a task's own. Stored values are read clamped."""
+    steps = steps if isinstance(steps, list | tuple) and steps else [0]
+    step = clamp(steps[min(max(attempt, 1), len(steps)) - 1], high=MAX_DELAY, default=0.0)
+    fraction = clamp(jitter, high=1.0, default=0.0)
+    return timedelta(seconds=min(step * (1 + fraction * random.random()), MAX_DELAY))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
@@ -16,6 +15,14 @@ from djqueue.models.names import is_valid_name
 MAX_BACKOFF_STEPS = 100
 #: Deliveries a queue may allow before dead-lettering.
 MAX_ATTEMPTS = 1000
+
+
+def is_max_attempts(value: object) -> bool:
+    """Whether ``value`` can be a number of deliveries allowed (a queue's, a task's, a
+    task backend's default): an int (not a bool) from 1 to MAX_ATTEMPTS."""
+    return isinstance(value, int) and not isinstance(value, bool) and (
+        1 <= value <= MAX_ATTEMPTS)
+
 
 def validate_queue_name(name: str) -> None:
     if not is_valid_name(name):
@@ -36,17 +43,6 @@ def validate_backoff(value: object) -> None:
             durations.check(step, "A backoff step", high=durations.MAX_DELAY, positive=False)
         except ValueError as exc:
             raise ValidationError(str(exc)) from None
-
-
-def stepped_delay(steps: object, attempt: int, jitter: object) -> timedelta:
-    """The delay before the retry that follows failure number ``attempt`` (1-based) of a
-    backoff schedule ``steps`` (the last step repeats), lengthened by up to ``jitter`` of
-    it at random: a queue's, or a task's own. Stored values are read clamped."""
-    steps = steps if isinstance(steps, list | tuple) and steps else [0]
-    step = durations.clamp(steps[min(max(attempt, 1), len(steps)) - 1],
-                           high=durations.MAX_DELAY, default=0.0)
-    fraction = durations.clamp(jitter, high=1.0, default=0.0)
-    return timedelta(seconds=min(step * (1 + fraction * random.random()), durations.MAX_DELAY))
 
 
 def validate_rate(value: object) -> None:
@@ -209,8 +205,7 @@ class Queue(models.Model):
             raise ValidationError({"retry_jitter": f"Must be a fraction from 0 to 1, got "
                                                    f"{jitter!r}."})
         attempts = self.max_attempts  # still the value given, where its field refused it
-        if attempts is not None and (isinstance(attempts, bool) or not isinstance(
-                attempts, int) or not 1 <= attempts <= MAX_ATTEMPTS):
+        if attempts is not None and not is_max_attempts(attempts):
             raise ValidationError({"max_attempts": f"Must be 1 to {MAX_ATTEMPTS}."})
         if self.group_concurrency == 0:
             raise ValidationError({"group_concurrency": "Must be at least 1 (or empty)."})
@@ -253,7 +248,7 @@ class Queue(models.Model):
     def retry_delay(self, attempt: int) -> timedelta:
         """Delay before the retry that follows failed delivery number ``attempt``
         (1-based): its backoff step, lengthened by up to ``retry_jitter`` of it at random."""
-        return stepped_delay(self.backoff, attempt, self.retry_jitter)
+        return durations.stepped_delay(self.backoff, attempt, self.retry_jitter)
 
     # The stored durations as they may be used: a row written past validation (an old
     # version's, or one edited by hand) is clamped here, so no worker or reaper pass

@@ -31,6 +31,7 @@ from django.core.checks import CheckMessage, Error
 from django.db import transaction
 from django.utils.module_loading import import_string
 
+from djqueue import durations
 from djqueue.api.message_checks import encode_payload, holds_json_nul
 from djqueue.api.queues import LIMIT_FIELDS, create_queue, set_limits
 from djqueue.api.sending import send
@@ -41,7 +42,6 @@ from djqueue.models import (
     Queue,
     TaskRecord,
 )
-from djqueue.models.queue import stepped_delay
 from djqueue.storage import fastpath, host_clock, placement
 from djqueue.storage.queue_lookup import get_queue, get_queue_by_id
 from djqueue.storage.unreadable_rows import first_row
@@ -256,7 +256,7 @@ class QueueBackend(BaseTaskBackend):
         if not steps:
             return None
         queue = get_queue_by_id(message.queue_id, fastpath.database_of(message))
-        return stepped_delay(steps, runs, queue.retry_jitter).total_seconds()
+        return durations.stepped_delay(steps, runs, queue.retry_jitter).total_seconds()
 
     def should_retry(self, task: Task, attempts: int, exc: BaseException) -> bool:
         max_attempts, retry_on = self.max_attempts, self.retry_on

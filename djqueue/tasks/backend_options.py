@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from djqueue.exceptions import ConfigurationError, shown_value
-from djqueue.models.queue import MAX_ATTEMPTS
+from djqueue.models.queue import MAX_ATTEMPTS, is_max_attempts
 from djqueue.storage.queue_lookup import check_options
 from djqueue.tasks.task_options import exception_classes
 
@@ -49,8 +49,7 @@ def read_options(alias: str, options: Any) -> BackendOptions:
         raise ConfigurationError(f"{where} has unknown key(s) {', '.join(map(repr, unknown))};"
                                  f" djqueue's backend takes {', '.join(KNOWN_OPTIONS)}.")
     max_attempts = options.get("MAX_ATTEMPTS", 1)
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not (
-            1 <= max_attempts <= MAX_ATTEMPTS):
+    if not is_max_attempts(max_attempts):
         raise ConfigurationError(f"{where}['MAX_ATTEMPTS'] must be an integer from 1 to "
                                  f"{MAX_ATTEMPTS}, got {shown_value(max_attempts)}.")
     try:

@@ -19,7 +19,7 @@ from django.utils.module_loading import import_string
 
 from djqueue import durations
 from djqueue.exceptions import shown_value
-from djqueue.models.queue import MAX_ATTEMPTS, validate_backoff
+from djqueue.models.queue import MAX_ATTEMPTS, is_max_attempts, validate_backoff
 from djqueue.tasks.compat import InvalidTask, Task
 
 
@@ -27,8 +27,7 @@ def check_task(task: Task) -> None:
     """InvalidTask naming the first of ``task``'s options that no run could use."""
     _check_django_options(task)
     max_attempts = getattr(task, "max_attempts", None)
-    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(
-            max_attempts, int) or not 1 <= max_attempts <= MAX_ATTEMPTS):
+    if max_attempts is not None and not is_max_attempts(max_attempts):
         raise InvalidTask(f"A task's max_attempts must be an integer from 1 to {MAX_ATTEMPTS},"
                           f" got {shown_value(max_attempts)}.")
     _check_retry_on(getattr(task, "retry_on", None))
