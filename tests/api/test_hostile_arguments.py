@@ -179,3 +179,41 @@ def odd_arguments_get_djqueues_own_errors(call: Callable[[str, Any], Any], queue
             continue
         assert rows() == before, value
     assert not wrong, "\n".join(wrong)
+
+
+#: name -> a call on a received message ``m`` taking the odd value ``v``: what a
+#: handler may pass.
+MESSAGE_CALLS: dict[str, Callable[[Message, Any], Any]] = {
+    "nack(delay)": lambda m, v: m.nack(delay=v),
+    "nack(error)": lambda m, v: m.nack(error=v),
+    "extend(seconds)": lambda m, v: m.extend(v),
+    "progress(fraction)": lambda m, v: m.progress(v),
+    "progress(note)": lambda m, v: m.progress(0.5, v),
+}
+
+
+@pytest.mark.parametrize("call", MESSAGE_CALLS)
+def test_an_odd_argument_to_a_received_messages_method_gets_djqueues_own_error(call):
+    """A refused call leaves the message claimed by its receiver, as it was."""
+    djqueue.create_queue("h.held", max_attempts=1000)
+    wrong = []
+    for value in ODD:
+        djqueue.send("h.held", {})
+        [message] = djqueue.receive("h.held")
+        try:
+            MESSAGE_CALLS[call](message, value)
+        except DjqueueError as error:
+            assert str(error), value
+        except TypeError as error:
+            if not raised_by_djqueue(error):
+                wrong.append(f"{value!r:.40}: {type(error).__name__}: {error}")
+        except Exception as error:
+            wrong.append(f"{value!r:.40}: {type(error).__name__}: {error}")
+        else:
+            Message.objects.all().delete()
+            continue
+        row = Message.objects.get(pk=message.pk)
+        assert (row.state, row.attempts, row.owner) == (
+            message.state, message.attempts, message.owner), value
+        Message.objects.all().delete()
+    assert not wrong, "\n".join(wrong)
