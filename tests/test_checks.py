@@ -42,6 +42,20 @@ def test_bad_claim_rescan_is_e001(rescan):
     assert "CLAIM_RESCAN" in messages[0].msg
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("AUTO_CREATE_QUEUES", "False"), ("AUTO_CREATE_QUEUES", 1), ("TRACING", "no"),
+    ("TRACING", None), ("WAKE_HOST", ""), ("WAKE_HOST", 5), ("DATABASE", ["default"]),
+    ("DATABASE", None), ("HANDLERS", ["jobs"]), ("PERIODIC", "beat"),
+])
+def test_a_setting_of_the_wrong_kind_is_e001(name, value):
+    """A string "False" for a flag read as true, and a list for a dict or an alias was a
+    TypeError inside a later check."""
+    with override_settings(DJQUEUE={name: value}):
+        messages = run_checks(tags=["djqueue"], databases=[])
+    assert [m.id for m in messages] == ["djqueue.E001"]
+    assert name in messages[0].msg
+
+
 def test_worker_switch_interval_applies_while_the_worker_runs():
     import sys
 
