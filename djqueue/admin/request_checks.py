@@ -38,12 +38,31 @@ def refused_lookup(model: type[models.Model], lookup: str, value: str) -> str | 
     if "\x00" in value:
         return NUL_REFUSED
     field = _compared_field(model, lookup)
+    if isinstance(field, models.DateField | models.DateTimeField):
+        return _refused_date_part(lookup, value)
     if not isinstance(field, models.IntegerField):
         return None
     for part in value.split(",") if lookup.endswith(LOOKUP_SEP + "in") else [value]:
         if _past_64_bits(part):
             return (f"{shown_value(part)} is past the 64-bit whole numbers "
                     f"{field.model._meta.model_name}.{field.name} holds")
+    return None
+
+
+#: A date's parts a list's date links filter by, and the values each may take. Django
+#: reads them with ``int()`` and makes the next year's, month's or day's date: a year
+#: of 30 digits was its OverflowError, and 9999 its ValueError past the calendar.
+DATE_PARTS = {"year": (1, 9998), "month": (1, 12), "day": (1, 31)}
+
+
+def _refused_date_part(lookup: str, value: str) -> str | None:
+    part = lookup.rsplit(LOOKUP_SEP, 1)[-1]
+    if part not in DATE_PARTS:
+        return None
+    low, high = DATE_PARTS[part]
+    if not (value.isascii() and value.isdigit() and len(value) <= 6
+            and low <= int(value) <= high):
+        return f"{shown_value(value)} is not a {part} from {low} to {high}"
     return None
 
 

@@ -40,6 +40,10 @@ def shown(client: Client, response) -> str:
     ("worker", "kind", "\x00", "holds a NUL character"),
     ("taskrecord", "queue_name", "default\x00", "holds a NUL character"),
     ("workflow", "name", "\x00", "holds a NUL character"),
+    # Django's date links: OverflowError from int() past a C long, ValueError past 9999
+    ("queuestat", "start__year", "9" * 30, "is not a year from 1 to 9998"),
+    ("queuestat", "start__year", "9999", "is not a year from 1 to 9998"),
+    ("queuestat", "start__month", "x", "is not a month from 1 to 12"),
 ])
 def test_a_filter_no_query_can_take_is_not_applied_and_says_why(superuser, model, parameter,
                                                                 value, said):
@@ -57,6 +61,12 @@ def test_a_filter_value_in_range_is_applied_as_before(superuser):
     changelist = reverse("admin:djqueue_message_changelist")
     for query in ({"queue": str(queue.pk)}, {"group_key": "7"}, {"queue": str(2**63 - 1)}):
         response = superuser.get(changelist, query)
+        assert response.status_code == 200, query
+        assert "not applied" not in response.content.decode()
+    statistics = reverse("admin:djqueue_queuestat_changelist")
+    for query in ({"start__year": "2026"}, {"start__year": "2026", "start__month": "12",
+                                            "start__day": "31"}):
+        response = superuser.get(statistics, query)
         assert response.status_code == 200, query
         assert "not applied" not in response.content.decode()
 
@@ -159,3 +169,31 @@ def test_no_djqueue_list_or_page_is_a_server_error_for_such_values(superuser):
             answers[f"{name} page of '1\\x00'"] = response.status_code
     assert len(answers) > 200
     assert {at: code for at, code in answers.items() if code not in (200, 302)} == {}
+
+
+def test_every_lists_filters_given_odd_values_answer_without_a_server_error(superuser):
+    """Each djqueue list, each of its filters and date links, given a number past a C
+    long, a NUL and text: the list (filtered or not, with a message), never a 500."""
+    djqueue.create_queue("checks.jobs")
+    djqueue.send("checks.jobs", {"n": 1})
+    superuser.raise_request_exception = False
+    failed, requests = [], 0
+    for model, model_admin in admin.site._registry.items():
+        if model._meta.app_label != "djqueue" or model._meta.proxy:
+            continue
+        changelist = reverse(f"admin:djqueue_{model._meta.model_name}_changelist")
+        parameters = []
+        for list_filter in model_admin.list_filter:
+            name = list_filter if isinstance(list_filter, str) else getattr(
+                list_filter, "parameter_name", None)
+            parameters += [name, f"{name}__exact", f"{name}__id__exact"] if name else []
+        if model_admin.date_hierarchy:
+            parameters += [f"{model_admin.date_hierarchy}__{part}"
+                           for part in ("year", "month", "day")]
+        for parameter in parameters:
+            for value in ("9" * 30, "\x00", "x"):
+                response = superuser.get(changelist, {parameter: value})
+                requests += 1
+                if response.status_code >= 500:
+                    failed.append(f"{changelist}?{parameter}={value!r}")
+    assert requests > 100 and not failed, (requests, failed)
