@@ -11,6 +11,7 @@ that set it. Each is checked here first and refused with ``InvalidTask`` naming 
 from __future__ import annotations
 
 import math
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +31,7 @@ def check_task(task: Task) -> None:
     if max_attempts is not None and not is_max_attempts(max_attempts):
         raise InvalidTask(f"A task's max_attempts must be an integer from 1 to {MAX_ATTEMPTS},"
                           f" got {shown_value(max_attempts)}.")
-    _check_retry_on(getattr(task, "retry_on", None))
+    _check_retry_on(task)
     for name, high in (("timeout", durations.MAX_DELAY), ("expires", durations.MAX_RETENTION)):
         value = getattr(task, name, None)
         if value is not None:
@@ -62,19 +63,29 @@ def _check_django_options(task: Task) -> None:
                           f"{shown_value(task.queue_name)}.")
 
 
-def _check_retry_on(retry_on: Any) -> None:
+def _check_retry_on(task: Task) -> None:
+    retry_on = getattr(task, "retry_on", None)
     if retry_on is not None:
+        # While ``@task`` runs, the task's own module is still being executed (the
+        # decorated name is bound after it returns): a path to an exception defined
+        # below the task in that module is checked at enqueue instead.
+        module = sys.modules.get(task.func.__module__)
+        loading = task.func.__module__ if module is not None and not hasattr(
+            module, task.func.__name__) else None
         try:
-            exception_classes(retry_on, "A task's retry_on")
+            exception_classes(retry_on, "A task's retry_on", loading=loading)
         except ValueError as error:
             raise InvalidTask(str(error)) from None
 
 
-def exception_classes(entries: Any, name: str) -> tuple[type[BaseException], ...]:
+def exception_classes(entries: Any, name: str, *, loading: str | None = None,
+                      ) -> tuple[type[BaseException], ...]:
     """``entries`` (a task's ``retry_on``, a backend's ``RETRY_ON``) as the exception
     classes they are or name by dotted path; ValueError naming ``name`` otherwise. A path
     is imported here, as the project's own code or settings give it (never because a
-    message names it), so a misspelt one is refused at once, not at the first retry."""
+    message names it), so a misspelt one is refused at once, not at the first retry;
+    one into the module ``loading`` (still being executed) that names what it does not
+    hold yet is passed over."""
     if not isinstance(entries, list | tuple):
         raise ValueError(f"{name} must be a list or tuple of exception classes or their "
                          f"dotted paths, got {shown_value(entries)}.")
@@ -85,6 +96,8 @@ def exception_classes(entries: Any, name: str) -> tuple[type[BaseException], ...
             try:
                 value = import_string(entry)
             except ImportError:
+                if loading is not None and entry.rpartition(".")[0] == loading:
+                    continue
                 raise ValueError(f"{name} names {shown_value(entry)}, which could not be "
                                  "imported.") from None
         if not (isinstance(value, type) and issubclass(value, BaseException)):

@@ -114,3 +114,14 @@ def test_an_odd_task_option_is_refused_where_it_is_given(call):
                     for accepted in ACCEPTED_BY_OWN_OPTIONS.get(call, ())):
                 wrong.append(f"{value!r:.40}: accepted")
     assert not any(wrong), "\n".join(filter(None, wrong))
+
+
+def test_retry_on_may_name_an_exception_defined_below_its_task():
+    """While ``@task`` runs its module is still loading: a path into it is checked at
+    enqueue, where a misspelt one is refused."""
+    from tests.task_backend import retry_on_below
+
+    result = retry_on_below.retried_on_an_error_below.enqueue()
+    assert Message.objects.filter(pk=int(result.id)).exists()
+    with pytest.raises(InvalidTask, match="NoSuchError', which could not be imported"):
+        retry_on_below.retried_on_a_misspelt_error.enqueue()
