@@ -9,6 +9,7 @@ command imports this module only as it serves.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import socket
 import time
@@ -18,10 +19,12 @@ from typing import Any
 
 import uvicorn
 
-#: Seconds a stopping server goes on reading the connections it accepted before
-#: closing those with no request: a client sends its request as it connects, so it
-#: arrives within a round trip.
-ACCEPTED_GRACE = 0.2
+#: Seconds at most a stopping server waits for a connection it accepted to send its
+#: first request. A client sends it as it connects, so it comes within a round trip,
+#: but a client on a loaded host may be scheduled late: a fixed 0.2 s closed one such
+#: connection unanswered in a CI run. A connection that never sends (or sends a
+#: request's head slowly) holds the stop this long, and no longer.
+UNREAD_GRACE = 5.0
 
 #: The signals that stop the server (SIGHUP alone: to run anew, processes.base).
 STOP_SIGNALS = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
@@ -41,22 +44,38 @@ class GracefulServer(uvicorn.Server):
             self._on_serving()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """uvicorn's, after up to ACCEPTED_GRACE seconds of accepting nothing more
-        (until no connection is open, if sooner).
-        Its shutdown closes at once each connection with no request in progress,
-        one accepted a moment before included: that client's request, in flight
-        or unread, was then answered by a reset (once in a CI run's reloads).
-        Given the grace, the request arrives and is answered; connections
-        waiting in the backlog go to the next server (a reload) or are refused
-        (a stop)."""
+        """uvicorn's, once each accepted connection has sent its first request (or
+        UNREAD_GRACE seconds have passed).
+        uvicorn's shutdown closes at once each connection with no request in
+        progress, one accepted a moment before whose request is still unread
+        included: that client was answered by a reset. So this server stops
+        accepting first (connections waiting in the backlog go to the next server
+        on a reload, or are refused on a stop), and waits for the ones it accepted
+        to send their request, which uvicorn's shutdown then lets finish. An idle
+        keep-alive connection, which has had its answer, is closed at once as
+        before: a stop waits only for the requests that are on their way."""
         for accepting in self.servers:
             accepting.close()
-        # uvicorn's own record of the open connections (its shutdown reads it
-        # too): with none, nothing is in flight, and a stop takes no grace.
-        grace_ends = time.monotonic() + ACCEPTED_GRACE
-        while self.server_state.connections and time.monotonic() < grace_ends:
+        unread = sum(map(is_unread, self.server_state.connections))
+        if unread:
+            # uvicorn's own logger, so --log-level says whether it is shown.
+            logging.getLogger("uvicorn.error").info(
+                "Stopping: waiting up to %g s for %d accepted connection(s) to send "
+                "their request", UNREAD_GRACE, unread)
+        grace_ends = time.monotonic() + UNREAD_GRACE
+        while any(map(is_unread, self.server_state.connections)) \
+                and time.monotonic() < grace_ends:
             await asyncio.sleep(0.01)
         await super().shutdown(sockets)
+
+
+def is_unread(connection: object) -> bool:
+    """Whether a connection uvicorn accepted has yet to send a whole request head.
+    uvicorn internals, read here alone: its HTTP protocols (h11's and httptools') hold
+    the request they are answering as ``cycle``, None until the first request's head
+    is read, and the last one's after, so None says exactly "accepted, no request
+    yet". A protocol without one (a WebSocket's) is never waited for."""
+    return getattr(connection, "cycle", False) is None
 
 
 def serve(application: Any, listeners: list[socket.socket], *, log_level: str,
