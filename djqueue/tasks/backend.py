@@ -29,7 +29,6 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error
 from django.db import transaction
-from django.utils.module_loading import import_string
 
 from djqueue import durations
 from djqueue.api.message_checks import encode_payload, holds_json_nul
@@ -66,7 +65,7 @@ from djqueue.tasks.records import (
 
 # cancel and cancel_requested: documented under this module's name too (docs/tasks.md).
 from djqueue.tasks.task_operations import cancel, cancel_requested, pending_message  # noqa: F401
-from djqueue.tasks.task_options import check_task
+from djqueue.tasks.task_options import check_task, retry_classes
 
 #: The longest group key (the column's width).
 GROUP_KEY_CHARS = 200
@@ -117,28 +116,19 @@ class QueueBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        read = read_options(alias, self.options)  # ConfigurationError for a bad one
-        self.options_read = read
-        self.max_attempts, self.retry_on = read.max_attempts, read.retry_on
-        # QUEUE_OPTIONS: options for every queue the backend creates, and, under a
-        # queue's name, a dict of that queue's own (its limits, say).
-        self.queue_options, self.per_queue_options = read.queue_options, read.per_queue_options
-        #: The keyword argument whose value is a run's group key (see QueueTask.group_key).
-        self.group_key_kwarg = read.group_key_kwarg
+        #: Its OPTIONS, checked and read (ConfigurationError for a bad one): QUEUE_OPTIONS
+        #: for every queue it creates and, by a queue's name, that queue's own (its
+        #: limits, say); ENQUEUE_ON_COMMIT defers an enqueue to the commit of the
+        #: transaction on that alias, for projects whose djqueue DATABASE is not the one
+        #: they write to; TASK_MODULES, imported as a worker starts (known_tasks).
+        self.backend_options = read_options(alias, self.options)
         self._limits_applied: set[str] = set()
-        #: Defer the enqueue to the commit of the surrounding transaction on this
-        #: alias: for projects whose djqueue DATABASE is not the one they write to
-        #: (on the same database a send is transactional anyway).
-        self.enqueue_on_commit = read.enqueue_on_commit
-        #: Modules of tasks outside the installed apps' ``tasks`` modules: workers import
-        #: them at start, since a message's task path is never imported (known_tasks).
-        self.task_modules = read.task_modules
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
         """Django's system check of this backend: the options each of its queues would be
         created with (djqueue.E007)."""
         return [Error(text, id="djqueue.E007", obj=f"TASKS[{self.alias!r}]")
-                for text in queue_option_errors(self.queues, self.options_read)]
+                for text in queue_option_errors(self.queues, self.backend_options)]
 
     def validate_task(self, task: Task) -> None:
         check_task(task)  # each option's type, before Django's checks compare them
@@ -164,10 +154,10 @@ class QueueBackend(BaseTaskBackend):
         queue = self.ensure_queue(task.queue_name)
         key = task.key_for(args, kwargs) if isinstance(task, QueueTask) else None
         group_key = self.group_key_for(task, args, kwargs)
-        if self.enqueue_on_commit:
+        if self.backend_options.enqueue_on_commit:
             payload["result_id"] = str(uuid.uuid4())
             transaction.on_commit(lambda: self._send(queue, task, payload, key, group_key),
-                                  using=self.enqueue_on_commit)
+                                  using=self.backend_options.enqueue_on_commit)
             enqueued_at = host_clock.database_now(placement.database_of(queue))
             return to_task_result(TaskRecord(
                 id=payload["result_id"], task_path=task.module_path, backend=self.alias,
@@ -179,7 +169,7 @@ class QueueBackend(BaseTaskBackend):
         """The run's group key: the value of the keyword argument the task (or the
         backend's GROUP_KEY_KWARG) names, or what the task's callable returns."""
         source = task.group_key if isinstance(task, QueueTask) and task.group_key else (
-            self.group_key_kwarg)
+            self.backend_options.group_key_kwarg)
         if source is None:
             return None
         value = source(*args, **kwargs) if callable(source) else kwargs.get(source)
@@ -232,11 +222,11 @@ class QueueBackend(BaseTaskBackend):
         """The task queue ``name``, created with QUEUE_OPTIONS if missing. The limits that
         QUEUE_OPTIONS names for it are applied to an existing queue once per process,
         so a limit changed in settings holds after a deploy."""
-        own = self.per_queue_options.get(name, {})
+        own = self.backend_options.per_queue_options.get(name, {})
         try:
             queue = get_queue(name)
         except QueueNotFound:
-            queue = create_queue(name, exist_ok=True, **{**self.queue_options, **own})
+            queue = create_queue(name, exist_ok=True, **{**self.backend_options.queue_options, **own})
         if name not in self._limits_applied:
             self._limits_applied.add(name)
             limits = {k: v for k, v in own.items() if k in LIMIT_FIELDS}
@@ -259,12 +249,12 @@ class QueueBackend(BaseTaskBackend):
         return durations.stepped_delay(steps, runs, queue.retry_jitter).total_seconds()
 
     def should_retry(self, task: Task, attempts: int, exc: BaseException) -> bool:
-        max_attempts, retry_on = self.max_attempts, self.retry_on
+        max_attempts = self.backend_options.max_attempts
+        retry_on = self.backend_options.retry_on
         if isinstance(task, QueueTask):
             max_attempts = task.max_attempts or max_attempts
             if task.retry_on:
-                retry_on = tuple(import_string(c) if isinstance(c, str) else c
-                                 for c in task.retry_on)
+                retry_on = retry_classes(tuple(task.retry_on))
         if attempts >= max_attempts or isinstance(exc, TaskCancelled):
             return False
         return not retry_on or isinstance(exc, (RetryAfter, *retry_on))

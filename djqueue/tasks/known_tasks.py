@@ -40,7 +40,8 @@ def discover() -> None:
             return
         autodiscover_modules("tasks")
         for alias in getattr(settings, "TASKS", {}) or {}:
-            for module in getattr(task_backends[alias], "task_modules", ()):
+            read = getattr(task_backends[alias], "backend_options", None)  # djqueue's
+            for module in read.task_modules if read is not None else ():
                 import_module(module)
         _discovered = True
 

@@ -10,6 +10,7 @@ that set it. Each is checked here first and refused with ``InvalidTask`` naming 
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from datetime import datetime
@@ -76,6 +77,13 @@ def _check_retry_on(task: Task) -> None:
             exception_classes(retry_on, "A task's retry_on", loading=loading)
         except ValueError as error:
             raise InvalidTask(str(error)) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def retry_classes(entries: tuple[Any, ...]) -> tuple[type[BaseException], ...]:
+    """A task's ``retry_on`` as exception classes, its paths imported once per process
+    (a worker asks at each failed run); ValueError as :func:`exception_classes`."""
+    return exception_classes(entries, "A task's retry_on")
 
 
 def exception_classes(entries: Any, name: str, *, loading: str | None = None,
