@@ -63,8 +63,9 @@ class GracefulServer(uvicorn.Server):
                 "Stopping: waiting up to %g s for %d accepted connection(s) to send "
                 "their request", UNREAD_GRACE, unread)
         grace_ends = time.monotonic() + UNREAD_GRACE
+        # force_exit: a second Ctrl+C, which cuts uvicorn's own waits short too.
         while any(map(is_unread, self.server_state.connections)) \
-                and time.monotonic() < grace_ends:
+                and time.monotonic() < grace_ends and not self.force_exit:
             await asyncio.sleep(0.01)
         await super().shutdown(sockets)
 
